@@ -1,0 +1,55 @@
+"""Settings read from the environment (`TRAINLEDGER_*`), with sane defaults for a laptop."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    # None means: start the embedded Valkey in `data_dir`.
+    redis_url: str | None = None
+    data_dir: Path = Path(".trainledger")
+    # Events older than this (by their own time) are rejected; ids are remembered this long.
+    dedup_window_days: int = 35
+    # Events this far ahead of the server clock are rejected (clock skew allowance).
+    max_future_skew_hours: int = 24
+    # 0 keeps the accepted-event log for ever (so a rebuild can always re-derive totals).
+    log_retention_days: int = 0
+    max_batch_events: int = 50_000
+    max_body_bytes: int = 64 * 1024 * 1024
+    # Seconds a resolved bearer token is cached per worker (revocation delay).
+    token_cache_seconds: float = 2.0
+    # "everysec" (default) or "always" for the embedded Valkey's append-only file.
+    appendfsync: str = "everysec"
+    public_url: str = "http://127.0.0.1:8000"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        fsync = os.environ.get("TRAINLEDGER_APPENDFSYNC", "everysec")
+        if fsync not in ("everysec", "always", "no"):
+            raise SystemExit("TRAINLEDGER_APPENDFSYNC must be everysec, always or no")
+        return cls(
+            redis_url=os.environ.get("TRAINLEDGER_REDIS_URL") or None,
+            data_dir=Path(os.environ.get("TRAINLEDGER_DATA_DIR", ".trainledger")),
+            dedup_window_days=_int_env("TRAINLEDGER_DEDUP_WINDOW_DAYS", 35),
+            max_future_skew_hours=_int_env("TRAINLEDGER_MAX_FUTURE_SKEW_HOURS", 24),
+            log_retention_days=_int_env("TRAINLEDGER_LOG_RETENTION_DAYS", 0),
+            max_batch_events=_int_env("TRAINLEDGER_MAX_BATCH_EVENTS", 50_000),
+            max_body_bytes=_int_env("TRAINLEDGER_MAX_BODY_BYTES", 64 * 1024 * 1024),
+            appendfsync=fsync,
+            public_url=os.environ.get("TRAINLEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
+        )

@@ -1,0 +1,216 @@
+"""Usage events on the wire: the model, the content types, and strict decoding.
+
+A batch is decoded in one msgspec call (the fast path). Only when that fails are
+the items decoded one by one, so a single malformed event is rejected with its
+index and reason instead of failing the events around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+STAGES: tuple[str, ...] = (
+    "data_prep",
+    "quality_scoring",
+    "pretrain",
+    "midtrain",
+    "eval",
+    "post_train",
+    "other",
+)
+Stage = Literal["data_prep", "quality_scoring", "pretrain", "midtrain", "eval", "post_train", "other"]
+
+# Identifiers never contain "{", "}", ":" or control characters, so a value can neither
+# escape its project's hash tag nor forge a field separator in the totals.
+PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}$"
+EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+=\-]{0,199}$"
+LABEL_PATTERN = r"^[A-Za-z0-9_.@/+=\-]{0,128}$"
+TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
+MAX_TAGS = 16
+
+ProjectName = Annotated[str, msgspec.Meta(pattern=PROJECT_PATTERN, examples=["llm-7b"])]
+EventId = Annotated[str, msgspec.Meta(pattern=EVENT_ID_PATTERN, examples=["job-4242-step-1"])]
+Label = Annotated[str, msgspec.Meta(pattern=LABEL_PATTERN)]
+TagKey = Annotated[str, msgspec.Meta(pattern=TAG_KEY_PATTERN)]
+TagValue = Annotated[str, msgspec.Meta(max_length=256)]
+Quantity = Annotated[
+    Decimal,
+    msgspec.Meta(description="non-negative decimal, at most 6 decimal places", examples=["8"]),
+]
+
+
+class EventIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One usage event. `id` is the idempotency key within the project."""
+
+    id: EventId
+    time: Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 with offset")]
+    project: ProjectName
+    sku: Annotated[str, msgspec.Meta(min_length=1, max_length=128, examples=["gpu.h100.hour"])]
+    quantity: Quantity
+    stage: Stage = "other"
+    experiment: Label = ""
+    owner: Label = ""
+    tags: Annotated[dict[TagKey, TagValue], msgspec.Meta(max_length=MAX_TAGS)] = {}
+
+
+class CloudEvent(msgspec.Struct, omit_defaults=True):
+    """CloudEvents 1.0 envelope (structured mode). `data` carries the usage fields."""
+
+    specversion: str
+    id: str
+    source: str
+    type: str
+    time: str | None = None
+    subject: str | None = None
+    datacontenttype: str | None = None
+    data: dict[str, Any] | None = None
+
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+MSGPACK = "application/msgpack"
+CLOUDEVENT = "application/cloudevents+json"
+CLOUDEVENT_BATCH = "application/cloudevents-batch+json"
+CONTENT_TYPES = (JSON, NDJSON, MSGPACK, CLOUDEVENT, CLOUDEVENT_BATCH)
+
+
+class UnsupportedContentType(ValueError):
+    pass
+
+
+class MalformedBody(ValueError):
+    """The body as a whole cannot be read (not a batch of anything)."""
+
+    def __init__(self, reason: str, field: str = "$") -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+@dataclass
+class DecodedItem:
+    index: int
+    event: EventIn | None
+    # For items that failed to decode: why, where, and whatever could be read of them.
+    reason: str = ""
+    field: str = ""
+    raw: Any = None
+
+
+_json_batch = msgspec.json.Decoder(EventIn | list[EventIn])
+_json_one = msgspec.json.Decoder(EventIn)
+_json_raw_batch = msgspec.json.Decoder(list[msgspec.Raw] | msgspec.Raw)
+_msgpack_batch = msgspec.msgpack.Decoder(EventIn | list[EventIn])
+_msgpack_one = msgspec.msgpack.Decoder(EventIn)
+_msgpack_raw_batch = msgspec.msgpack.Decoder(list[msgspec.Raw] | msgspec.Raw)
+_cloud_one = msgspec.json.Decoder(CloudEvent)
+_cloud_batch = msgspec.json.Decoder(list[CloudEvent])
+
+
+def media_type_of(content_type: str | None) -> str:
+    media = (content_type or JSON).split(";", 1)[0].strip().lower()
+    if media in ("application/vnd.msgpack", "application/x-msgpack"):
+        return MSGPACK
+    if media in ("application/jsonl", "application/x-jsonlines"):
+        return NDJSON
+    if media not in CONTENT_TYPES:
+        raise UnsupportedContentType(media)
+    return media
+
+
+def _split_path(message: str) -> tuple[str, str]:
+    """msgspec says "Expected `int`, got `str` - at `$[3].quantity`": split reason and path."""
+    reason, sep, where = message.rpartition(" - at `")
+    if not sep:
+        return message, "$"
+    return reason, where.rstrip("`")
+
+
+def _item_path(index: int, path: str, batch: bool) -> str:
+    if not batch:
+        return path
+    return "$[" + str(index) + "]" + path[1:] if path.startswith("$") else path
+
+
+def _loose(raw: bytes, msgpack: bool) -> Any:
+    try:
+        return msgspec.msgpack.decode(raw) if msgpack else msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _decode_items(raws: list[msgspec.Raw], msgpack: bool, batch: bool) -> list[DecodedItem]:
+    one = _msgpack_one if msgpack else _json_one
+    items = []
+    for i, raw in enumerate(raws):
+        try:
+            items.append(DecodedItem(i, one.decode(raw)))
+        except msgspec.ValidationError as exc:
+            reason, path = _split_path(str(exc))
+            items.append(
+                DecodedItem(i, None, reason, _item_path(i, path, batch), _loose(bytes(raw), msgpack))
+            )
+    return items
+
+
+def decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], bool]:
+    """Decode a body into items; returns (items, was_batch)."""
+    if media_type in (CLOUDEVENT, CLOUDEVENT_BATCH):
+        return _decode_cloudevents(body, media_type == CLOUDEVENT_BATCH)
+    if media_type == NDJSON:
+        lines = [line for line in body.split(b"\n") if line.strip()]
+        return _decode_items([msgspec.Raw(line) for line in lines], msgpack=False, batch=True), True
+    msgpack = media_type == MSGPACK
+    fast = _msgpack_batch if msgpack else _json_batch
+    try:
+        decoded = fast.decode(body)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as exc:
+        raise MalformedBody(f"body is not valid {'msgpack' if msgpack else 'JSON'}: {exc}") from exc
+    else:
+        if isinstance(decoded, list):
+            return [DecodedItem(i, e) for i, e in enumerate(decoded)], True
+        return [DecodedItem(0, decoded)], False
+    raw = (_msgpack_raw_batch if msgpack else _json_raw_batch).decode(body)
+    if isinstance(raw, list):
+        return _decode_items(raw, msgpack, batch=True), True
+    return _decode_items([raw], msgpack, batch=False), False
+
+
+def _decode_cloudevents(body: bytes, batch: bool) -> tuple[list[DecodedItem], bool]:
+    """Map CloudEvents onto usage events.
+
+    Mapping: `id` -> id, `time` -> time, `subject` -> project (unless `data.project`
+    is set), and the usage fields (`sku`, `quantity`, `stage`, `experiment`, `owner`,
+    `tags`) from `data`. `source` and `type` are kept as tags `ce_source`/`ce_type`.
+    """
+    try:
+        envelopes = _cloud_batch.decode(body) if batch else [_cloud_one.decode(body)]
+    except msgspec.ValidationError as exc:
+        reason, path = _split_path(str(exc))
+        raise MalformedBody(reason, path) from exc
+    except msgspec.DecodeError as exc:
+        raise MalformedBody(f"body is not valid JSON: {exc}") from exc
+    raws = []
+    for i, ce in enumerate(envelopes):
+        if ce.specversion != "1.0":
+            where = f"$[{i}].specversion" if batch else "$.specversion"
+            raise MalformedBody(f"CloudEvents specversion must be '1.0', got {ce.specversion!r}", where)
+        fields: dict[str, Any] = dict(ce.data or {})
+        fields["id"] = ce.id
+        if ce.time is not None:
+            fields["time"] = ce.time
+        if ce.subject is not None and "project" not in fields:
+            fields["project"] = ce.subject
+        tags = dict(fields.get("tags") or {})
+        tags.setdefault("ce_source", ce.source[:256])
+        tags.setdefault("ce_type", ce.type[:256])
+        fields["tags"] = tags
+        raws.append(msgspec.Raw(msgspec.json.encode(fields)))
+    return _decode_items(raws, msgpack=False, batch=batch), batch

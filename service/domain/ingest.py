@@ -1,0 +1,424 @@
+"""Ingestion: validate events, price them in the compiled core, apply them exactly once.
+
+Per project, one batch is priced and then applied by one Lua script that checks,
+before it writes anything, that no event id was seen before and that no tier counter
+moved since it was read. If either check fails nothing was written; the batch is
+priced again without the duplicates, or against the new counters. That loop is what
+keeps graduated prices exact when several workers post for one project at once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from costcore import price_batch
+from costcore.money import format_money, parse_quantity
+from costcore.result import STATUS_PRICED
+from service.domain.auth import Principal
+from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
+from service.domain.events import PROJECT_PATTERN, DecodedItem, EventIn
+from service.storage.redis_store import FIELD_SEP, IngestPlan, Keys, Store, seen_shard
+
+MAX_APPLY_ATTEMPTS = 64
+_PROJECT_RE = re.compile(PROJECT_PATTERN)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class RejectedEvent(msgspec.Struct):
+    index: int
+    id: str | None
+    reason: str
+    field: str | None = None
+    project: str | None = None
+
+
+class IngestReport(msgspec.Struct):
+    accepted: int
+    duplicates: int
+    rejected: list[RejectedEvent]
+    # Cost of the accepted events by project, as exact decimal strings.
+    cost_by_project: dict[str, str] = {}
+
+
+class ForbiddenProject(Exception):
+    def __init__(self, project: str, index: int) -> None:
+        super().__init__(project)
+        self.project = project
+        self.index = index
+
+
+class IngestConflict(Exception):
+    """The batch could not be applied after many attempts (extreme contention)."""
+
+
+@dataclass
+class PendingEvent:
+    index: int
+    event: EventIn
+    quantity_micro: int
+    epoch_us: int
+    day: str
+    month: str
+    expiry_day: int
+
+
+@dataclass
+class _ProjectBatch:
+    project: str
+    events: list[PendingEvent] = field(default_factory=list)
+
+
+def _dims(stage: str, experiment: str, category: str, sku: str, owner: str, fixed: bool) -> str:
+    return FIELD_SEP.join((stage, experiment, category, sku, owner, "f" if fixed else "e"))
+
+
+def encode_log(events: Sequence[PendingEvent], costs: Sequence[int], versions: Sequence[int]) -> bytes:
+    """The log record of an accepted batch: enough to price every event again."""
+    rows = [
+        (
+            e.event.id,
+            e.epoch_us,
+            e.event.stage,
+            e.event.experiment,
+            e.event.owner,
+            e.event.sku,
+            e.quantity_micro,
+            e.event.tags or None,
+            cost,
+            version,
+        )
+        for e, cost, version in zip(events, costs, versions, strict=True)
+    ]
+    return zlib.compress(msgspec.msgpack.encode(rows), 1)
+
+
+def decode_log(blob: bytes) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in msgspec.msgpack.decode(zlib.decompress(blob))]
+
+
+@dataclass
+class PricedBatch:
+    """The result of pricing one project's events against one catalog."""
+
+    events: list[PendingEvent]
+    costs: array[int]
+    versions: list[int]
+    overflowed: list[PendingEvent]
+    increments: list[tuple[str, str, int]]
+    tier_checks: list[tuple[str, str, int]]
+    tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
+    total_cost: int
+
+
+def tier_keys_needed(events: Sequence[PendingEvent], catalog: PricingCatalog) -> list[tuple[str, str]]:
+    """The (month, sku) tier counters that pricing these events reads."""
+    keys = set()
+    for e in events:
+        vi = catalog.history.index_at(e.event.time)
+        if catalog.sku_of_row[catalog.row_of[(vi, e.event.sku)]].tiers:
+            keys.add((e.month, e.event.sku))
+    return sorted(keys)
+
+
+def price_events(
+    project: str,
+    events: list[PendingEvent],
+    catalog: PricingCatalog,
+    tier_reader: dict[tuple[str, str], int],
+) -> PricedBatch:
+    """Price events in order with the compiled kernel; build the total increments.
+
+    `tier_reader` maps (month, sku) -> cumulative quantity before this batch.
+    """
+    n = len(events)
+    quantity = array("q", [e.quantity_micro for e in events])
+    rate_row = array("i", bytes(4 * n))
+    group = array("i", bytes(4 * n))
+    tier_slot = array("i", bytes(4 * n))
+    versions: list[int] = []
+    slots: dict[tuple[str, str], int] = {}
+    groups: dict[tuple[str, str], int] = {}
+    group_keys: list[tuple[str, str]] = []
+    history = catalog.history
+    for i, e in enumerate(events):
+        ev = e.event
+        vi = history.index_at(ev.time)
+        versions.append(vi)
+        row = catalog.row_of[(vi, ev.sku)]
+        rate_row[i] = row
+        sku = catalog.sku_of_row[row]
+        if sku.tiers:
+            slot_key = (e.month, ev.sku)
+            slot = slots.get(slot_key)
+            if slot is None:
+                slot = slots[slot_key] = len(slots)
+            tier_slot[i] = slot
+        else:
+            tier_slot[i] = -1
+        gkey = (e.day, _dims(ev.stage, ev.experiment, sku.category, ev.sku, ev.owner, sku.fixed))
+        g = groups.get(gkey)
+        if g is None:
+            g = groups[gkey] = len(group_keys)
+            group_keys.append(gkey)
+        group[i] = g
+    slot_keys = list(slots)
+    before = array("q", [tier_reader[k] for k in slot_keys])
+    cumulative = array("q", before)
+    result = price_batch(quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(groups))
+
+    increments: list[tuple[str, str, int]] = []
+    daily: dict[str, int] = {}
+    for g, (day, dims) in enumerate(group_keys):
+        count = result.group_events[g]
+        if count == 0:
+            continue
+        key = Keys.totals(project, day)
+        increments.append((key, "c|" + dims, result.group_cost_nano[g]))
+        increments.append((key, "q|" + dims, result.group_quantity_micro[g]))
+        increments.append((key, "n|" + dims, count))
+        daily[day] = daily.get(day, 0) + result.group_cost_nano[g]
+    for day, cost in daily.items():
+        increments.append((Keys.daily(project), day, cost))
+    tier_checks: list[tuple[str, str, int]] = []
+    for s, (month, sku_code) in enumerate(slot_keys):
+        tier_checks.append((month, sku_code, before[s]))
+        if cumulative[s] != before[s]:
+            increments.append((Keys.tier(project, month), sku_code, cumulative[s] - before[s]))
+
+    priced: list[PendingEvent] = []
+    costs = array("q")
+    priced_versions: list[int] = []
+    overflowed: list[PendingEvent] = []
+    for i, e in enumerate(events):
+        if result.status[i] == STATUS_PRICED:
+            priced.append(e)
+            costs.append(result.cost_nano[i])
+            priced_versions.append(versions[i])
+        else:
+            overflowed.append(e)
+    return PricedBatch(
+        priced,
+        costs,
+        priced_versions,
+        overflowed,
+        increments,
+        tier_checks,
+        {k: cumulative[s] for s, k in enumerate(slot_keys)},
+        sum(daily.values()),
+    )
+
+
+class Ingestor:
+    def __init__(
+        self,
+        store: Store,
+        rate_cards: RateCards,
+        dedup_window_days: int = 35,
+        max_future_skew_hours: int = 24,
+        log_retention_days: int = 0,
+    ) -> None:
+        self.store = store
+        self.rate_cards = rate_cards
+        self.window = timedelta(days=dedup_window_days)
+        self.window_days = dedup_window_days
+        self.future_skew = timedelta(hours=max_future_skew_hours)
+        self.log_retention_ms = log_retention_days * 86_400_000
+
+    async def ingest(self, items: list[DecodedItem], principal: Principal) -> IngestReport:
+        """Validate, price and apply a decoded batch. Raises ForbiddenProject before any write."""
+        for item in items:
+            project = item.event.project if item.event else _raw_project(item.raw)
+            if project is not None and not principal.can_access(project):
+                raise ForbiddenProject(project, item.index)
+
+        now = datetime.now(UTC)
+        rejected: list[RejectedEvent] = []
+        dead_letters: dict[str, list[tuple[str, bytes, int]]] = {}
+        duplicates = 0
+        batches: dict[str, _ProjectBatch] = {}
+        seen_in_batch: set[tuple[str, str]] = set()
+
+        def reject(item: DecodedItem, reason: str, where: str | None) -> None:
+            ev = item.event
+            raw = msgspec.to_builtins(ev) if ev is not None else item.raw
+            project = ev.project if ev is not None else _raw_project(item.raw)
+            event_id = ev.id if ev is not None else _raw_id(item.raw)
+            rejected.append(RejectedEvent(item.index, event_id, reason, where, project))
+            if project is not None and event_id is not None:
+                record = msgspec.json.encode(
+                    {
+                        "id": event_id,
+                        "project": project,
+                        "reason": reason,
+                        "field": where,
+                        "rejected_at": now.isoformat(),
+                        "event": raw,
+                    }
+                )
+                dead_letters.setdefault(project, []).append(
+                    (event_id, record, int(now.timestamp() * 1000))
+                )
+
+        for item in items:
+            ev = item.event
+            if ev is None:
+                reject(item, item.reason, item.field)
+                continue
+            try:
+                quantity = parse_quantity(ev.quantity)
+            except (ValueError, TypeError) as exc:
+                reject(item, str(exc), "quantity")
+                continue
+            if ev.time < now - self.window:
+                reject(
+                    item,
+                    f"event time is older than the deduplication window ({self.window_days} days)",
+                    "time",
+                )
+                continue
+            if ev.time > now + self.future_skew:
+                reject(item, "event time is too far in the future", "time")
+                continue
+            key = (ev.project, ev.id)
+            if key in seen_in_batch:
+                duplicates += 1
+                continue
+            seen_in_batch.add(key)
+            utc = ev.time.astimezone(UTC)
+            delta = utc - _EPOCH
+            epoch_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+            day = utc.strftime("%Y%m%d")
+            batches.setdefault(ev.project, _ProjectBatch(ev.project)).events.append(
+                PendingEvent(
+                    item.index,
+                    ev,
+                    quantity,
+                    epoch_us,
+                    day,
+                    day[:6],
+                    delta.days + self.window_days + 1,
+                )
+            )
+
+        accepted = 0
+        cost_by_project: dict[str, int] = {}
+        for project, batch in batches.items():
+            meta = await self.store.project_meta(project)
+            card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
+            catalog = await self.rate_cards.catalog(card_name)
+            priceable: list[PendingEvent] = []
+            by_index = {it.index: it for it in items}
+            for e in batch.events:
+                reason = _unpriceable(e.event, catalog, card_name, meta.get("currency"))
+                if reason:
+                    reject(by_index[e.index], reason[0], reason[1])
+                else:
+                    priceable.append(e)
+            if not priceable or catalog is None:
+                continue
+            done, dups, cost, overflowed = await self._apply(project, priceable, catalog)
+            for e in overflowed:
+                reject(by_index[e.index], "cost exceeds the largest representable amount", "quantity")
+            accepted += done
+            duplicates += dups
+            if done:
+                cost_by_project[project] = cost_by_project.get(project, 0) + cost
+            elif dups:
+                await self.store.count_duplicates(project, dups)
+
+        for project, records in dead_letters.items():
+            await self.store.put_rejected(project, records)
+        return IngestReport(
+            accepted=accepted,
+            duplicates=duplicates,
+            rejected=sorted(rejected, key=lambda r: r.index),
+            cost_by_project={p: format_money(c) for p, c in cost_by_project.items()},
+        )
+
+    async def _apply(
+        self, project: str, events: list[PendingEvent], catalog: PricingCatalog
+    ) -> tuple[int, int, int, list[PendingEvent]]:
+        """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
+        await self.store.add_project(project)
+        duplicates = 0
+        for _ in range(MAX_APPLY_ATTEMPTS):
+            tier_keys = tier_keys_needed(events, catalog)
+            values = await self.store.tier_cumulatives(project, tier_keys)
+            priced = price_events(project, events, catalog, dict(zip(tier_keys, values, strict=True)))
+            if not priced.events:
+                return 0, duplicates, 0, priced.overflowed
+            min_id = ""
+            if self.log_retention_ms:
+                min_id = str(int(time.time() * 1000) - self.log_retention_ms)
+            outcome = await self.store.apply_batch(
+                IngestPlan(
+                    project=project,
+                    event_ids=[e.event.id for e in priced.events],
+                    seen_shards=[seen_shard(e.event.id) for e in priced.events],
+                    expiry_days=[e.expiry_day for e in priced.events],
+                    tier_checks=priced.tier_checks,
+                    increments=priced.increments,
+                    log_blob=encode_log(priced.events, priced.costs, priced.versions),
+                    currency=catalog.currency or "",
+                    rate_card=catalog.name,
+                    duplicates_seen=duplicates,
+                    log_min_id=min_id,
+                )
+            )
+            if outcome.status == 0:
+                return len(priced.events), duplicates, priced.total_cost, priced.overflowed
+            if outcome.status == 1:
+                dup_ids = {priced.events[i].event.id for i in outcome.duplicate_positions}
+                duplicates += len(dup_ids)
+                events = [e for e in events if e.event.id not in dup_ids]
+                if not events:
+                    return 0, duplicates, 0, []
+            # status 2: a tier counter moved under us; read it again and price again.
+        raise IngestConflict(project)
+
+
+def _unpriceable(
+    ev: EventIn, catalog: PricingCatalog | None, card_name: str, currency: str | None
+) -> tuple[str, str] | None:
+    if catalog is None:
+        return f"no rate card named {card_name!r} exists for project {ev.project!r}", "sku"
+    vi = catalog.history.index_at(ev.time)
+    if vi < 0:
+        return (
+            f"no version of rate card {card_name!r} is in effect at {ev.time.isoformat()}",
+            "time",
+        )
+    if (vi, ev.sku) not in catalog.row_of:
+        version = catalog.history.versions[vi].version
+        return f"unknown SKU {ev.sku!r} in rate card {card_name!r} version {version}", "sku"
+    card_currency = catalog.history.versions[vi].currency
+    if currency and card_currency != currency:
+        return (
+            f"rate card version is priced in {card_currency} but project {ev.project!r} "
+            f"keeps its ledger in {currency}",
+            "sku",
+        )
+    return None
+
+
+def _raw_project(raw: Any) -> str | None:
+    value = raw.get("project") if isinstance(raw, dict) else None
+    return value if isinstance(value, str) and _valid_project(value) else None
+
+
+def _raw_id(raw: Any) -> str | None:
+    value = raw.get("id") if isinstance(raw, dict) else None
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+def _valid_project(value: str) -> bool:
+    return _PROJECT_RE.match(value) is not None

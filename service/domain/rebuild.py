@@ -1,0 +1,120 @@
+"""Rebuild a project's totals from its accepted-event log.
+
+The log holds every accepted batch in the order it was applied; pricing it again
+in that order with the current rate cards reproduces the incrementally kept totals
+exactly (or applies a retroactive rate-card fix). The new totals are written to
+staging keys and swapped in by one Lua script that first checks no batch was
+accepted meanwhile.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import msgspec
+
+from costcore.money import format_money
+from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
+from service.domain.events import EventIn
+from service.domain.ingest import PendingEvent, decode_log, price_events, tier_keys_needed
+from service.storage.redis_store import Store
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class RebuildReport(msgspec.Struct):
+    project: str
+    events: int
+    batches: int
+    cost_before: str
+    cost_after: str
+    changed: bool
+
+
+class RebuildError(Exception):
+    pass
+
+
+async def rebuild_project(store: Store, rate_cards: RateCards, project: str) -> RebuildReport:
+    for _ in range(5):
+        report = await _rebuild_once(store, rate_cards, project)
+        if report is not None:
+            return report
+    raise RebuildError("events kept arriving while rebuilding; try again when ingestion is quiet")
+
+
+async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> RebuildReport | None:
+    meta = await store.project_meta(project)
+    catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
+    last = await store.last_log_entry(project)
+    hashes: dict[str, dict[str, int]] = {}
+    tiers: dict[tuple[str, str], int] = {}
+    events = batches = 0
+    after = "-"
+    while last:
+        page = await store.log_entries(project, after=after, count=200)
+        for entry_id, blob in page:
+            after = entry_id
+            rows = decode_log(blob)
+            batch = []
+            for r in rows:
+                event_id, epoch_us, stage, experiment, owner, sku, qty, tags = r[:8]
+                when = _EPOCH + timedelta(microseconds=epoch_us)
+                day = when.strftime("%Y%m%d")
+                ev = EventIn(
+                    id=event_id,
+                    time=when,
+                    project=project,
+                    sku=sku,
+                    quantity=Decimal(0),
+                    stage=stage,
+                    experiment=experiment,
+                    owner=owner,
+                    tags=tags or {},
+                )
+                batch.append(PendingEvent(len(batch), ev, qty, epoch_us, day, day[:6], 0))
+            if catalog is None:
+                raise RebuildError("the project's rate card no longer exists")
+            for e in batch:
+                vi = catalog.history.index_at(e.event.time)
+                if (vi, e.event.sku) not in catalog.row_of:
+                    raise RebuildError(
+                        f"event {e.event.id!r} can no longer be priced: SKU {e.event.sku!r} "
+                        "has no price in effect at its time"
+                    )
+            for key in tier_keys_needed(batch, catalog):
+                tiers.setdefault(key, 0)
+            priced = price_events(project, batch, catalog, tiers)
+            if priced.overflowed:
+                raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
+            for key, field, delta in priced.increments:
+                h = hashes.setdefault(key, {})
+                h[field] = h.get(field, 0) + delta
+            tiers.update(priced.tier_after)
+            events += len(batch)
+            batches += 1
+        if not page or after == last:
+            break
+    accepted = int(meta.get("accepted", "0"))
+    if events != accepted:
+        raise RebuildError(
+            f"the log holds {events} events but {accepted} were accepted: it was trimmed by "
+            "its retention, so the totals cannot be re-derived from it"
+        )
+    before = sum((await store.daily_costs(project)).values())
+    live = await store.live_total_keys(project)
+    replace = [k for k, v in hashes.items() if v]
+    drop = [k for k in live if k not in hashes]
+    await store.write_staging(project, {k: hashes[k] for k in replace})
+    if not await store.swap_rebuild(project, last, replace, drop):
+        return None
+    after_total = sum((await store.daily_costs(project)).values())
+    return RebuildReport(
+        project=project,
+        events=events,
+        batches=batches,
+        cost_before=format_money(before),
+        cost_after=format_money(after_total),
+        changed=before != after_total,
+    )

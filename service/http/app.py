@@ -1,0 +1,104 @@
+"""The Litestar application: wiring only. Rules live in `service.domain`, keys in `service.storage`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.exceptions import ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin
+from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
+
+from service import __version__
+from service.config import Settings
+from service.domain.catalog import RateCards
+from service.domain.ingest import Ingestor
+from service.http.deps import Services
+from service.http.openapi import add_wire_schemas, security_components
+from service.http.problems import from_validation
+from service.http.routes.admin import ProjectController, TokenController
+from service.http.routes.costs import CostsController
+from service.http.routes.events import EventsController
+from service.http.routes.health import healthz, readyz
+from service.http.routes.ratecards import RateCardController
+from service.http.security import BearerTokenMiddleware
+from service.storage.redis_store import Store
+
+log = logging.getLogger("trainledger")
+
+
+def build_services(settings: Settings, store: Store) -> Services:
+    rate_cards = RateCards(store)
+    ingestor = Ingestor(
+        store,
+        rate_cards,
+        dedup_window_days=settings.dedup_window_days,
+        max_future_skew_hours=settings.max_future_skew_hours,
+        log_retention_days=settings.log_retention_days,
+    )
+    return Services(settings, store, rate_cards, ingestor)
+
+
+def create_app(settings: Settings | None = None, redis_url: str | None = None) -> Litestar:
+    """The ASGI app. `redis_url` (or `settings.redis_url`) must point at a running server;
+    the CLI starts the embedded Valkey first when none is configured."""
+    settings = settings or Settings.from_env()
+    url = redis_url or settings.redis_url
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if url is None:
+            raise RuntimeError("no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`")
+        store = Store.from_url(url)
+        app.state.services = build_services(settings, store)
+        app.state.store = store
+        app.state.settings = settings
+        try:
+            yield
+        finally:
+            await store.close()
+
+    def provide_services(state: State) -> Services:
+        services: Services = state.services
+        return services
+
+    app = Litestar(
+        route_handlers=[
+            healthz,
+            readyz,
+            RateCardController,
+            EventsController,
+            CostsController,
+            ProjectController,
+            TokenController,
+        ],
+        lifespan=[lifespan],
+        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
+        middleware=[BearerTokenMiddleware],
+        plugins=[
+            ProblemDetailsPlugin(
+                ProblemDetailsConfig(
+                    enable_for_all_http_exceptions=True,
+                    exception_to_problem_detail_map={ValidationException: from_validation},
+                )
+            )
+        ],
+        openapi_config=OpenAPIConfig(
+            title="trainledger",
+            version=__version__,
+            description="Cost ledger for foundation-model training.",
+            path="/docs",
+            render_plugins=[ScalarRenderPlugin()],
+            security=[{"bearer": []}],
+            components=security_components(),
+        ),
+        request_max_body_size=settings.max_body_bytes,
+        debug=False,
+    )
+    add_wire_schemas(app)
+    return app

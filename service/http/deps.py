@@ -1,0 +1,18 @@
+"""Dependencies the routes receive, built once per app in the lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.config import Settings
+from service.domain.catalog import RateCards
+from service.domain.ingest import Ingestor
+from service.storage.redis_store import Store
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    rate_cards: RateCards
+    ingestor: Ingestor

@@ -1,0 +1,43 @@
+"""OpenAPI additions Litestar cannot infer: the raw multi-format body of `POST /v1/events`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Litestar
+from litestar.openapi.spec import Components, Schema, SecurityScheme
+
+from service.domain.events import EventIn
+
+
+class _RawSchema(Schema):
+    """A schema given as the JSON that msgspec generated for a Struct."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def to_schema(self) -> dict[str, Any]:
+        return self._raw
+
+
+def security_components() -> Components:
+    return Components(
+        security_schemes={
+            "bearer": SecurityScheme(type="http", scheme="bearer", description="trainledger token")
+        }
+    )
+
+
+def add_wire_schemas(app: Litestar) -> None:
+    """Put the event model into the app's OpenAPI document as `#/components/schemas/EventIn`."""
+    _, components = msgspec.json.schema_components(
+        [EventIn], ref_template="#/components/schemas/{name}"
+    )
+    schema = app.openapi_schema
+    assert schema.components is not None
+    registry = schema.components.schemas if schema.components.schemas is not None else {}
+    for name, raw in components.items():
+        registry[name] = _RawSchema(raw)
+    schema.components.schemas = registry

@@ -1,0 +1,54 @@
+"""RFC 9457 problem details: every error answer names the field and the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.exceptions import ValidationException
+from litestar.plugins.problem_details import ProblemDetailsException
+
+PROBLEM_BASE = "https://trainledger.dev/problems/"
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    kind: str,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> ProblemDetailsException:
+    body: dict[str, Any] = dict(extra)
+    if errors is not None:
+        body["errors"] = errors
+    return ProblemDetailsException(
+        status_code=status,
+        title=title,
+        detail=detail,
+        type_=PROBLEM_BASE + kind,
+        headers=headers,
+        extra=body or None,
+    )
+
+
+def invalid(field: str, reason: str, status: int = 422) -> ProblemDetailsException:
+    return problem(
+        status,
+        "Invalid request",
+        f"{field}: {reason}",
+        kind="invalid-request",
+        errors=[{"field": field, "reason": reason}],
+    )
+
+
+def from_validation(exc: ValidationException) -> ProblemDetailsException:
+    """Litestar's own parameter and body validation, in the same shape as ours."""
+    errors = []
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if isinstance(item, dict):
+            field = item.get("key") or item.get("source") or "$"
+            errors.append({"field": str(field), "reason": str(item.get("message", ""))})
+    detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or str(exc.detail)
+    return problem(400, "Invalid request", detail, kind="invalid-request", errors=errors)

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+from litestar import Controller, Request, delete, get, post, put
+from litestar.params import Parameter
+
+from service.domain.auth import Principal, TokenIn, TokenView, mint, view_of
+from service.domain.events import PROJECT_PATTERN
+from service.domain.ratecards import NAME_PATTERN
+from service.domain.rebuild import RebuildError, RebuildReport, rebuild_project
+from service.http.deps import Services
+from service.http.problems import invalid, problem
+from service.http.security import forget_cached_tokens, requires
+
+_PROJECT_RE = re.compile(PROJECT_PATTERN)
+PathProject = Annotated[str, Parameter(pattern=PROJECT_PATTERN)]
+
+
+class ProjectIn(msgspec.Struct, forbid_unknown_fields=True):
+    rate_card: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+
+
+class ProjectView(msgspec.Struct):
+    project: str
+    rate_card: str
+    currency: str | None
+    accepted_events: int
+    duplicate_events: int
+
+
+def _view(project: str, meta: dict[str, str]) -> ProjectView:
+    return ProjectView(
+        project=project,
+        rate_card=meta.get("rate_card", "default"),
+        currency=meta.get("currency"),
+        accepted_events=int(meta.get("accepted", "0")),
+        duplicate_events=int(meta.get("duplicates", "0")),
+    )
+
+
+class ProjectController(Controller):
+    path = "/v1/projects"
+    tags = ["projects"]
+
+    @get("/", guards=[requires("read")], summary="Projects this token may see")
+    async def list_projects(self, request: Request[Principal, str, object], services: Services) -> list[str]:
+        return [p for p in await services.store.projects() if request.user.can_access(p)]
+
+    @get("/{project:str}", guards=[requires("read")], summary="A project's settings and counters")
+    async def get_project(self, project: PathProject, services: Services) -> ProjectView:
+        return _view(project, await services.store.project_meta(project))
+
+    @put("/{project:str}", guards=[requires("admin")], summary="Choose the project's rate card")
+    async def put_project(self, project: PathProject, data: ProjectIn, services: Services) -> ProjectView:
+        catalog = await services.rate_cards.catalog(data.rate_card)
+        if catalog is None:
+            raise invalid("rate_card", f"no rate card named {data.rate_card!r}")
+        meta = await services.store.project_meta(project)
+        if meta.get("currency") and meta["currency"] != catalog.currency:
+            raise problem(
+                409,
+                "Conflict",
+                f"project {project!r} keeps its ledger in {meta['currency']}; rate card "
+                f"{data.rate_card!r} is priced in {catalog.currency}",
+                kind="currency-conflict",
+                field="rate_card",
+            )
+        fields = {"rate_card": data.rate_card}
+        if catalog.currency:
+            fields["currency"] = catalog.currency
+        await services.store.set_project_fields(project, fields)
+        return _view(project, await services.store.project_meta(project))
+
+    @post(
+        "/{project:str}/rebuild",
+        guards=[requires("admin")],
+        summary="Rebuild the project's totals from its event log",
+        description="Prices the accepted-event log again, in order, with the current rate cards.",
+    )
+    async def rebuild(self, project: PathProject, services: Services) -> RebuildReport:
+        try:
+            return await rebuild_project(services.store, services.rate_cards, project)
+        except RebuildError as exc:
+            raise problem(409, "Cannot rebuild", str(exc), kind="rebuild-failed") from exc
+
+
+class TokenController(Controller):
+    path = "/v1/tokens"
+    tags = ["tokens"]
+    guards = [requires("admin")]
+
+    @post("/", summary="Create a token (shown once)")
+    async def create(self, data: TokenIn, services: Services) -> TokenView:
+        if data.projects is not None:
+            for i, p in enumerate(data.projects):
+                if not _PROJECT_RE.match(p):
+                    raise invalid(f"$.projects[{i}]", "not a valid project name")
+        token, digest, record = mint(data.role, data.projects, data.name)
+        await services.store.put_token(digest, record["id"], record)
+        return view_of(record, token)
+
+    @get("/", summary="List tokens (without their secrets)")
+    async def list_tokens(self, services: Services) -> list[TokenView]:
+        return [view_of(r) for r in await services.store.token_records()]
+
+    @delete("/{token_id:str}", summary="Revoke a token", status_code=204)
+    async def revoke(self, token_id: str, services: Services) -> None:
+        if not await services.store.revoke_token(token_id):
+            raise problem(404, "Not found", f"no token with id {token_id!r}", kind="not-found")
+        forget_cached_tokens()
+

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
+from litestar import Controller, get, put
+from litestar.params import Parameter
+
+from service.domain.ratecards import (
+    NAME_PATTERN,
+    RateCardError,
+    RateCardIn,
+    RateCardVersion,
+    RateCardView,
+    validate_rate_card,
+)
+from service.http.deps import Services
+from service.http.problems import invalid, problem
+from service.http.security import requires
+
+CardName = Annotated[str, Parameter(pattern=NAME_PATTERN, description="rate-card name")]
+
+
+class RateCardList(msgspec.Struct):
+    names: list[str]
+
+
+class RateCardController(Controller):
+    path = "/v1/rate-cards"
+    tags = ["rate cards"]
+
+    @get("/", guards=[requires("read")], summary="List rate-card names")
+    async def list_cards(self, services: Services) -> RateCardList:
+        return RateCardList(await services.store.rate_card_names())
+
+    @put(
+        "/{name:str}",
+        guards=[requires("admin")],
+        status_code=201,
+        summary="Add a version to a rate card",
+        description="Each PUT adds an immutable version that takes effect at `effective_from`.",
+    )
+    async def put_card(self, name: CardName, data: RateCardIn, services: Services) -> RateCardVersion:
+        try:
+            validate_rate_card(data)
+        except RateCardError as exc:
+            raise invalid(exc.field, exc.reason) from exc
+        return await services.rate_cards.put(name, data)
+
+    @get("/{name:str}", guards=[requires("read")], summary="Current version and history")
+    async def get_card(self, name: CardName, services: Services) -> RateCardView:
+        versions = await services.rate_cards.versions(name)
+        if not versions:
+            raise problem(404, "Not found", f"no rate card named {name!r}", kind="not-found")
+        catalog = await services.rate_cards.catalog(name)
+        current = catalog.history.version_at(datetime.now(UTC)) if catalog else None
+        return RateCardView(name=name, current=current, history=versions)

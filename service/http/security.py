@@ -1,0 +1,88 @@
+"""Authentication and authorization, in one place.
+
+The middleware turns a bearer token into a `Principal`; guards check its role and,
+for any route that names a project (path or query), its project scope. Ingestion
+checks the project of every event with the same `Principal.can_access` rule.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from service.domain.auth import Principal, digest, principal_from_record
+from service.http.problems import problem
+from service.storage.redis_store import Store
+
+_cache: dict[str, tuple[float, Principal | None]] = {}
+
+
+def unauthorized(detail: str) -> Exception:
+    return problem(
+        401,
+        "Unauthorized",
+        detail,
+        kind="unauthorized",
+        headers={"WWW-Authenticate": 'Bearer realm="trainledger"'},
+    )
+
+
+class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
+    async def authenticate_request(self, connection: ASGIConnection[Any, Any, Any, Any]) -> AuthenticationResult:
+        header = connection.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise unauthorized("send an 'Authorization: Bearer <token>' header")
+        state = connection.app.state
+        principal = await _resolve(state.store, token.strip(), state.settings.token_cache_seconds)
+        if principal is None:
+            raise unauthorized("the bearer token is unknown or revoked")
+        return AuthenticationResult(user=principal, auth=token)
+
+
+async def _resolve(store: Store, token: str, ttl: float) -> Principal | None:
+    key = digest(token)
+    now = time.monotonic()
+    hit = _cache.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    record = await store.token_record(key)
+    principal = principal_from_record(record) if record else None
+    if len(_cache) > 10_000:
+        _cache.clear()
+    _cache[key] = (now + ttl, principal)
+    return principal
+
+
+def forget_cached_tokens() -> None:
+    _cache.clear()
+
+
+def requires(action: str) -> Any:
+    """Guard: the token's role grants `action`, and it may touch the project the route names."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        principal: Principal = connection.user
+        if not principal.may(action):
+            raise problem(
+                403,
+                "Forbidden",
+                f"a token with role {principal.role!r} may not {action}",
+                kind="forbidden",
+            )
+        project = connection.path_params.get("project") or connection.query_params.get("project")
+        if project is not None and not principal.can_access(str(project)):
+            raise problem(
+                403,
+                "Forbidden",
+                f"this token may not access project {project!r}",
+                kind="forbidden",
+                field="project",
+            )
+
+    guard.__name__ = f"requires_{action}"
+    return guard

@@ -1,0 +1,518 @@
+"""The one storage adapter: every Redis key and Lua script of trainledger lives here.
+
+Layout (``P`` is the project's hash tag ``{p:<project>}``, so every key of one
+project lands in one cluster slot and one Lua script can change them together):
+
+==============================  ======  =====================================================
+key                             type    holds
+==============================  ======  =====================================================
+tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters
+tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
+tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
+                                        ``n|dims`` events, dims = stage,experiment,category,
+                                        sku,owner,fixed joined by \\x1f
+tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
+tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
+tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
+tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
+tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
+tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
+tl:ratecards                    set     rate-card names
+tl:ratecard:<name>              hash    version number -> JSON of that version
+tl:ratecard:<name>:rev          string  bumped on every new version (cache invalidation)
+tl:projects                     set     project names that have data or settings
+tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
+tl:tokens                       hash    token id -> sha256, for listing and revoking
+==============================  ======  =====================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+NAMESPACE = "tl"
+SEEN_SHARDS = 64
+FIELD_SEP = "\x1f"
+
+RedisClient = aioredis.Redis | RedisCluster
+
+
+def project_tag(project: str) -> str:
+    return "{p:" + project + "}"
+
+
+class Keys:
+    """Key builders. Nothing outside this module spells a key."""
+
+    @staticmethod
+    def meta(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:meta"
+
+    @staticmethod
+    def seen(project: str, shard: int) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:seen:{shard}"
+
+    @staticmethod
+    def totals(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:tot:{day}"
+
+    @staticmethod
+    def daily(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:daily"
+
+    @staticmethod
+    def tier(project: str, month: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:tier:{month}"
+
+    @staticmethod
+    def log(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:log"
+
+    @staticmethod
+    def rejected(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:rej"
+
+    @staticmethod
+    def rejected_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:rejidx"
+
+    @staticmethod
+    def staging(project: str, live_key: str) -> str:
+        suffix = live_key.split("}:", 1)[1]
+        return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
+
+    @staticmethod
+    def rate_card_names() -> str:
+        return f"{NAMESPACE}:ratecards"
+
+    @staticmethod
+    def rate_card(name: str) -> str:
+        return f"{NAMESPACE}:ratecard:{name}"
+
+    @staticmethod
+    def rate_card_rev(name: str) -> str:
+        return f"{NAMESPACE}:ratecard:{name}:rev"
+
+    @staticmethod
+    def projects() -> str:
+        return f"{NAMESPACE}:projects"
+
+    @staticmethod
+    def token(digest: str) -> str:
+        return f"{NAMESPACE}:token:{digest}"
+
+    @staticmethod
+    def token_index() -> str:
+        return f"{NAMESPACE}:tokens"
+
+
+# --- Lua scripts -----------------------------------------------------------------------------
+
+# Apply one project's priced batch atomically. Every check runs before the first write, and
+# the duplicate check undoes its own marks, so the script never leaves a partial batch behind.
+#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
+#   ARGV: n_events, n_tier_checks, n_increments, log_blob, currency, rate_card, duplicates_seen,
+#         log_min_id ("" = keep all), then n_events × (key#, id, expiry),
+#         n_tier_checks × (key#, sku, expected), n_increments × (key#, field, delta)
+# Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based indices of events already
+# seen), or {2, j} (tier counter j changed since it was read: price again).
+INGEST_LUA = r"""
+local n = tonumber(ARGV[1])
+local m = tonumber(ARGV[2])
+local k = tonumber(ARGV[3])
+local base_events = 8
+local base_tiers = base_events + 3 * n
+local base_incr = base_tiers + 3 * m
+
+for j = 1, m do
+  local a = base_tiers + 3 * (j - 1)
+  local current = redis.call('HGET', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2]) or '0'
+  if current ~= ARGV[a + 3] then
+    return {2, j}
+  end
+end
+
+local dups = {}
+for i = 1, n do
+  local a = base_events + 3 * (i - 1)
+  if redis.call('HSETNX', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2], ARGV[a + 3]) == 0 then
+    dups[#dups + 1] = i
+  end
+end
+if #dups > 0 then
+  local d = 1
+  for i = 1, n do
+    if dups[d] == i then
+      d = d + 1
+    else
+      local a = base_events + 3 * (i - 1)
+      redis.call('HDEL', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2])
+    end
+  end
+  table.insert(dups, 1, 1)
+  return dups
+end
+
+for l = 1, k do
+  local a = base_incr + 3 * (l - 1)
+  redis.call('HINCRBY', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2], ARGV[a + 3])
+end
+
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  for i = 1, n do
+    local id = ARGV[base_events + 3 * (i - 1) + 2]
+    if redis.call('HDEL', KEYS[3], id) == 1 then
+      redis.call('ZREM', KEYS[4], id)
+    end
+  end
+end
+
+redis.call('HSETNX', KEYS[1], 'currency', ARGV[5])
+redis.call('HSETNX', KEYS[1], 'rate_card', ARGV[6])
+redis.call('HINCRBY', KEYS[1], 'accepted', n)
+if tonumber(ARGV[7]) > 0 then
+  redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[7])
+end
+local entry
+if ARGV[8] ~= '' then
+  entry = redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[8], '*', 'b', ARGV[4])
+else
+  entry = redis.call('XADD', KEYS[2], '*', 'b', ARGV[4])
+end
+return {0, entry}
+"""
+
+# Count duplicates that were answered without reaching INGEST (every event already seen).
+COUNT_DUPLICATES_LUA = r"""
+return redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[1])
+"""
+
+# A new rate-card version: number it, store it, bump the revision, in one step.
+#   KEYS[1] card hash, KEYS[2] rev counter; ARGV[1] the version's JSON
+PUT_RATE_CARD_LUA = r"""
+local version = redis.call('HLEN', KEYS[1]) + 1
+redis.call('HSET', KEYS[1], version, ARGV[1])
+redis.call('INCR', KEYS[2])
+return version
+"""
+
+# Swap a rebuild's staging keys in, if no batch was accepted since the rebuild read the log.
+#   KEYS[1] log, then pairs (staging, live) for every key to replace, then live keys to drop.
+#   ARGV[1] last log entry id the rebuild saw ("" if the log was empty), ARGV[2] pair count
+SWAP_REBUILD_LUA = r"""
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last_id = ''
+if #last > 0 then last_id = last[1][1] end
+if last_id ~= ARGV[1] then
+  return 0
+end
+local pairs_n = tonumber(ARGV[2])
+for i = 1, pairs_n do
+  redis.call('RENAME', KEYS[1 + 2 * i - 1], KEYS[1 + 2 * i])
+end
+for i = 2 + 2 * pairs_n, #KEYS do
+  redis.call('DEL', KEYS[i])
+end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    """A priced batch for one project, ready for the INGEST script."""
+
+    project: str
+    event_ids: Sequence[str]
+    seen_shards: Sequence[int]
+    expiry_days: Sequence[int]
+    tier_checks: Sequence[tuple[str, str, int]]  # (month, sku, expected cumulative micro)
+    increments: Sequence[tuple[str, str, int]]  # (live key, field, delta)
+    log_blob: bytes
+    currency: str
+    rate_card: str
+    duplicates_seen: int
+    log_min_id: str
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved
+    log_entry: str | None = None
+    duplicate_positions: tuple[int, ...] = ()  # 0-based into event_ids
+
+
+def seen_shard(event_id: str) -> int:
+    # FNV-1a: stable across processes (unlike hash()) and cheap.
+    h = 0x811C9DC5
+    for b in event_id.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % SEEN_SHARDS
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Store:
+    """Async access to trainledger's data in one Redis (or Valkey, or Redis Cluster)."""
+
+    def __init__(self, client: RedisClient) -> None:
+        self.client = client
+        self._ingest = client.register_script(INGEST_LUA)
+        self._count_dups = client.register_script(COUNT_DUPLICATES_LUA)
+        self._put_card = client.register_script(PUT_RATE_CARD_LUA)
+        self._swap = client.register_script(SWAP_REBUILD_LUA)
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        if url.startswith(("redis+cluster://", "rediss+cluster://")):
+            real = url.replace("+cluster", "", 1)
+            return cls(RedisCluster.from_url(real, decode_responses=False))
+        return cls(
+            aioredis.Redis.from_url(
+                url, decode_responses=False, health_check_interval=10
+            )
+        )
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        return bool(await self.client.ping())
+
+    # --- rate cards ---------------------------------------------------------------------
+
+    async def put_rate_card_version(self, name: str, version_json: bytes) -> int:
+        version = await self._put_card(
+            keys=[Keys.rate_card(name), Keys.rate_card_rev(name)], args=[version_json]
+        )
+        await self.client.sadd(Keys.rate_card_names(), name)  # type: ignore[misc]
+        return int(version)
+
+    async def rate_card_versions(self, name: str) -> list[tuple[int, bytes]]:
+        """Every stored version as (version number, JSON), oldest number first."""
+        raw = await self.client.hgetall(Keys.rate_card(name))  # type: ignore[misc]
+        return sorted((int(k), v) for k, v in raw.items())
+
+    async def rate_card_revision(self, name: str) -> int:
+        raw = await self.client.get(Keys.rate_card_rev(name))
+        return int(raw) if raw is not None else 0
+
+    async def rate_card_names(self) -> list[str]:
+        names = await self.client.smembers(Keys.rate_card_names())  # type: ignore[misc]
+        return sorted(_text(n) for n in names)
+
+    # --- projects -----------------------------------------------------------------------
+
+    async def project_meta(self, project: str) -> dict[str, str]:
+        raw = await self.client.hgetall(Keys.meta(project))  # type: ignore[misc]
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def set_project_fields(self, project: str, fields: dict[str, str]) -> None:
+        await self.client.hset(Keys.meta(project), mapping=fields)  # type: ignore[misc]
+        await self.client.sadd(Keys.projects(), project)  # type: ignore[misc]
+
+    async def add_project(self, project: str) -> None:
+        await self.client.sadd(Keys.projects(), project)  # type: ignore[misc]
+
+    async def projects(self) -> list[str]:
+        names = await self.client.smembers(Keys.projects())  # type: ignore[misc]
+        return sorted(_text(n) for n in names)
+
+    # --- tokens -------------------------------------------------------------------------
+
+    async def put_token(self, digest: str, token_id: str, record: dict[str, str]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(Keys.token(digest), mapping=record)
+        pipe.hset(Keys.token_index(), token_id, digest)
+        await pipe.execute()
+
+    async def token_record(self, digest: str) -> dict[str, str] | None:
+        raw = await self.client.hgetall(Keys.token(digest))  # type: ignore[misc]
+        return {_text(k): _text(v) for k, v in raw.items()} if raw else None
+
+    async def token_records(self) -> list[dict[str, str]]:
+        index = await self.client.hgetall(Keys.token_index())  # type: ignore[misc]
+        records = []
+        for digest in index.values():
+            record = await self.token_record(_text(digest))
+            if record:
+                records.append(record)
+        return records
+
+    async def revoke_token(self, token_id: str) -> bool:
+        digest = await self.client.hget(Keys.token_index(), token_id)  # type: ignore[misc]
+        if digest is None:
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(Keys.token(_text(digest)))
+        pipe.hdel(Keys.token_index(), token_id)
+        await pipe.execute()
+        return True
+
+    async def token_count(self) -> int:
+        return int(await self.client.hlen(Keys.token_index()))  # type: ignore[misc]
+
+    # --- ingest -------------------------------------------------------------------------
+
+    async def tier_cumulatives(self, project: str, slots: Sequence[tuple[str, str]]) -> list[int]:
+        """Current cumulative quantity (micro) for each (month, sku)."""
+        if not slots:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for month, sku in slots:
+            pipe.hget(Keys.tier(project, month), sku)
+        values = await pipe.execute()
+        return [int(v) if v is not None else 0 for v in values]
+
+    async def apply_batch(self, plan: IngestPlan) -> IngestOutcome:
+        p = plan.project
+        keys: list[str] = [Keys.meta(p), Keys.log(p), Keys.rejected(p), Keys.rejected_index(p)]
+        key_index: dict[str, int] = {}
+
+        def ref(key: str) -> int:
+            i = key_index.get(key)
+            if i is None:
+                keys.append(key)
+                i = key_index[key] = len(keys)  # Lua KEYS are 1-based
+            return i
+
+        args: list[Any] = [
+            len(plan.event_ids),
+            len(plan.tier_checks),
+            len(plan.increments),
+            plan.log_blob,
+            plan.currency,
+            plan.rate_card,
+            plan.duplicates_seen,
+            plan.log_min_id,
+        ]
+        for event_id, shard, expiry in zip(
+            plan.event_ids, plan.seen_shards, plan.expiry_days, strict=True
+        ):
+            args += (ref(Keys.seen(p, shard)), event_id, expiry)
+        for month, sku, expected in plan.tier_checks:
+            args += (ref(Keys.tier(p, month)), sku, expected)
+        for key, field, delta in plan.increments:
+            args += (ref(key), field, delta)
+        reply = await self._ingest(keys=keys, args=args)
+        status = int(reply[0])
+        if status == 0:
+            return IngestOutcome(0, log_entry=_text(reply[1]))
+        if status == 1:
+            return IngestOutcome(1, duplicate_positions=tuple(int(i) - 1 for i in reply[1:]))
+        return IngestOutcome(2)
+
+    async def count_duplicates(self, project: str, count: int) -> None:
+        if count:
+            await self._count_dups(keys=[Keys.meta(project)], args=[count])
+
+    # --- dead letters -------------------------------------------------------------------
+
+    async def put_rejected(self, project: str, records: Iterable[tuple[str, bytes, int]]) -> None:
+        """Store rejected events: (event id, JSON record, rejection time in ms)."""
+        pipe = self.client.pipeline(transaction=True)
+        any_record = False
+        for event_id, record, when_ms in records:
+            pipe.hset(Keys.rejected(project), event_id, record)
+            pipe.zadd(Keys.rejected_index(project), {event_id: when_ms})
+            any_record = True
+        if any_record:
+            await pipe.execute()
+            await self.add_project(project)
+
+    async def rejected_page(
+        self, project: str, offset: int, limit: int
+    ) -> tuple[list[bytes], int]:
+        total = int(await self.client.zcard(Keys.rejected_index(project)))
+        ids = await self.client.zrange(Keys.rejected_index(project), offset, offset + limit - 1)
+        if not ids:
+            return [], total
+        records = await self.client.hmget(Keys.rejected(project), ids)  # type: ignore[misc]
+        return [r for r in records if r is not None], total
+
+    async def rejected_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
+        if not ids:
+            return []
+        return cast(
+            list[bytes | None],
+            await self.client.hmget(Keys.rejected(project), list(ids)),  # type: ignore[misc]
+        )
+
+    async def delete_rejected(self, project: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hdel(Keys.rejected(project), *ids)
+        pipe.zrem(Keys.rejected_index(project), *ids)
+        removed, _ = await pipe.execute()
+        return int(removed)
+
+    # --- totals -------------------------------------------------------------------------
+
+    async def daily_costs(self, project: str) -> dict[str, int]:
+        raw = await self.client.hgetall(Keys.daily(project))  # type: ignore[misc]
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    async def day_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hgetall(Keys.totals(project, day))
+        return cast(list[dict[bytes, bytes]], await pipe.execute())
+
+    # --- log and rebuild ----------------------------------------------------------------
+
+    async def log_entries(
+        self, project: str, after: str = "-", count: int = 500
+    ) -> list[tuple[str, bytes]]:
+        start = after if after == "-" else "(" + after
+        raw = await self.client.xrange(Keys.log(project), min=start, max="+", count=count)
+        return [(_text(entry_id), fields[b"b"]) for entry_id, fields in raw]
+
+    async def last_log_entry(self, project: str) -> str:
+        raw = await self.client.xrevrange(Keys.log(project), max="+", min="-", count=1)
+        return _text(raw[0][0]) if raw else ""
+
+    async def first_log_entry(self, project: str) -> str:
+        raw = await self.client.xrange(Keys.log(project), min="-", max="+", count=1)
+        return _text(raw[0][0]) if raw else ""
+
+    async def write_staging(self, project: str, hashes: dict[str, dict[str, int]]) -> None:
+        """Write a rebuild's totals into staging copies of the given live keys."""
+        pipe = self.client.pipeline(transaction=False)
+        for live_key, mapping in hashes.items():
+            staging = Keys.staging(project, live_key)
+            pipe.delete(staging)
+            items = list(mapping.items())
+            for start in range(0, len(items), 1000):
+                pipe.hset(staging, mapping=dict(items[start : start + 1000]))
+        await pipe.execute()
+
+    async def live_total_keys(self, project: str) -> list[str]:
+        """Every live key a rebuild replaces: per-day totals, the daily index, tier counters."""
+        days = await self.daily_costs(project)
+        months = sorted({d[:6] for d in days})
+        return (
+            [Keys.totals(project, d) for d in sorted(days)]
+            + [Keys.tier(project, m) for m in months]
+            + [Keys.daily(project)]
+        )
+
+    async def swap_rebuild(
+        self, project: str, last_seen_entry: str, replace: Sequence[str], drop: Sequence[str]
+    ) -> bool:
+        keys = [Keys.log(project)]
+        for live in replace:
+            keys += [Keys.staging(project, live), live]
+        keys += list(drop)
+        done = await self._swap(keys=keys, args=[last_seen_entry, len(replace)])
+        if not done:
+            with contextlib.suppress(Exception):
+                await self.client.delete(*[Keys.staging(project, k) for k in replace])
+        return bool(done)
