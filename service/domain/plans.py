@@ -29,9 +29,11 @@ Definitions
 * **Tiers across stages.** Graduated tiers apply to the plan's cumulative quantity of each SKU,
   taken in stage order, and within a stage in the order: model-derived hours, ``resources``,
   ``overheads``. So if pretraining uses the first 50 TB-month of hot storage, post-training's
-  storage is priced from the next tier on. The plan does not reset tiers at month boundaries (a
-  rate card's tiers are monthly): for plans spanning several months this is conservative only if
-  the tiers are discounts that a month reset would give back; see the line's ``tiers`` detail.
+  storage is priced from the next tier on. This is the same tier arithmetic as the ledger's
+  pricer (``costcore.price_batch_reference`` prices the lines), but the plan does not reset the
+  counters at month boundaries as a rate card's monthly tiers do: usage of a tiered SKU spread
+  over several months is priced as if it fell in one month, which with volume discounts
+  understates the bill. Each tiered line shows its per-tier breakdown (``tiers``).
 * **Accelerator SKUs** are those that declare ``power_watts`` and those named as a stage's
   ``model.accelerator_sku``; their unit must be an hour unit (``hour``, ``gpu_hour``, ...).
   ``accelerator_hours`` sums every line on an accelerator SKU.

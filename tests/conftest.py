@@ -1,0 +1,201 @@
+"""Shared fixtures: real Redis-protocol servers and the app over real HTTP.
+
+Every Redis-backed test runs against the embedded Valkey this suite starts itself,
+and again against the system Redis on 127.0.0.1:6379 when one answers there
+(database 13, flushed per test). No mock stands in for either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import uvicorn
+
+from service.config import Settings
+from service.domain.auth import mint
+from service.http.app import create_app
+from service.storage.embedded import EmbeddedValkey
+from service.storage.redis_store import Store
+
+# Building a TLS context loads the CA bundle (~50 ms); the tests speak plain HTTP on
+# loopback, so every client shares one context instead of building its own.
+_TLS_CONTEXT = ssl.create_default_context()
+
+SYSTEM_REDIS_URL = os.environ.get("TRAINLEDGER_TEST_SYSTEM_REDIS", "redis://127.0.0.1:6379/13")
+
+
+def _system_redis_up() -> bool:
+    try:
+        return bool(redis.Redis.from_url(SYSTEM_REDIS_URL, socket_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def embedded_valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey"))
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture(
+    scope="session",
+    params=["valkey", pytest.param("system-redis", marks=pytest.mark.system_redis)],
+)
+def redis_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "valkey":
+        return str(request.getfixturevalue("embedded_valkey"))
+    if not _system_redis_up():
+        pytest.skip(f"no system Redis at {SYSTEM_REDIS_URL}")
+    return SYSTEM_REDIS_URL
+
+
+@pytest.fixture
+def clean_redis(redis_url: str) -> str:
+    """The server, emptied before the test."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    return redis_url
+
+
+@pytest.fixture
+async def store(clean_redis: str) -> AsyncIterator[Store]:
+    s = Store.from_url(clean_redis)
+    yield s
+    await s.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    """A real uvicorn server for the app, on a free loopback port, in a thread of its own."""
+
+    def __init__(self, redis_url: str, settings: Settings | None = None) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        app = create_app(settings or Settings(redis_url=redis_url), redis_url=redis_url)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@dataclass
+class Api:
+    base_url: str
+    admin_token: str
+    redis_url: str
+
+    def client(self, token: str | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {token or self.admin_token}"}
+        return httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=60, verify=_TLS_CONTEXT
+        )
+
+    async def token(self, role: str, projects: list[str] | None = None) -> str:
+        async with self.client() as c:
+            r = await c.post("/v1/tokens", json={"role": role, "projects": projects})
+            assert r.status_code == 201, r.text
+            return str(r.json()["token"])
+
+
+async def make_admin_token(redis_url: str) -> str:
+    s = Store.from_url(redis_url)
+    token, digest, record = mint("admin", None, "tests")
+    await s.put_token(digest, record["id"], record)
+    await s.close()
+    return token
+
+
+@pytest.fixture
+async def api(clean_redis: str) -> AsyncIterator[Api]:
+    server = ServerThread(clean_redis).start()
+    try:
+        yield Api(server.base_url, await make_admin_token(clean_redis), clean_redis)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+
+# A small card with a flat GPU price, a graduated storage price and a fixed reservation.
+# Tier bounds and prices are chosen so hand-worked figures are easy to check.
+TEST_CARD: dict[str, object] = {
+    "currency": "USD",
+    "effective_from": "2020-01-01T00:00:00Z",
+    "skus": [
+        {"code": "gpu.h100.hour", "category": "compute", "unit": "hour", "unit_price": "2.50"},
+        {
+            "code": "gpu.h100.reserved.hour",
+            "category": "compute",
+            "unit": "hour",
+            "unit_price": "1.80",
+            "fixed": True,
+        },
+        {
+            "code": "storage.hot.gb_day",
+            "category": "storage",
+            "unit": "GB-day",
+            "unit_price": "0.002",
+            "tiers": [
+                {"up_to": "100", "unit_price": "0.002"},
+                {"up_to": "1000", "unit_price": "0.0015"},
+                {"unit_price": "0.001"},
+            ],
+        },
+        {"code": "network.cross_region.gb", "category": "network", "unit": "GB", "unit_price": "0.02"},
+    ],
+}
+
+
+def event(
+    event_id: str,
+    quantity: str | int = "1",
+    sku: str = "gpu.h100.hour",
+    project: str = "llm",
+    time: str | None = None,
+    **extra: object,
+) -> dict[str, object]:
+    """A usage event dict; time defaults to one hour ago so it is inside every window."""
+    from datetime import UTC, datetime, timedelta
+
+    when = time or (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    return {
+        "id": event_id,
+        "time": when,
+        "project": project,
+        "sku": sku,
+        "quantity": str(quantity),
+        **extra,
+    }
