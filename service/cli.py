@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -75,6 +77,10 @@ async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
     return token
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -85,6 +91,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     )
     embedded: EmbeddedValkey | None = None
     url = settings.redis_url
+    # uvicorn shuts down on SIGTERM and then raises the signal again; with the default
+    # disposition that kills the process before the `finally` below stops the embedded
+    # Valkey, leaving it running, orphaned, on a data dir whose lock is gone. Exit instead.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if url is None:
         embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
         url = embedded.start()
@@ -141,7 +151,11 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         for record in run_with_store(settings, listing):
             view = view_of(record)
             table.add_row(
-                view.id, view.role, ",".join(view.projects or ["*"]), view.name, str(view.created_at)
+                view.id,
+                view.role,
+                ",".join(view.projects or ["*"]),
+                view.name,
+                str(view.created_at),
             )
         out.print(table)
         return 0
@@ -154,6 +168,30 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     console.print(f"[red]no token with id {args.token_id}[/]")
     return 1
+
+
+def openapi_json() -> str:
+    from service.http.openapi import openapi_document
+
+    return json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
+
+
+def cmd_openapi(args: argparse.Namespace) -> int:
+    document = openapi_json()
+    if args.check:
+        path = Path(args.check)
+        if not path.exists() or path.read_text() != document:
+            console.print(f"[red]{path} is stale[/]: run `python3 dev.py openapi` and commit it")
+            return 1
+        console.print(f"{path} is up to date")
+        return 0
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(document)
+        console.print(f"wrote {args.output}")
+    else:
+        out.print(document, markup=False, highlight=False)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     token_sub.add_parser("list", help="list tokens")
     revoke = token_sub.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("token_id")
+
+    spec = sub.add_parser("openapi", help="print or write the OpenAPI document")
+    spec.add_argument("--output", help="write to this file")
+    spec.add_argument("--check", help="fail if this file differs from the generated document")
     return parser
 
 
@@ -188,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(args, settings)
     if args.command == "token":
         return cmd_token(args, settings)
+    if args.command == "openapi":
+        return cmd_openapi(args)
     return 2
 
 

@@ -174,7 +174,12 @@ TEST_CARD: dict[str, object] = {
                 {"unit_price": "0.001"},
             ],
         },
-        {"code": "network.cross_region.gb", "category": "network", "unit": "GB", "unit_price": "0.02"},
+        {
+            "code": "network.cross_region.gb",
+            "category": "network",
+            "unit": "GB",
+            "unit_price": "0.02",
+        },
     ],
 }
 

@@ -1,4 +1,4 @@
-"""Usage events in, exact totals out: content types, exactly-once, atomicity, tiers, dead letters."""
+"""Usage events in, exact totals out: content types, exactly-once, atomicity, dead letters."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ async def total(api: Api, project: str = "llm", group_by: str = "category") -> d
         return dict(r.json())
 
 
-async def post(api: Api, body: bytes | object, content_type: str = "application/json") -> dict[str, object]:
+async def post(
+    api: Api, body: bytes | object, content_type: str = "application/json"
+) -> dict[str, object]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with api.client() as c:
         r = await c.post("/v1/events", content=data, headers={"content-type": content_type})
@@ -56,7 +58,11 @@ async def test_every_content_type_is_priced_the_same(api: Api) -> None:
     }
     ce_batch = [
         {**ce_one, "id": "ce-2"},
-        {**ce_one, "id": "ce-3", "data": {"sku": "gpu.h100.hour", "quantity": 0.5, "project": "llm"}},
+        {
+            **ce_one,
+            "id": "ce-3",
+            "data": {"sku": "gpu.h100.hour", "quantity": 0.5, "project": "llm"},
+        },
     ]
     assert (await post(api, single))["accepted"] == 1
     assert (await post(api, batch))["accepted"] == 2
@@ -83,7 +89,9 @@ async def test_unsupported_media_type_and_malformed_bodies(api: Api) -> None:
         r = await c.post("/v1/events", content=b"x", headers={"content-type": "text/plain"})
         assert r.status_code == 415
         assert r.headers["content-type"].startswith("application/problem+json")
-        r = await c.post("/v1/events", content=b"{not json", headers={"content-type": "application/json"})
+        r = await c.post(
+            "/v1/events", content=b"{not json", headers={"content-type": "application/json"}
+        )
         assert r.status_code == 400
         body = r.json()
         assert body["errors"][0]["field"] == "$"
@@ -239,8 +247,15 @@ async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store
     after = {k: client.dump(k) for k in client.keys("tl:{p:llm}:*")}
     assert after == before
     # A moved tier counter is refused before anything is written, too.
-    moved = IngestPlan(**{**plan.__dict__, "event_ids": ["fresh-1"], "seen_shards": [0],
-                          "expiry_days": [99999], "tier_checks": [("209901", "x", 7)]})
+    moved = IngestPlan(
+        **{
+            **plan.__dict__,
+            "event_ids": ["fresh-1"],
+            "seen_shards": [0],
+            "expiry_days": [99999],
+            "tier_checks": [("209901", "x", 7)],
+        }
+    )
     assert (await store.apply_batch(moved)).status == 2
     assert {k: client.dump(k) for k in client.keys("tl:{p:llm}:*")} == before
 
@@ -256,7 +271,9 @@ def _shard(event_id: str) -> int:
 
 async def test_rejected_events_are_listed_fixed_and_replayed(api: Api) -> None:
     await put_card(api)
-    report = await post(api, [event("r1", "3", sku="gpu.b200.hour"), event("r2", "1", sku="gpu.b200.hour")])
+    report = await post(
+        api, [event("r1", "3", sku="gpu.b200.hour"), event("r2", "1", sku="gpu.b200.hour")]
+    )
     assert report["accepted"] == 0
     async with api.client() as c:
         page = (await c.get("/v1/events/rejected", params={"project": "llm", "limit": 1})).json()

@@ -23,7 +23,9 @@ STAGES: tuple[str, ...] = (
     "post_train",
     "other",
 )
-Stage = Literal["data_prep", "quality_scoring", "pretrain", "midtrain", "eval", "post_train", "other"]
+Stage = Literal[
+    "data_prep", "quality_scoring", "pretrain", "midtrain", "eval", "post_train", "other"
+]
 
 # Identifiers never contain "{", "}", ":" or control characters, so a value can neither
 # escape its project's hash tag nor forge a field separator in the totals.
@@ -153,7 +155,9 @@ def _decode_items(raws: list[msgspec.Raw], msgpack: bool, batch: bool) -> list[D
         except msgspec.ValidationError as exc:
             reason, path = _split_path(str(exc))
             items.append(
-                DecodedItem(i, None, reason, _item_path(i, path, batch), _loose(bytes(raw), msgpack))
+                DecodedItem(
+                    i, None, reason, _item_path(i, path, batch), _loose(bytes(raw), msgpack)
+                )
             )
     return items
 
@@ -201,7 +205,9 @@ def _decode_cloudevents(body: bytes, batch: bool) -> tuple[list[DecodedItem], bo
     for i, ce in enumerate(envelopes):
         if ce.specversion != "1.0":
             where = f"$[{i}].specversion" if batch else "$.specversion"
-            raise MalformedBody(f"CloudEvents specversion must be '1.0', got {ce.specversion!r}", where)
+            raise MalformedBody(
+                f"CloudEvents specversion must be '1.0', got {ce.specversion!r}", where
+            )
         fields: dict[str, Any] = dict(ce.data or {})
         fields["id"] = ce.id
         if ce.time is not None:

@@ -9,6 +9,8 @@ keeps graduated prices exact when several workers post for one project at once.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
 import time
 import zlib
@@ -81,7 +83,9 @@ def _dims(stage: str, experiment: str, category: str, sku: str, owner: str, fixe
     return FIELD_SEP.join((stage, experiment, category, sku, owner, "f" if fixed else "e"))
 
 
-def encode_log(events: Sequence[PendingEvent], costs: Sequence[int], versions: Sequence[int]) -> bytes:
+def encode_log(
+    events: Sequence[PendingEvent], costs: Sequence[int], versions: Sequence[int]
+) -> bytes:
     """The log record of an accepted batch: enough to price every event again."""
     rows = [
         (
@@ -119,7 +123,9 @@ class PricedBatch:
     total_cost: int
 
 
-def tier_keys_needed(events: Sequence[PendingEvent], catalog: PricingCatalog) -> list[tuple[str, str]]:
+def tier_keys_needed(
+    events: Sequence[PendingEvent], catalog: PricingCatalog
+) -> list[tuple[str, str]]:
     """The (month, sku) tier counters that pricing these events reads."""
     keys = set()
     for e in events:
@@ -173,7 +179,9 @@ def price_events(
     slot_keys = list(slots)
     before = array("q", [tier_reader[k] for k in slot_keys])
     cumulative = array("q", before)
-    result = price_batch(quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(groups))
+    result = price_batch(
+        quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(groups)
+    )
 
     increments: list[tuple[str, str, int]] = []
     daily: dict[str, int] = {}
@@ -232,6 +240,9 @@ class Ingestor:
         self.window_days = dedup_window_days
         self.future_skew = timedelta(hours=max_future_skew_hours)
         self.log_retention_ms = log_retention_days * 86_400_000
+        # Batches that move tier counters queue per project inside this process, so the
+        # optimistic check only ever races batches of other processes.
+        self._tier_locks: dict[str, asyncio.Lock] = {}
 
     async def ingest(self, items: list[DecodedItem], principal: Principal) -> IngestReport:
         """Validate, price and apply a decoded batch. Raises ForbiddenProject before any write."""
@@ -327,7 +338,9 @@ class Ingestor:
                 continue
             done, dups, cost, overflowed = await self._apply(project, priceable, catalog)
             for e in overflowed:
-                reject(by_index[e.index], "cost exceeds the largest representable amount", "quantity")
+                reject(
+                    by_index[e.index], "cost exceeds the largest representable amount", "quantity"
+                )
             accepted += done
             duplicates += dups
             if done:
@@ -349,11 +362,25 @@ class Ingestor:
     ) -> tuple[int, int, int, list[PendingEvent]]:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
         await self.store.add_project(project)
+        if not tier_keys_needed(events, catalog):
+            return await self._apply_unlocked(project, events, catalog)
+        lock = self._tier_locks.setdefault(project, asyncio.Lock())
+        async with lock:
+            return await self._apply_unlocked(project, events, catalog)
+
+    async def _apply_unlocked(
+        self, project: str, events: list[PendingEvent], catalog: PricingCatalog
+    ) -> tuple[int, int, int, list[PendingEvent]]:
         duplicates = 0
-        for _ in range(MAX_APPLY_ATTEMPTS):
+        for attempt in range(MAX_APPLY_ATTEMPTS):
+            if attempt:
+                # Another process moved a tier counter: back off a little, with jitter.
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
             tier_keys = tier_keys_needed(events, catalog)
             values = await self.store.tier_cumulatives(project, tier_keys)
-            priced = price_events(project, events, catalog, dict(zip(tier_keys, values, strict=True)))
+            priced = price_events(
+                project, events, catalog, dict(zip(tier_keys, values, strict=True))
+            )
             if not priced.events:
                 return 0, duplicates, 0, priced.overflowed
             min_id = ""

@@ -18,7 +18,15 @@ import msgspec
 from costcore.money import parse_price, parse_quantity
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
-COST_CATEGORIES: tuple[str, ...] = ("compute", "storage", "network", "data", "logging", "ops", "hidden")
+COST_CATEGORIES: tuple[str, ...] = (
+    "compute",
+    "storage",
+    "network",
+    "data",
+    "logging",
+    "ops",
+    "hidden",
+)
 
 SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
@@ -131,7 +139,9 @@ def price_sku(sku: Sku, where: str = "$") -> PricedSku:
             tiers.append((None, price))
             continue
         if last:
-            raise RateCardError(f"{tier_where}.up_to", "the last tier must be unbounded (omit up_to)")
+            raise RateCardError(
+                f"{tier_where}.up_to", "the last tier must be unbounded (omit up_to)"
+            )
         try:
             upto = parse_quantity(Decimal(tier.up_to))
         except (ValueError, InvalidOperation) as exc:

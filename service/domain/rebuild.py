@@ -57,7 +57,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         for entry_id, blob in page:
             after = entry_id
             rows = decode_log(blob)
-            batch = []
+            batch: list[PendingEvent] = []
             for r in rows:
                 event_id, epoch_us, stage, experiment, owner, sku, qty, tags = r[:8]
                 when = _EPOCH + timedelta(microseconds=epoch_us)
@@ -83,8 +83,8 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
                         f"event {e.event.id!r} can no longer be priced: SKU {e.event.sku!r} "
                         "has no price in effect at its time"
                     )
-            for key in tier_keys_needed(batch, catalog):
-                tiers.setdefault(key, 0)
+            for tier_key in tier_keys_needed(batch, catalog):
+                tiers.setdefault(tier_key, 0)
             priced = price_events(project, batch, catalog, tiers)
             if priced.overflowed:
                 raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")

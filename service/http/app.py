@@ -1,4 +1,4 @@
-"""The Litestar application: wiring only. Rules live in `service.domain`, keys in `service.storage`."""
+"""The Litestar application: wiring only. Rules live in `service.domain`; keys live in storage."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if url is None:
-            raise RuntimeError("no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`")
+            raise RuntimeError(
+                "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
+            )
         store = Store.from_url(url)
         app.state.services = build_services(settings, store)
         app.state.store = store

@@ -41,3 +41,13 @@ def add_wire_schemas(app: Litestar) -> None:
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of the app, as checked in at `openapi/openapi.json`."""
+    from service.config import Settings
+    from service.http.app import create_app
+
+    # No connection is made: the Redis client is created in the lifespan, which is not run.
+    app = create_app(Settings(), redis_url="redis://127.0.0.1:1/0")
+    return app.openapi_schema.to_schema()

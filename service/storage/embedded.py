@@ -91,7 +91,15 @@ class EmbeddedValkey:
             self._lock_file = None
 
     def kill(self) -> None:
-        """SIGKILL the server (tests use this to prove the append-only file)."""
+        """SIGKILL the server, as a crash would (tests use this to prove the append-only file).
+
+        The data-dir lock is released too, as the OS releases it when its owner dies, so a
+        new server can start on the same directory; `valkey.url` is left behind, stale.
+        """
         if self._server is not None:
             self._server.terminate()
             self._server = None
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None

@@ -29,7 +29,7 @@ tl:tokens                       hash    token id -> sha256, for listing and revo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -255,6 +255,17 @@ def seen_shard(event_id: str) -> int:
     return h % SEEN_SHARDS
 
 
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+_Encodable = bytes | bytearray | memoryview | str | int | float
+
+
+def _mapping(fields: dict[str, str]) -> Mapping[_Encodable, _Encodable]:
+    return cast(Mapping[_Encodable, _Encodable], fields)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -274,11 +285,7 @@ class Store:
         if url.startswith(("redis+cluster://", "rediss+cluster://")):
             real = url.replace("+cluster", "", 1)
             return cls(RedisCluster.from_url(real, decode_responses=False))
-        return cls(
-            aioredis.Redis.from_url(
-                url, decode_responses=False, health_check_interval=10
-            )
-        )
+        return cls(aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=10))
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -292,53 +299,53 @@ class Store:
         version = await self._put_card(
             keys=[Keys.rate_card(name), Keys.rate_card_rev(name)], args=[version_json]
         )
-        await self.client.sadd(Keys.rate_card_names(), name)  # type: ignore[misc]
+        await self.client.sadd(Keys.rate_card_names(), name)
         return int(version)
 
     async def rate_card_versions(self, name: str) -> list[tuple[int, bytes]]:
         """Every stored version as (version number, JSON), oldest number first."""
-        raw = await self.client.hgetall(Keys.rate_card(name))  # type: ignore[misc]
-        return sorted((int(k), v) for k, v in raw.items())
+        raw = await self.client.hgetall(Keys.rate_card(name))
+        return sorted((int(k), _bytes(v)) for k, v in raw.items())
 
     async def rate_card_revision(self, name: str) -> int:
         raw = await self.client.get(Keys.rate_card_rev(name))
         return int(raw) if raw is not None else 0
 
     async def rate_card_names(self) -> list[str]:
-        names = await self.client.smembers(Keys.rate_card_names())  # type: ignore[misc]
+        names = await self.client.smembers(Keys.rate_card_names())
         return sorted(_text(n) for n in names)
 
     # --- projects -----------------------------------------------------------------------
 
     async def project_meta(self, project: str) -> dict[str, str]:
-        raw = await self.client.hgetall(Keys.meta(project))  # type: ignore[misc]
+        raw = await self.client.hgetall(Keys.meta(project))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def set_project_fields(self, project: str, fields: dict[str, str]) -> None:
-        await self.client.hset(Keys.meta(project), mapping=fields)  # type: ignore[misc]
-        await self.client.sadd(Keys.projects(), project)  # type: ignore[misc]
+        await self.client.hset(Keys.meta(project), mapping=_mapping(fields))
+        await self.client.sadd(Keys.projects(), project)
 
     async def add_project(self, project: str) -> None:
-        await self.client.sadd(Keys.projects(), project)  # type: ignore[misc]
+        await self.client.sadd(Keys.projects(), project)
 
     async def projects(self) -> list[str]:
-        names = await self.client.smembers(Keys.projects())  # type: ignore[misc]
+        names = await self.client.smembers(Keys.projects())
         return sorted(_text(n) for n in names)
 
     # --- tokens -------------------------------------------------------------------------
 
     async def put_token(self, digest: str, token_id: str, record: dict[str, str]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(Keys.token(digest), mapping=record)
+        pipe.hset(Keys.token(digest), mapping=_mapping(record))
         pipe.hset(Keys.token_index(), token_id, digest)
         await pipe.execute()
 
     async def token_record(self, digest: str) -> dict[str, str] | None:
-        raw = await self.client.hgetall(Keys.token(digest))  # type: ignore[misc]
+        raw = await self.client.hgetall(Keys.token(digest))
         return {_text(k): _text(v) for k, v in raw.items()} if raw else None
 
     async def token_records(self) -> list[dict[str, str]]:
-        index = await self.client.hgetall(Keys.token_index())  # type: ignore[misc]
+        index = await self.client.hgetall(Keys.token_index())
         records = []
         for digest in index.values():
             record = await self.token_record(_text(digest))
@@ -347,7 +354,7 @@ class Store:
         return records
 
     async def revoke_token(self, token_id: str) -> bool:
-        digest = await self.client.hget(Keys.token_index(), token_id)  # type: ignore[misc]
+        digest = await self.client.hget(Keys.token_index(), token_id)
         if digest is None:
             return False
         pipe = self.client.pipeline(transaction=False)
@@ -357,7 +364,7 @@ class Store:
         return True
 
     async def token_count(self) -> int:
-        return int(await self.client.hlen(Keys.token_index()))  # type: ignore[misc]
+        return int(await self.client.hlen(Keys.token_index()))
 
     # --- ingest -------------------------------------------------------------------------
 
@@ -427,22 +434,20 @@ class Store:
             await pipe.execute()
             await self.add_project(project)
 
-    async def rejected_page(
-        self, project: str, offset: int, limit: int
-    ) -> tuple[list[bytes], int]:
+    async def rejected_page(self, project: str, offset: int, limit: int) -> tuple[list[bytes], int]:
         total = int(await self.client.zcard(Keys.rejected_index(project)))
         ids = await self.client.zrange(Keys.rejected_index(project), offset, offset + limit - 1)
         if not ids:
             return [], total
-        records = await self.client.hmget(Keys.rejected(project), ids)  # type: ignore[misc]
-        return [r for r in records if r is not None], total
+        records = await self.client.hmget(Keys.rejected(project), [_bytes(i) for i in ids])
+        return [_bytes(r) for r in records if r is not None], total
 
     async def rejected_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
         if not ids:
             return []
         return cast(
             list[bytes | None],
-            await self.client.hmget(Keys.rejected(project), list(ids)),  # type: ignore[misc]
+            await self.client.hmget(Keys.rejected(project), list(ids)),
         )
 
     async def delete_rejected(self, project: str, ids: Sequence[str]) -> int:
@@ -457,7 +462,7 @@ class Store:
     # --- totals -------------------------------------------------------------------------
 
     async def daily_costs(self, project: str) -> dict[str, int]:
-        raw = await self.client.hgetall(Keys.daily(project))  # type: ignore[misc]
+        raw = await self.client.hgetall(Keys.daily(project))
         return {_text(k): int(v) for k, v in raw.items()}
 
     async def day_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
@@ -473,7 +478,7 @@ class Store:
     ) -> list[tuple[str, bytes]]:
         start = after if after == "-" else "(" + after
         raw = await self.client.xrange(Keys.log(project), min=start, max="+", count=count)
-        return [(_text(entry_id), fields[b"b"]) for entry_id, fields in raw]
+        return [(_text(entry_id), _bytes((fields or {})[b"b"])) for entry_id, fields in raw or []]
 
     async def last_log_entry(self, project: str) -> str:
         raw = await self.client.xrevrange(Keys.log(project), max="+", min="-", count=1)

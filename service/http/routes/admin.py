@@ -5,7 +5,9 @@ from typing import Annotated
 
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
-from litestar.params import Parameter
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody, PathParameter
 
 from service.domain.auth import Principal, TokenIn, TokenView, mint, view_of
 from service.domain.events import PROJECT_PATTERN
@@ -16,7 +18,7 @@ from service.http.problems import invalid, problem
 from service.http.security import forget_cached_tokens, requires
 
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
-PathProject = Annotated[str, Parameter(pattern=PROJECT_PATTERN)]
+PathProject = Annotated[str, PathParameter(pattern=PROJECT_PATTERN)]
 
 
 class ProjectIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -46,15 +48,21 @@ class ProjectController(Controller):
     tags = ["projects"]
 
     @get("/", guards=[requires("read")], summary="Projects this token may see")
-    async def list_projects(self, request: Request[Principal, str, object], services: Services) -> list[str]:
+    async def list_projects(
+        self, request: Request[Principal, str, State], services: NamedDependency[Services]
+    ) -> list[str]:
         return [p for p in await services.store.projects() if request.user.can_access(p)]
 
     @get("/{project:str}", guards=[requires("read")], summary="A project's settings and counters")
-    async def get_project(self, project: PathProject, services: Services) -> ProjectView:
+    async def get_project(
+        self, project: PathProject, services: NamedDependency[Services]
+    ) -> ProjectView:
         return _view(project, await services.store.project_meta(project))
 
     @put("/{project:str}", guards=[requires("admin")], summary="Choose the project's rate card")
-    async def put_project(self, project: PathProject, data: ProjectIn, services: Services) -> ProjectView:
+    async def put_project(
+        self, project: PathProject, data: JSONBody[ProjectIn], services: NamedDependency[Services]
+    ) -> ProjectView:
         catalog = await services.rate_cards.catalog(data.rate_card)
         if catalog is None:
             raise invalid("rate_card", f"no rate card named {data.rate_card!r}")
@@ -80,7 +88,9 @@ class ProjectController(Controller):
         summary="Rebuild the project's totals from its event log",
         description="Prices the accepted-event log again, in order, with the current rate cards.",
     )
-    async def rebuild(self, project: PathProject, services: Services) -> RebuildReport:
+    async def rebuild(
+        self, project: PathProject, services: NamedDependency[Services]
+    ) -> RebuildReport:
         try:
             return await rebuild_project(services.store, services.rate_cards, project)
         except RebuildError as exc:
@@ -93,7 +103,9 @@ class TokenController(Controller):
     guards = [requires("admin")]
 
     @post("/", summary="Create a token (shown once)")
-    async def create(self, data: TokenIn, services: Services) -> TokenView:
+    async def create(
+        self, data: JSONBody[TokenIn], services: NamedDependency[Services]
+    ) -> TokenView:
         if data.projects is not None:
             for i, p in enumerate(data.projects):
                 if not _PROJECT_RE.match(p):
@@ -103,12 +115,11 @@ class TokenController(Controller):
         return view_of(record, token)
 
     @get("/", summary="List tokens (without their secrets)")
-    async def list_tokens(self, services: Services) -> list[TokenView]:
+    async def list_tokens(self, services: NamedDependency[Services]) -> list[TokenView]:
         return [view_of(r) for r in await services.store.token_records()]
 
     @delete("/{token_id:str}", summary="Revoke a token", status_code=204)
-    async def revoke(self, token_id: str, services: Services) -> None:
+    async def revoke(self, token_id: FromPath[str], services: NamedDependency[Services]) -> None:
         if not await services.store.revoke_token(token_id):
             raise problem(404, "Not found", f"no token with id {token_id!r}", kind="not-found")
         forget_cached_tokens()
-

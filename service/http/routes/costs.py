@@ -4,7 +4,8 @@ from datetime import UTC, date, datetime
 from typing import Annotated
 
 from litestar import Controller, get
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import QueryParameter
 
 from service.domain.costs import DIMENSIONS, CostReport, CostSummary, cost_report, cost_summary
 from service.http.deps import Services
@@ -14,13 +15,13 @@ from service.http.security import requires
 
 GroupBy = Annotated[
     str,
-    Parameter(
+    QueryParameter(
         description=f"comma-separated dimensions: {', '.join(DIMENSIONS)}",
         examples=[],
     ),
 ]
-FromDay = Annotated[date | None, Parameter(query="from", description="first day (inclusive)")]
-ToDay = Annotated[date | None, Parameter(query="to", description="last day (exclusive)")]
+FromDay = Annotated[date | None, QueryParameter(name="from", description="first day (inclusive)")]
+ToDay = Annotated[date | None, QueryParameter(name="to", description="last day (exclusive)")]
 
 
 def _parse_group_by(raw: str) -> list[str]:
@@ -48,12 +49,12 @@ class CostsController(Controller):
     async def costs(
         self,
         project: ProjectParam,
-        services: Services,
+        services: NamedDependency[Services],
         from_day: FromDay = None,
         to_day: ToDay = None,
         group_by: GroupBy = "category",
-        offset: Annotated[int, Parameter(ge=0)] = 0,
-        limit: Annotated[int, Parameter(ge=1, le=10_000)] = 100,
+        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 100,
     ) -> CostReport:
         dims = _parse_group_by(group_by)
         _check_range(from_day, to_day)
@@ -73,7 +74,7 @@ class CostsController(Controller):
     async def summary(
         self,
         project: ProjectParam,
-        services: Services,
+        services: NamedDependency[Services],
         from_day: FromDay = None,
         to_day: ToDay = None,
     ) -> CostSummary:

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
+from litestar.di import NamedDependency
 from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIType,
@@ -13,7 +14,7 @@ from litestar.openapi.spec import (
     RequestBody,
     Schema,
 )
-from litestar.params import Parameter
+from litestar.params import JSONBody, QueryParameter
 
 from service.domain.auth import Principal
 from service.domain.events import (
@@ -31,7 +32,7 @@ from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.security import requires
 
-ProjectParam = Annotated[str, Parameter(pattern=PROJECT_PATTERN, description="project name")]
+ProjectParam = Annotated[str, QueryParameter(pattern=PROJECT_PATTERN, description="project name")]
 
 
 @dataclass
@@ -93,7 +94,10 @@ def _answer(report: IngestReport) -> Response[Any]:
                     f"[{r.index}] {r.field or ''}: {r.reason}" for r in report.rejected[:5]
                 ),
                 "errors": [
-                    {"field": f"$[{r.index}].{r.field}" if r.field else f"$[{r.index}]", "reason": r.reason}
+                    {
+                        "field": f"$[{r.index}].{r.field}" if r.field else f"$[{r.index}]",
+                        "reason": r.reason,
+                    }
                     for r in report.rejected
                 ],
             }
@@ -102,7 +106,9 @@ def _answer(report: IngestReport) -> Response[Any]:
     return Response(report, status_code=200)
 
 
-async def run_ingest(services: Services, items: list[DecodedItem], principal: Principal) -> Response[Any]:
+async def run_ingest(
+    services: NamedDependency[Services], items: list[DecodedItem], principal: Principal
+) -> Response[Any]:
     try:
         report = await services.ingestor.ingest(items, principal)
     except ForbiddenProject as exc:
@@ -115,7 +121,10 @@ async def run_ingest(services: Services, items: list[DecodedItem], principal: Pr
         ) from exc
     except IngestConflict as exc:
         raise problem(
-            503, "Busy", "too much contention on this project; retry", kind="busy",
+            503,
+            "Busy",
+            "too much contention on this project; retry",
+            kind="busy",
             headers={"Retry-After": "1"},
         ) from exc
     return _answer(report)
@@ -137,7 +146,9 @@ class EventsController(Controller):
         ),
         responses={},
     )
-    async def post_events(self, request: Request[Principal, str, Any], services: Services) -> Response[IngestReport]:
+    async def post_events(
+        self, request: Request[Principal, str, Any], services: NamedDependency[Services]
+    ) -> Response[IngestReport]:
         try:
             media = media_type_of(request.headers.get("content-type"))
         except UnsupportedContentType as exc:
@@ -149,14 +160,18 @@ class EventsController(Controller):
             ) from exc
         body = await request.body()
         if len(body) > services.settings.max_body_bytes:
-            raise problem(413, "Body too large", "the body exceeds the size limit", kind="too-large")
+            raise problem(
+                413, "Body too large", "the body exceeds the size limit", kind="too-large"
+            )
         try:
             items, _ = decode_events(body, media)
         except MalformedBody as exc:
             raise invalid(exc.field, exc.reason, status=400) from exc
         if len(items) > services.settings.max_batch_events:
             raise invalid(
-                "$", f"a batch holds at most {services.settings.max_batch_events} events", status=413
+                "$",
+                f"a batch holds at most {services.settings.max_batch_events} events",
+                status=413,
             )
         return await run_ingest(services, items, request.user)
 
@@ -164,9 +179,9 @@ class EventsController(Controller):
     async def list_rejected(
         self,
         project: ProjectParam,
-        services: Services,
-        offset: Annotated[int, Parameter(ge=0)] = 0,
-        limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+        services: NamedDependency[Services],
+        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
     ) -> RejectedPage:
         raws, total = await services.store.rejected_page(project, offset, limit)
         items = [_record_decoder.decode(r) for r in raws]
@@ -181,10 +196,16 @@ class EventsController(Controller):
         "Accepted ones leave the dead-letter store; the others stay with their new reason.",
     )
     async def replay(
-        self, project: ProjectParam, data: ReplayIn, request: Request[Principal, str, Any], services: Services
+        self,
+        project: ProjectParam,
+        data: JSONBody[ReplayIn],
+        request: Request[Principal, str, Any],
+        services: NamedDependency[Services],
     ) -> Response[IngestReport]:
         if data.ids is None:
-            raws, _ = await services.store.rejected_page(project, 0, services.settings.max_batch_events)
+            raws, _ = await services.store.rejected_page(
+                project, 0, services.settings.max_batch_events
+            )
         else:
             raws = [r for r in await services.store.rejected_records(project, data.ids) if r]
         items = []
@@ -197,6 +218,13 @@ class EventsController(Controller):
                 items.append(DecodedItem(i, None, str(exc), "$", record.event))
         return await run_ingest(services, items, request.user)
 
-    @delete("/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200)
-    async def drop_rejected(self, project: ProjectParam, data: DeleteRejectedIn, services: Services) -> dict[str, int]:
+    @delete(
+        "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
+    )
+    async def drop_rejected(
+        self,
+        project: ProjectParam,
+        data: JSONBody[DeleteRejectedIn],
+        services: NamedDependency[Services],
+    ) -> dict[str, int]:
         return {"deleted": await services.store.delete_rejected(project, data.ids)}

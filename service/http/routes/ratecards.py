@@ -5,7 +5,8 @@ from typing import Annotated
 
 import msgspec
 from litestar import Controller, get, put
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, PathParameter
 
 from service.domain.ratecards import (
     NAME_PATTERN,
@@ -19,7 +20,7 @@ from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.security import requires
 
-CardName = Annotated[str, Parameter(pattern=NAME_PATTERN, description="rate-card name")]
+CardName = Annotated[str, PathParameter(pattern=NAME_PATTERN, description="rate-card name")]
 
 
 class RateCardList(msgspec.Struct):
@@ -31,7 +32,7 @@ class RateCardController(Controller):
     tags = ["rate cards"]
 
     @get("/", guards=[requires("read")], summary="List rate-card names")
-    async def list_cards(self, services: Services) -> RateCardList:
+    async def list_cards(self, services: NamedDependency[Services]) -> RateCardList:
         return RateCardList(await services.store.rate_card_names())
 
     @put(
@@ -41,7 +42,9 @@ class RateCardController(Controller):
         summary="Add a version to a rate card",
         description="Each PUT adds an immutable version that takes effect at `effective_from`.",
     )
-    async def put_card(self, name: CardName, data: RateCardIn, services: Services) -> RateCardVersion:
+    async def put_card(
+        self, name: CardName, data: JSONBody[RateCardIn], services: NamedDependency[Services]
+    ) -> RateCardVersion:
         try:
             validate_rate_card(data)
         except RateCardError as exc:
@@ -49,7 +52,7 @@ class RateCardController(Controller):
         return await services.rate_cards.put(name, data)
 
     @get("/{name:str}", guards=[requires("read")], summary="Current version and history")
-    async def get_card(self, name: CardName, services: Services) -> RateCardView:
+    async def get_card(self, name: CardName, services: NamedDependency[Services]) -> RateCardView:
         versions = await services.rate_cards.versions(name)
         if not versions:
             raise problem(404, "Not found", f"no rate card named {name!r}", kind="not-found")

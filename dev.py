@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Developer entry point that needs nothing but Python 3.11+.
+
+    python3 dev.py run      # start the service on the embedded Valkey
+    python3 dev.py test     # run the whole test suite
+    python3 dev.py check    # ruff, mypy and the OpenAPI freshness check
+    python3 dev.py openapi  # regenerate openapi/openapi.json
+
+It creates `.venv` and installs the project (compiling the Cython core) on first use,
+and again whenever pyproject.toml, setup.py or the kernel source change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".trainledger-installed"
+INPUTS = ["pyproject.toml", "setup.py", "costcore/_kernel.pyx"]
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in INPUTS:
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def ensure_env() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 - this script may run on an older python3
+        sys.exit("trainledger needs Python 3.11 or newer")
+    if not (BIN / "python").exists():
+        print("creating .venv ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    fingerprint = _fingerprint()
+    kernel_built = any((ROOT / "costcore").glob("_kernel*.so"))
+    if STAMP.exists() and STAMP.read_text() == fingerprint and kernel_built:
+        return
+    print("installing trainledger and its dependencies into .venv ...", flush=True)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", ".[test]"], check=True, cwd=ROOT)
+    STAMP.write_text(fingerprint)
+
+
+def run(argv: list[str]) -> int:
+    return os.execv(str(BIN / "trainledger"), [str(BIN / "trainledger"), "serve", *argv])
+
+
+def test(argv: list[str]) -> int:
+    code = subprocess.call([str(BIN / "python"), "-m", "pytest", *argv], cwd=ROOT)
+    if code == 5:
+        print("pytest collected no tests: that is a failure here", file=sys.stderr)
+        return 1
+    return code
+
+
+def check(argv: list[str]) -> int:
+    steps = [
+        [str(BIN / "ruff"), "check", "."],
+        [str(BIN / "ruff"), "format", "--check", "."],
+        [str(BIN / "mypy")],
+        [str(BIN / "trainledger"), "openapi", "--check", "openapi/openapi.json"],
+    ]
+    for step in steps:
+        print(
+            "$",
+            " ".join(Path(step[0]).name if i == 0 else a for i, a in enumerate(step)),
+            flush=True,
+        )
+        if subprocess.call(step, cwd=ROOT) != 0:
+            return 1
+    return 0
+
+
+def openapi(argv: list[str]) -> int:
+    return subprocess.call(
+        [str(BIN / "trainledger"), "openapi", "--output", "openapi/openapi.json"], cwd=ROOT
+    )
+
+
+COMMANDS = {"run": run, "test": test, "check": check, "openapi": openapi}
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(__doc__)
+        return 2
+    ensure_env()
+    return COMMANDS[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
