@@ -310,3 +310,17 @@ async def test_dropping_dead_letters(api: Api) -> None:
         assert r.json() == {"deleted": 1}
         page = (await c.get("/v1/events/rejected", params={"project": "llm"})).json()
     assert [i["id"] for i in page["items"]] == ["d2"]
+
+
+async def test_expired_ids_are_swept_and_live_ones_kept(api: Api, store: Store) -> None:
+    await put_card(api)
+    old = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    await post(api, [event("old", "1", time=old), event("new", "1")])
+    today = (datetime.now(UTC) - datetime(1970, 1, 1, tzinfo=UTC)).days
+    # Nothing has expired yet: both ids stay and still deduplicate.
+    assert await store.sweep_seen("llm", today) == 0
+    # A week on, the 30-day-old event is past the 35-day window (ids are kept one spare day).
+    assert await store.sweep_seen("llm", today + 6) == 0
+    assert await store.sweep_seen("llm", today + 7) == 1
+    again = await post(api, [event("new", "1")])
+    assert again["duplicates"] == 1

@@ -23,6 +23,7 @@ _FIELD_POS = {"stage": 0, "experiment": 1, "category": 2, "sku": 3, "owner": 4, 
 class CostRow(msgspec.Struct, omit_defaults=False):
     key: dict[str, str]
     cost: str
+    currency: str | None
     events: int
     # Quantity and unit only make sense when the rows are split by SKU.
     quantity: str | None = None
@@ -124,6 +125,7 @@ async def cost_report(
             CostRow(
                 key=labels,
                 cost=format_money(cost),
+                currency=meta.get("currency"),
                 events=events,
                 quantity=format_quantity(qty) if split_by_sku else None,
                 unit=units.get(sku) if sku is not None else None,

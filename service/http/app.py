@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -13,6 +17,9 @@ from litestar.exceptions import ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import __version__
 from service.config import Settings
@@ -20,7 +27,7 @@ from service.domain.catalog import RateCards
 from service.domain.ingest import Ingestor
 from service.http.deps import Services
 from service.http.openapi import add_wire_schemas, security_components
-from service.http.problems import from_validation
+from service.http.problems import from_validation, redis_unavailable
 from service.http.routes.admin import ProjectController, TokenController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
@@ -44,6 +51,26 @@ def build_services(settings: Settings, store: Store) -> Services:
     return Services(settings, store, rate_cards, ingestor)
 
 
+SWEEP_INTERVAL_SECONDS = 3600.0
+
+
+async def sweep_forever(store: Store) -> None:
+    """Forget event ids older than the deduplication window, once an hour, in every worker.
+
+    Several workers sweeping at once is harmless: a sweep only deletes what has expired.
+    """
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL_SECONDS * random.uniform(0.5, 1.0))
+        try:
+            today = (datetime.now(UTC) - datetime(1970, 1, 1, tzinfo=UTC)).days
+            for project in await store.projects():
+                removed = await store.sweep_seen(project, today)
+                if removed:
+                    log.info("forgot %d expired event ids of project %s", removed, project)
+        except RedisError as exc:  # Redis away for a while: try again next round
+            log.warning("expired-id sweep failed: %s", exc)
+
+
 def create_app(settings: Settings | None = None, redis_url: str | None = None) -> Litestar:
     """The ASGI app. `redis_url` (or `settings.redis_url`) must point at a running server;
     the CLI starts the embedded Valkey first when none is configured."""
@@ -60,9 +87,13 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         app.state.services = build_services(settings, store)
         app.state.store = store
         app.state.settings = settings
+        sweeper = asyncio.create_task(sweep_forever(store))
         try:
             yield
         finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
             await store.close()
 
     def provide_services(state: State) -> Services:
@@ -86,7 +117,11 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(
                     enable_for_all_http_exceptions=True,
-                    exception_to_problem_detail_map={ValidationException: from_validation},
+                    exception_to_problem_detail_map={
+                        ValidationException: from_validation,
+                        RedisConnectionError: redis_unavailable,
+                        RedisTimeoutError: redis_unavailable,
+                    },
                 )
             )
         ],

@@ -52,3 +52,14 @@ def from_validation(exc: ValidationException) -> ProblemDetailsException:
             errors.append({"field": str(field), "reason": str(item.get("message", ""))})
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or str(exc.detail)
     return problem(400, "Invalid request", detail, kind="invalid-request", errors=errors)
+
+
+def redis_unavailable(exc: Exception) -> ProblemDetailsException:
+    """Redis cannot be reached: nothing was applied; the client should retry."""
+    return problem(
+        503,
+        "Storage unavailable",
+        f"the ledger's Redis cannot be reached ({type(exc).__name__}); nothing was applied, retry",
+        kind="storage-unavailable",
+        headers={"Retry-After": "1"},
+    )

@@ -416,6 +416,25 @@ class Store:
             return IngestOutcome(1, duplicate_positions=tuple(int(i) - 1 for i in reply[1:]))
         return IngestOutcome(2)
 
+    async def sweep_seen(self, project: str, today: int) -> int:
+        """Forget event ids whose window has passed (expiry day < today). Returns how many.
+
+        Safe against concurrent ingestion: an expired id can only belong to an event that
+        would now be rejected as too old, and an id being added is never older than today.
+        """
+        removed = 0
+        for shard in range(SEEN_SHARDS):
+            key = Keys.seen(project, shard)
+            cursor = 0
+            while True:
+                cursor, fields = await self.client.hscan(key, cursor, count=1000)
+                expired = [f for f, v in fields.items() if int(v) < today]
+                if expired:
+                    removed += int(await self.client.hdel(key, *expired))
+                if cursor == 0:
+                    break
+        return removed
+
     async def count_duplicates(self, project: str, count: int) -> None:
         if count:
             await self._count_dups(keys=[Keys.meta(project)], args=[count])

@@ -85,6 +85,7 @@ class ProjectController(Controller):
     @post(
         "/{project:str}/rebuild",
         guards=[requires("admin")],
+        status_code=200,
         summary="Rebuild the project's totals from its event log",
         description="Prices the accepted-event log again, in order, with the current rate cards.",
     )
