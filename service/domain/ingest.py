@@ -10,6 +10,7 @@ keeps graduated prices exact when several workers post for one project at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import re
 import time
@@ -77,6 +78,11 @@ class PendingEvent:
 class _ProjectBatch:
     project: str
     events: list[PendingEvent] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_name(days_since_epoch: int) -> str:
+    return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
 
 
 def _dims(stage: str, experiment: str, category: str, sku: str, owner: str, fixed: bool) -> str:
@@ -304,10 +310,9 @@ class Ingestor:
                 duplicates += 1
                 continue
             seen_in_batch.add(key)
-            utc = ev.time.astimezone(UTC)
-            delta = utc - _EPOCH
+            delta = ev.time - _EPOCH  # aware datetimes subtract in UTC
             epoch_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-            day = utc.strftime("%Y%m%d")
+            day = _day_name(delta.days)
             batches.setdefault(ev.project, _ProjectBatch(ev.project)).events.append(
                 PendingEvent(
                     item.index,

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
@@ -117,73 +118,66 @@ class Keys:
 # Apply one project's priced batch atomically. Every check runs before the first write, and
 # the duplicate check undoes its own marks, so the script never leaves a partial batch behind.
 #   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
-#   ARGV: n_events, n_tier_checks, n_increments, log_blob, currency, rate_card, duplicates_seen,
-#         log_min_id ("" = keep all), then n_events × (key#, id, expiry),
-#         n_tier_checks × (key#, sku, expected), n_increments × (key#, field, delta)
+#   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
+#                     log_min_id ("" = keep all)], each list flat in triples:
+#           events (key#, id, expiry day), tier_checks (key#, sku, expected), increments
+#           (key#, field, delta). Amounts travel as strings: Lua numbers are doubles.
+#   ARGV[2] the log blob
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based indices of events already
 # seen), or {2, j} (tier counter j changed since it was read: price again).
 INGEST_LUA = r"""
-local n = tonumber(ARGV[1])
-local m = tonumber(ARGV[2])
-local k = tonumber(ARGV[3])
-local base_events = 8
-local base_tiers = base_events + 3 * n
-local base_incr = base_tiers + 3 * m
+local p = cmsgpack.unpack(ARGV[1])
+local ev, tc, inc = p[1], p[2], p[3]
 
-for j = 1, m do
-  local a = base_tiers + 3 * (j - 1)
-  local current = redis.call('HGET', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2]) or '0'
-  if current ~= ARGV[a + 3] then
-    return {2, j}
+for j = 1, #tc, 3 do
+  local current = redis.call('HGET', KEYS[tc[j]], tc[j + 1]) or '0'
+  if current ~= tc[j + 2] then
+    return {2, (j + 2) / 3}
   end
 end
 
 local dups = {}
-for i = 1, n do
-  local a = base_events + 3 * (i - 1)
-  if redis.call('HSETNX', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2], ARGV[a + 3]) == 0 then
-    dups[#dups + 1] = i
+for i = 1, #ev, 3 do
+  if redis.call('HSETNX', KEYS[ev[i]], ev[i + 1], ev[i + 2]) == 0 then
+    dups[#dups + 1] = (i + 2) / 3
   end
 end
 if #dups > 0 then
   local d = 1
-  for i = 1, n do
-    if dups[d] == i then
+  for i = 1, #ev, 3 do
+    if dups[d] == (i + 2) / 3 then
       d = d + 1
     else
-      local a = base_events + 3 * (i - 1)
-      redis.call('HDEL', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2])
+      redis.call('HDEL', KEYS[ev[i]], ev[i + 1])
     end
   end
   table.insert(dups, 1, 1)
   return dups
 end
 
-for l = 1, k do
-  local a = base_incr + 3 * (l - 1)
-  redis.call('HINCRBY', KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2], ARGV[a + 3])
+for l = 1, #inc, 3 do
+  redis.call('HINCRBY', KEYS[inc[l]], inc[l + 1], inc[l + 2])
 end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  for i = 1, n do
-    local id = ARGV[base_events + 3 * (i - 1) + 2]
-    if redis.call('HDEL', KEYS[3], id) == 1 then
-      redis.call('ZREM', KEYS[4], id)
+  for i = 1, #ev, 3 do
+    if redis.call('HDEL', KEYS[3], ev[i + 1]) == 1 then
+      redis.call('ZREM', KEYS[4], ev[i + 1])
     end
   end
 end
 
-redis.call('HSETNX', KEYS[1], 'currency', ARGV[5])
-redis.call('HSETNX', KEYS[1], 'rate_card', ARGV[6])
-redis.call('HINCRBY', KEYS[1], 'accepted', n)
-if tonumber(ARGV[7]) > 0 then
-  redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[7])
+redis.call('HSETNX', KEYS[1], 'currency', p[4])
+redis.call('HSETNX', KEYS[1], 'rate_card', p[5])
+redis.call('HINCRBY', KEYS[1], 'accepted', #ev / 3)
+if p[6] ~= '0' then
+  redis.call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
 local entry
-if ARGV[8] ~= '' then
-  entry = redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[8], '*', 'b', ARGV[4])
+if p[7] ~= '' then
+  entry = redis.call('XADD', KEYS[2], 'MINID', '~', p[7], '*', 'b', ARGV[2])
 else
-  entry = redis.call('XADD', KEYS[2], '*', 'b', ARGV[4])
+  entry = redis.call('XADD', KEYS[2], '*', 'b', ARGV[2])
 end
 return {0, entry}
 """
@@ -390,24 +384,29 @@ class Store:
                 i = key_index[key] = len(keys)  # Lua KEYS are 1-based
             return i
 
-        args: list[Any] = [
-            len(plan.event_ids),
-            len(plan.tier_checks),
-            len(plan.increments),
-            plan.log_blob,
-            plan.currency,
-            plan.rate_card,
-            plan.duplicates_seen,
-            plan.log_min_id,
-        ]
+        events: list[Any] = []
         for event_id, shard, expiry in zip(
             plan.event_ids, plan.seen_shards, plan.expiry_days, strict=True
         ):
-            args += (ref(Keys.seen(p, shard)), event_id, expiry)
+            events += (ref(Keys.seen(p, shard)), event_id, expiry)
+        tiers: list[Any] = []
         for month, sku, expected in plan.tier_checks:
-            args += (ref(Keys.tier(p, month)), sku, expected)
+            tiers += (ref(Keys.tier(p, month)), sku, str(expected))
+        increments: list[Any] = []
         for key, field, delta in plan.increments:
-            args += (ref(key), field, delta)
+            increments += (ref(key), field, str(delta))
+        payload = msgspec.msgpack.encode(
+            [
+                events,
+                tiers,
+                increments,
+                plan.currency,
+                plan.rate_card,
+                str(plan.duplicates_seen),
+                plan.log_min_id,
+            ]
+        )
+        args = [payload, plan.log_blob]
         reply = await self._ingest(keys=keys, args=args)
         status = int(reply[0])
         if status == 0:
