@@ -65,8 +65,8 @@ def run_with_store(settings: Settings, action: Callable[[Store], Coroutine[Any, 
 
 
 async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
-    """On first start (no tokens at all) mint a local admin token and keep it in the data dir."""
-    if await store.token_count() > 0:
+    """On first start (no admin token yet) mint a local admin token and keep it in the data dir."""
+    if any(r.get("role") == "admin" for r in await store.token_records()):
         return None
     token, digest, record = mint("admin", None, "local admin (first start)")
     await store.put_token(digest, record["id"], record)

@@ -48,7 +48,9 @@ def from_validation(exc: ValidationException) -> ProblemDetailsException:
     errors = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict):
-            field = item.get("key") or item.get("source") or "$"
+            field = str(item.get("key") or "")
+            if item.get("source") == "body":
+                field = "$" + ("" if not field or field.startswith("[") else ".") + field
             errors.append({"field": str(field), "reason": str(item.get("message", ""))})
     detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors) or str(exc.detail)
     return problem(400, "Invalid request", detail, kind="invalid-request", errors=errors)
