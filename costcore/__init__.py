@@ -1,0 +1,90 @@
+"""costcore: exact integer pricing of usage events (pure computation, no I/O).
+
+``price_batch`` is the compiled Cython kernel. It is loaded on first access; if the extension
+is not built, accessing it raises ``ImportError`` (there is deliberately no silent fallback to
+the slow reference; call ``price_batch_reference`` explicitly if that is what you want).
+Everything else in the package is plain Python and importable without the kernel.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from costcore._version import KERNEL_VERSION
+from costcore.money import (
+    INT64_MAX,
+    MONEY_SCALE,
+    PRICE_SCALE,
+    QUANTITY_SCALE,
+    format_money,
+    format_quantity,
+    parse_price,
+    parse_quantity,
+    round_half_even_div,
+)
+from costcore.rates import RateRow, RateTable
+from costcore.reference import price_batch_reference
+from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
+
+if TYPE_CHECKING:
+    from costcore._kernel import price_batch
+
+__all__ = [
+    "INT64_MAX",
+    "KERNEL_VERSION",
+    "MONEY_SCALE",
+    "PRICE_SCALE",
+    "QUANTITY_SCALE",
+    "STATUS_OVERFLOW",
+    "STATUS_PRICED",
+    "BatchResult",
+    "RateRow",
+    "RateTable",
+    "format_money",
+    "format_quantity",
+    "kernel_build_info",
+    "parse_price",
+    "parse_quantity",
+    "price_batch",
+    "price_batch_reference",
+    "round_half_even_div",
+]
+
+
+def _load_kernel() -> ModuleType:
+    """Import the compiled kernel or raise ``ImportError`` explaining how to build it."""
+    try:
+        from costcore import _kernel
+    except ImportError as exc:
+        raise ImportError(
+            "costcore.price_batch needs the compiled extension costcore._kernel, which could "
+            f"not be imported ({exc}). Build it with `python setup.py build_ext --inplace` "
+            "or install the package. There is no automatic pure-Python fallback; use "
+            "costcore.price_batch_reference explicitly if you want the slow reference."
+        ) from exc
+    if _kernel.KERNEL_VERSION != KERNEL_VERSION:
+        raise ImportError(
+            f"costcore._kernel is stale: it implements kernel version {_kernel.KERNEL_VERSION!r} "
+            f"but costcore expects {KERNEL_VERSION!r}. Rebuild it with "
+            "`python setup.py build_ext --inplace`."
+        )
+    return _kernel
+
+
+def kernel_build_info() -> dict[str, Any]:
+    """Facts embedded in the compiled kernel at build time.
+
+    Keys: ``kernel_version``, ``cython_version``, ``cython_hex_version``, ``compiler``,
+    ``int128``, ``nogil``. Raises ``ImportError`` if the kernel is not built.
+    """
+    info: dict[str, Any] = dict(_load_kernel().kernel_build_info())
+    return info
+
+
+def __getattr__(name: str) -> Any:
+    if name == "price_batch":
+        function = _load_kernel().price_batch
+        globals()["price_batch"] = function
+        return function
+    raise AttributeError(f"module 'costcore' has no attribute {name!r}")

@@ -1,0 +1,292 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=True, nonecheck=False, embedsignature=True
+"""Compiled pricing kernel. Same contract as ``costcore.reference.price_batch_reference``.
+
+The element loop runs without the GIL on raw typed memoryviews. Products and sums of
+``quantity_micro x price_nano`` are computed in unsigned 128-bit integers (``q, price < 2**63``
+so every product and every per-event sum of tier portions is below ``2**126``), rounded half to
+even once, and only then narrowed to int64 with an overflow check.
+"""
+
+from cpython cimport array
+
+import array as _array
+
+from costcore._contract import check_events, check_tier_cum, prepare_batch
+from costcore.rates import check_rate_columns
+from costcore.result import BatchResult
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <limits.h>
+    typedef unsigned __int128 tl_u128;
+
+    #ifdef __PYX_ABI_VERSION
+    #define TL_CYTHON_VERSION __PYX_ABI_VERSION
+    #else
+    #define TL_CYTHON_VERSION "unknown"
+    #endif
+    #ifdef CYTHON_HEX_VERSION
+    #define TL_CYTHON_HEX_VERSION CYTHON_HEX_VERSION
+    #else
+    #define TL_CYTHON_HEX_VERSION 0
+    #endif
+    #if defined(__clang__)
+    #define TL_COMPILER "clang " __clang_version__
+    #elif defined(__GNUC__)
+    #define TL_COMPILER "gcc " __VERSION__
+    #else
+    #define TL_COMPILER "unknown"
+    #endif
+
+    /* a + b for int64 (long long) values; returns nonzero on overflow. */
+    static inline int tl_add_overflow(long long a, long long b, long long *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
+
+    /* Round n / 10**6 half to even. Returns nonzero if the result exceeds INT64_MAX. */
+    static inline int tl_round_div_1e6(tl_u128 n, long long *out) {
+        const uint64_t d = 1000000u;
+        uint64_t q, r;
+        if ((n >> 64) == 0) {
+            uint64_t n64 = (uint64_t)n;
+            q = n64 / d;
+            r = n64 - q * d;
+        } else {
+            tl_u128 q128 = n / d;
+            if (q128 > (tl_u128)LLONG_MAX) return 1;
+            q = (uint64_t)q128;
+            r = (uint64_t)(n - q128 * d);
+        }
+        if (2 * r > d || (2 * r == d && (q & 1u))) q += 1;
+        if (q > (uint64_t)LLONG_MAX) return 1;
+        *out = (long long)q;
+        return 0;
+    }
+    """
+    ctypedef unsigned long long u128 "tl_u128"
+    const char* TL_CYTHON_VERSION
+    long TL_CYTHON_HEX_VERSION
+    const char* TL_COMPILER
+    int tl_add_overflow(long long a, long long b, long long *out) nogil
+    int tl_round_div_1e6(u128 n, long long *out) nogil
+
+KERNEL_VERSION = "1.0.0"
+"""Version of the pricing contract implemented here; must equal costcore._version."""
+
+cdef long long INT64_MAX_ = 9223372036854775807
+
+# Error codes from the C validation passes.
+cdef enum:
+    OK = 0
+    BAD_RATES = 1
+    BAD_TIER_CUM = 2
+    BAD_EVENT = 3
+    MUTATED = 4
+
+cdef array.array _Q = _array.array("q")
+cdef array.array _I = _array.array("i")
+cdef array.array _B = _array.array("b")
+
+
+def kernel_build_info():
+    """Build-time facts about this compiled module."""
+    hex_version = TL_CYTHON_HEX_VERSION
+    return {
+        "kernel_version": KERNEL_VERSION,
+        "cython_version": TL_CYTHON_VERSION.decode("ascii").replace("_", "."),
+        "cython_hex_version": hex_version,
+        "compiler": TL_COMPILER.decode("ascii", "replace"),
+        "int128": True,
+        "nogil": True,
+    }
+
+
+cdef int _rates_ok(
+    const long long[::1] unit_price,
+    const int[::1] tier_start,
+    const int[::1] tier_count,
+    const long long[::1] tier_upto,
+    const long long[::1] tier_price,
+) noexcept nogil:
+    """Same conditions as costcore.rates.check_rate_columns; 1 if all hold."""
+    cdef Py_ssize_t n_rows = unit_price.shape[0]
+    cdef Py_ssize_t n_tiers = tier_upto.shape[0]
+    cdef Py_ssize_t row, k, start, count
+    cdef long long previous
+    if tier_start.shape[0] != n_rows or tier_count.shape[0] != n_rows:
+        return 0
+    if tier_price.shape[0] != n_tiers:
+        return 0
+    for row in range(n_rows):
+        if unit_price[row] < 0:
+            return 0
+        count = tier_count[row]
+        if count < 0:
+            return 0
+        if count == 0:
+            continue
+        start = tier_start[row]
+        if start < 0 or start + count > n_tiers:
+            return 0
+        previous = 0
+        for k in range(start, start + count):
+            if tier_price[k] < 0 or tier_upto[k] <= previous:
+                return 0
+            previous = tier_upto[k]
+        if previous != INT64_MAX_:
+            return 0
+    return 1
+
+
+def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_groups):
+    """Price a batch of usage events (see ``costcore.reference`` for the contract)."""
+    batch = prepare_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_groups)
+    rates = batch.rates
+
+    # Private copies of the rate columns: validated once, then read without the GIL, so a
+    # concurrent mutation of the caller's table cannot break memory safety.
+    cdef array.array unit_price_a = array.copy(rates.unit_price_nano)
+    cdef array.array tier_start_a = array.copy(rates.tier_start)
+    cdef array.array tier_count_a = array.copy(rates.tier_count)
+    cdef array.array tier_upto_a = array.copy(rates.tier_upto_micro)
+    cdef array.array tier_price_a = array.copy(rates.tier_price_nano)
+    cdef const long long[::1] unit_price = unit_price_a
+    cdef const int[::1] t_start = tier_start_a
+    cdef const int[::1] t_count = tier_count_a
+    cdef const long long[::1] t_upto = tier_upto_a
+    cdef const long long[::1] t_price = tier_price_a
+
+    cdef const long long[::1] qty = batch.quantity_micro
+    cdef const int[::1] rrow = batch.rate_row
+    cdef const int[::1] grp = batch.group
+    cdef const int[::1] tslot = batch.tier_slot
+    cdef long long[::1] cum = batch.tier_cum
+    cdef Py_ssize_t ngroups = batch.n_groups
+
+    cdef Py_ssize_t n = qty.shape[0]
+    cdef Py_ssize_t n_rows = unit_price.shape[0]
+    cdef Py_ssize_t n_slots = cum.shape[0]
+
+    cdef array.array cost_a = array.clone(_Q, n, True)
+    cdef array.array status_a = array.clone(_B, n, True)
+    cdef array.array gcost_a = array.clone(_Q, ngroups, True)
+    cdef array.array gqty_a = array.clone(_Q, ngroups, True)
+    cdef array.array gev_a = array.clone(_Q, ngroups, True)
+    cdef long long[::1] cost_out = cost_a
+    cdef signed char[::1] status_out = status_a
+    cdef long long[::1] gcost = gcost_a
+    cdef long long[::1] gqty = gqty_a
+    cdef long long[::1] gev = gev_a
+
+    cdef Py_ssize_t i, k, k_end, slot, row, key
+    cdef long long q, c, end, lower, upper, lo, hi, cost, new_gcost, new_gqty
+    cdef long long accepted = 0
+    cdef u128 amount
+    cdef int err = OK
+
+    with nogil:
+        # ---- validation passes (no output or tier_cum is touched before they all pass) ----
+        if not _rates_ok(unit_price, t_start, t_count, t_upto, t_price):
+            err = BAD_RATES
+        if err == OK:
+            for i in range(n_slots):
+                if cum[i] < 0:
+                    err = BAD_TIER_CUM
+                    break
+        if err == OK:
+            for i in range(n):
+                row = rrow[i]
+                key = grp[i]
+                slot = tslot[i]
+                if qty[i] < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
+                    err = BAD_EVENT
+                    break
+                if t_count[row] > 0:
+                    if slot < 0 or slot >= n_slots:
+                        err = BAD_EVENT
+                        break
+                elif slot != -1:
+                    err = BAD_EVENT
+                    break
+
+        # ---- pricing loop ----
+        if err == OK:
+            for i in range(n):
+                q = qty[i]
+                row = rrow[i]
+                key = grp[i]
+                # Re-check indices used for memory access: the GIL is released, so another
+                # thread could have modified the caller's arrays since validation.
+                if q < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
+                    err = MUTATED
+                    break
+                if t_count[row] == 0:
+                    slot = -1
+                    amount = <u128>q * <u128>unit_price[row]
+                else:
+                    slot = tslot[i]
+                    if slot < 0 or slot >= n_slots:
+                        err = MUTATED
+                        break
+                    c = cum[slot]
+                    if c < 0:
+                        err = MUTATED
+                        break
+                    if tl_add_overflow(c, q, &end):
+                        status_out[i] = 1
+                        continue
+                    amount = 0
+                    lower = 0
+                    k = t_start[row]
+                    k_end = k + t_count[row]
+                    while k < k_end:
+                        upper = t_upto[k]
+                        if upper > c:
+                            lo = c if c > lower else lower
+                            hi = end if end < upper else upper
+                            if hi > lo:
+                                amount += <u128>(hi - lo) * <u128>t_price[k]
+                        if upper >= end:
+                            break
+                        lower = upper
+                        k += 1
+                if tl_round_div_1e6(amount, &cost):
+                    status_out[i] = 1
+                    continue
+                if tl_add_overflow(gcost[key], cost, &new_gcost):
+                    status_out[i] = 1
+                    continue
+                if tl_add_overflow(gqty[key], q, &new_gqty):
+                    status_out[i] = 1
+                    continue
+                cost_out[i] = cost
+                gcost[key] = new_gcost
+                gqty[key] = new_gqty
+                gev[key] += 1
+                accepted += 1
+                if slot >= 0:
+                    cum[slot] = end
+
+    if err == BAD_RATES or err == BAD_TIER_CUM or err == BAD_EVENT:
+        # Let the shared Python checks produce the exact error message the reference raises.
+        check_rate_columns(unit_price_a, tier_start_a, tier_count_a, tier_upto_a, tier_price_a)
+        check_tier_cum(batch.tier_cum.tolist())
+        check_events(
+            batch.quantity_micro.tolist(),
+            batch.rate_row.tolist(),
+            batch.group.tolist(),
+            batch.tier_slot.tolist(),
+            tier_count_a,
+            batch.n_groups,
+            n_slots,
+        )
+        raise RuntimeError("internal error: kernel validation disagrees with costcore._contract")
+    if err == MUTATED:
+        raise RuntimeError(
+            "price_batch inputs were modified by another thread while being priced; "
+            "tier_cum may be partially updated"
+        )
+
+    return BatchResult(cost_a, status_a, gcost_a, gqty_a, gev_a, accepted)

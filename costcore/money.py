@@ -1,0 +1,139 @@
+"""Exact fixed-point money helpers.
+
+Every amount on the money path is a Python ``int`` (an ``int64`` in arrays):
+
+* quantities are micro-units: ``quantity * 10**6`` (``QUANTITY_SCALE``);
+* unit prices are nano-currency per unit: ``price * 10**9`` (``PRICE_SCALE``);
+* costs are nano-currency: ``cost * 10**9`` (``MONEY_SCALE``).
+
+No ``float`` is used anywhere. Parsing goes straight from the ``Decimal`` digit tuple to an
+integer, so it is exact and independent of the active ``decimal`` context.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+__all__ = [
+    "INT64_MAX",
+    "MONEY_SCALE",
+    "PRICE_DECIMALS",
+    "PRICE_SCALE",
+    "QUANTITY_DECIMALS",
+    "QUANTITY_SCALE",
+    "format_money",
+    "format_quantity",
+    "parse_price",
+    "parse_quantity",
+    "round_half_even_div",
+]
+
+INT64_MAX = 2**63 - 1
+
+QUANTITY_DECIMALS = 6
+PRICE_DECIMALS = 9
+MONEY_DECIMALS = 9
+
+QUANTITY_SCALE = 10**QUANTITY_DECIMALS
+PRICE_SCALE = 10**PRICE_DECIMALS
+MONEY_SCALE = 10**MONEY_DECIMALS
+
+# A non-zero value whose adjusted exponent exceeds this cannot fit in int64 at any of our scales;
+# rejecting it early avoids building astronomically large ints for inputs like "1E+999999999".
+_MAX_INT_DIGITS = len(str(INT64_MAX))
+
+
+def _to_decimal(value: Decimal | str | int, what: str) -> Decimal:
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"{what} must be a Decimal, str or int, not {type(value).__name__}")
+    try:
+        return Decimal(value)
+    except (InvalidOperation, ValueError):
+        raise ValueError(f"{what} is not a decimal number: {value!r}") from None
+
+
+def _parse_scaled(value: Decimal | str | int, decimals: int, what: str) -> int:
+    """Return ``value * 10**decimals`` exactly as an int, validating range and precision."""
+    d = _to_decimal(value, what)
+    if d.is_nan():
+        raise ValueError(f"{what} must be a number, got NaN")
+    if d.is_infinite():
+        raise ValueError(f"{what} must be finite, got {d}")
+    sign, digits, exponent = d.as_tuple()
+    assert isinstance(exponent, int)  # finite Decimal
+    coefficient = int("".join(map(str, digits)))
+    if coefficient == 0:
+        return 0  # also covers -0 and 0E-50
+    if sign:
+        raise ValueError(f"{what} must not be negative, got {d}")
+    # Strip trailing zeros of the coefficient so "1.50000000" counts as 2 decimal places.
+    while coefficient % 10 == 0:
+        coefficient //= 10
+        exponent += 1
+    if exponent < -decimals:
+        raise ValueError(f"{what} has more than {decimals} decimal places: {d}")
+    shift = exponent + decimals  # >= 0
+    if len(str(coefficient)) + shift > _MAX_INT_DIGITS:
+        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(INT64_MAX, decimals, 0)})")
+    scaled: int = coefficient * 10**shift
+    if scaled > INT64_MAX:
+        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(INT64_MAX, decimals, 0)})")
+    return scaled
+
+
+def parse_quantity(d: Decimal | str | int) -> int:
+    """Parse a non-negative quantity into exact micro-units (``int64``).
+
+    Raises ``ValueError`` for NaN/infinity, negative values, more than 6 decimal places, or a
+    result above ``INT64_MAX`` micro-units; ``TypeError`` for floats and other types.
+    """
+    return _parse_scaled(d, QUANTITY_DECIMALS, "quantity")
+
+
+def parse_price(d: Decimal | str | int) -> int:
+    """Parse a non-negative unit price into exact nano-currency per unit (``int64``).
+
+    Same checks as :func:`parse_quantity`, with at most 9 decimal places.
+    """
+    return _parse_scaled(d, PRICE_DECIMALS, "price")
+
+
+def _format_fixed(value: int, decimals: int, min_decimals: int) -> str:
+    sign = "-" if value < 0 else ""
+    whole, frac = divmod(abs(value), 10**decimals)
+    frac_text = str(frac).rjust(decimals, "0").rstrip("0")
+    if len(frac_text) < min_decimals:
+        frac_text = frac_text.ljust(min_decimals, "0")
+    return f"{sign}{whole}.{frac_text}" if frac_text else f"{sign}{whole}"
+
+
+def format_money(nano: int) -> str:
+    """Exact decimal string of a nano-currency amount.
+
+    At least two decimals; trailing zeros beyond two are stripped:
+    ``12500000000 -> "12.50"``, ``1 -> "0.000000001"``, ``-1500000000 -> "-1.50"``.
+    """
+    return _format_fixed(nano, MONEY_DECIMALS, 2)
+
+
+def format_quantity(micro: int) -> str:
+    """Exact decimal string of a micro-unit quantity without trailing zeros (``"3"``, ``"0.5"``)."""
+    return _format_fixed(micro, QUANTITY_DECIMALS, 0)
+
+
+def round_half_even_div(numerator: int, divisor: int) -> int:
+    """``numerator / divisor`` rounded to the nearest integer, ties to even. Exact for any ints.
+
+    Raises ``ZeroDivisionError`` if ``divisor`` is 0.
+    """
+    if divisor == 0:
+        raise ZeroDivisionError("round_half_even_div: divisor is zero")
+    if divisor < 0:
+        numerator, divisor = -numerator, -divisor
+    quotient, remainder = divmod(numerator, divisor)  # floor division: 0 <= remainder < divisor
+    twice = 2 * remainder
+    if twice > divisor or (twice == divisor and quotient % 2 == 1):
+        quotient += 1
+    return quotient
