@@ -427,7 +427,8 @@ class Store:
             cursor = 0
             while True:
                 cursor, fields = await self.client.hscan(key, cursor, count=1000)
-                expired = [f for f, v in fields.items() if int(v) < today]
+                entries = cast(dict[bytes, bytes], fields)
+                expired = [f for f, v in entries.items() if int(v) < today]
                 if expired:
                     removed += int(await self.client.hdel(key, *expired))
                 if cursor == 0:
