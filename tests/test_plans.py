@@ -24,22 +24,22 @@ Sources (figures checked against the papers' text, tables quoted in the test doc
 from __future__ import annotations
 
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from costcore.money import QUANTITY_SCALE, parse_price, round_half_even_div
+from costcore import QUANTITY_SCALE, parse_price, parse_quantity
 from service.domain.plans import (
     GRID_INTENSITY,
     PlanError,
     PlanEstimate,
     PlanIn,
     StageIn,
-    _segments,
     estimate_plan,
 )
 from service.domain.ratecards import COST_CATEGORIES, PricedSku, RateCardIn, validate_rate_card
@@ -760,17 +760,57 @@ def test_totals_are_consistent() -> None:
     assert again == est
 
 
+def _tier_portions(
+    uptos: list[int], prices: list[int], start: int, quantity: int
+) -> list[tuple[int, int]]:
+    """(micro-units, nano per unit) of ``quantity`` in each tier, from cumulative ``start``,
+    computed here from the tier bounds (independently of the plan module and of costcore)."""
+    end = start + quantity
+    out: list[tuple[int, int]] = []
+    lower = 0
+    for upper, price in zip([*uptos, None], prices, strict=False):
+        upto = end if upper is None else upper
+        out.append((max(0, min(end, upto) - max(start, lower)), price))
+        lower = upto
+    return out
+
+
+def _nano(text: str) -> int:
+    """A money string (at most 9 decimals) as exact nano-currency."""
+    return parse_price(Decimal(text))
+
+
+# Found by hypothesis: tier amounts 0 + 0.051836 + 0.500118 + 0.642808 = 1.194762 nano, so the
+# once-rounded cost is 1 nano while rounding each tier's amount would give 0 + 0 + 1 + 1 = 2.
+BREAKDOWN_ROUNDS_DOWN = {
+    "bounds": [1, 2, 2339],
+    "prices": [0, 51836, 214, 4, 0],
+    "quantities": [163041],
+}
+# And the other way: 0 + 0.000832 + 131.49948 = 131.500312 nano -> 132, tier by tier 131.
+BREAKDOWN_ROUNDS_UP = {"bounds": [1, 417], "prices": [0, 2, 1036, 0, 0], "quantities": [127347]}
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     bounds=st.lists(st.integers(1, 10**9), min_size=0, max_size=4, unique=True),
     prices=st.lists(st.integers(0, 10**10), min_size=5, max_size=5),
     quantities=st.lists(st.integers(0, 10**10), min_size=1, max_size=6),
 )
+@example(**BREAKDOWN_ROUNDS_DOWN)
+@example(**BREAKDOWN_ROUNDS_UP)
 def test_tier_breakdown_matches_priced_cost(
     bounds: list[int], prices: list[int], quantities: list[int]
 ) -> None:
-    """The per-tier breakdown shown on each line adds up to the line's quantity and, rounded
-    once, to the cost priced by costcore's reference pricer."""
+    """Each line's per-tier breakdown (quantity and unit price per tier) is the split of the
+    line's quantity over the tiers, continuing from the SKU's cumulative quantity; its exact
+    amounts Σ quantity_k × price_k add up to the line's unrounded cost, and the line's cost is
+    that exact sum rounded once, half-even, to a nano (the ledger's rule, costcore's contract).
+
+    The tier amounts rounded one by one need not add up to the cost: each of those n roundings
+    and the one of the sum is off by at most half a nano, so the two totals differ by at most
+    (n + 1) / 2 nano, and do differ for the two ``@example`` cases.
+    """
     uptos = sorted(bounds)
     tiers = tuple(zip([*uptos, None], prices, strict=False))
     priced = PricedSku("x.unit", "compute", "unit", False, prices[0], tiers, None)
@@ -780,12 +820,56 @@ def test_tier_breakdown_matches_priced_cost(
     ]
     est = estimate_plan(make_plan(stages), {"x.unit": priced})
     cumulative = 0
+    line_costs = []
     for stage, q in zip(est.stages, quantities, strict=True):
-        segments = _segments(priced, cumulative, q)
+        (line,) = stage.lines
+        portions = _tier_portions(uptos, prices, cumulative, q)
         cumulative += q
-        assert sum(s for s, _ in segments) == q
-        expected = round_half_even_div(sum(s * p for s, p in segments), QUANTITY_SCALE)
-        assert parse_price(Decimal(stage.total)) == expected
+        # The breakdown shown: the non-empty tier portions, in tier order.
+        assert line.tiers is not None
+        shown = [(parse_quantity(t.quantity), parse_price(t.unit_price)) for t in line.tiers]
+        assert shown == [(part, price) for part, price in portions if part > 0]
+        assert sum(part for part, _ in shown) == parse_quantity(line.quantity) == q
+        # Its exact amounts (micro-units x nano per unit = 10⁻¹⁵) sum to the unrounded cost...
+        exact = Fraction(sum(part * price for part, price in shown), QUANTITY_SCALE)  # nano
+        # ...and the cost is that sum rounded once, half-even (round() on a Fraction is exact
+        # and rounds ties to even): within half a nano of it.
+        cost = _nano(line.cost)
+        assert cost == round(exact)
+        assert abs(cost - exact) <= Fraction(1, 2)
+        # Tier-by-tier rounding is a different (and wrong) total, bounded as stated above.
+        by_tier = sum(round(Fraction(part * price, QUANTITY_SCALE)) for part, price in shown)
+        assert abs(by_tier - cost) <= Fraction(len(shown) + 1, 2)
+        # No contingency: the stage total is the line's cost.
+        assert _nano(stage.subtotal) == _nano(stage.total) == cost
+        line_costs.append(cost)
+    # Lines are rounded once each; the plan adds the rounded lines.
+    assert _nano(est.total) == sum(line_costs)
+
+
+def test_tier_breakdown_rounded_once_not_per_tier() -> None:
+    """The hypothesis counterexample, spelled out. Tiers (micro-units, nano per unit): up to 1
+    at 0, up to 2 at 51836, up to 2339 at 214, then 4; 163041 micro-units from 0.
+
+    Portions 1, 1, 2337, 160702; exact amounts 0, 0.051836, 0.500118, 0.642808 nano, sum
+    1.194762 nano -> cost 1 nano. Rounding each tier first would charge 0 + 0 + 1 + 1 = 2."""
+    case = BREAKDOWN_ROUNDS_DOWN
+    tiers = tuple(zip([*case["bounds"], None], case["prices"], strict=False))
+    priced = PricedSku("x.unit", "compute", "unit", False, 0, tiers, None)
+    plan = make_plan([{"stage": "other", "resources": [res("x.unit", "0.163041")]}])
+    line = estimate_plan(plan, {"x.unit": priced}).stages[0].lines[0]
+    assert line.tiers is not None
+    assert [(t.quantity, t.unit_price) for t in line.tiers] == [
+        ("0.000001", "0.00"),
+        ("0.000001", "0.000051836"),
+        ("0.002337", "0.000000214"),
+        ("0.160702", "0.000000004"),
+    ]
+    amounts = [1 * 0, 1 * 51836, 2337 * 214, 160702 * 4]  # 10⁻¹⁵ currency
+    assert amounts == [0, 51_836, 500_118, 642_808]
+    assert sum(amounts) == 1_194_762
+    assert line.cost == "0.000000001"  # round_half_even(1.194762 nano), once
+    assert sum(round(Fraction(a, QUANTITY_SCALE)) for a in amounts) == 2
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,11 @@ Definitions
   pricer (``costcore.price_batch_reference`` prices the lines), but the plan does not reset the
   counters at month boundaries as a rate card's monthly tiers do: usage of a tiered SKU spread
   over several months is priced as if it fell in one month, which with volume discounts
-  understates the bill. Each tiered line shows its per-tier breakdown (``tiers``).
+  understates the bill. Each tiered line shows its per-tier breakdown (``tiers``): the
+  quantity that fell in each tier and that tier's unit price, not a per-tier amount. The line's
+  ``cost`` is ``Σ tier quantity × tier price`` (exact) rounded once, so amounts rounded tier by
+  tier need not add up to it (e.g. 0.500118 + 0.642808 nano is 1.194762 -> 1 nano, while
+  rounding each part gives 1 + 1 = 2).
 * **Accelerator SKUs** are those that declare ``power_watts`` and those named as a stage's
   ``model.accelerator_sku``; their unit must be an hour unit (``hour``, ``gpu_hour``, ...).
   ``accelerator_hours`` sums every line on an accelerator SKU.
@@ -66,17 +70,19 @@ from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
-from costcore.money import (
+# Only costcore's public API (its package ``__all__``), not its submodules' layout.
+from costcore import (
     INT64_MAX,
     QUANTITY_SCALE,
+    STATUS_OVERFLOW,
+    RateRow,
+    RateTable,
     format_money,
     format_quantity,
     parse_quantity,
+    price_batch_reference,
     round_half_even_div,
 )
-from costcore.rates import RateRow, RateTable
-from costcore.reference import price_batch_reference
-from costcore.result import STATUS_OVERFLOW
 from service.domain.ratecards import (
     COST_CATEGORIES,
     CURRENCY_PATTERN,
