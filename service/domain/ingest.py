@@ -26,13 +26,16 @@ import msgspec
 from costcore import price_batch
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
+from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
+from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from service.domain.events import PROJECT_PATTERN, DecodedItem, EventIn
 from service.storage.redis_store import FIELD_SEP, IngestPlan, Keys, Store, seen_shard
 
 MAX_APPLY_ATTEMPTS = 64
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
+_budget_decoder = msgspec.json.Decoder(Budget)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -90,9 +93,16 @@ def _dims(stage: str, experiment: str, category: str, sku: str, owner: str, fixe
 
 
 def encode_log(
-    events: Sequence[PendingEvent], costs: Sequence[int], versions: Sequence[int]
+    events: Sequence[PendingEvent],
+    costs: Sequence[int],
+    versions: Sequence[int],
+    categories: Sequence[str],
 ) -> bytes:
-    """The log record of an accepted batch: enough to price every event again."""
+    """The log record of an accepted batch: enough to price every event again.
+
+    Row: id, time (µs since epoch), stage, experiment, owner, sku, quantity (micro), tags,
+    cost (nano), rate-card version number, category.
+    """
     rows = [
         (
             e.event.id,
@@ -105,8 +115,9 @@ def encode_log(
             e.event.tags or None,
             cost,
             version,
+            category,
         )
-        for e, cost, version in zip(events, costs, versions, strict=True)
+        for e, cost, version, category in zip(events, costs, versions, categories, strict=True)
     ]
     return zlib.compress(msgspec.msgpack.encode(rows), 1)
 
@@ -121,7 +132,8 @@ class PricedBatch:
 
     events: list[PendingEvent]
     costs: array[int]
-    versions: list[int]
+    versions: list[int]  # rate-card version numbers
+    categories: list[str]
     overflowed: list[PendingEvent]
     increments: list[tuple[str, str, int]]
     tier_checks: list[tuple[str, str, int]]
@@ -157,6 +169,7 @@ def price_events(
     group = array("i", bytes(4 * n))
     tier_slot = array("i", bytes(4 * n))
     versions: list[int] = []
+    categories: list[str] = []
     slots: dict[tuple[str, str], int] = {}
     groups: dict[tuple[str, str], int] = {}
     group_keys: list[tuple[str, str]] = []
@@ -164,10 +177,11 @@ def price_events(
     for i, e in enumerate(events):
         ev = e.event
         vi = history.index_at(ev.time)
-        versions.append(vi)
+        versions.append(history.versions[vi].version)
         row = catalog.row_of[(vi, ev.sku)]
         rate_row[i] = row
         sku = catalog.sku_of_row[row]
+        categories.append(sku.category)
         if sku.tiers:
             slot_key = (e.month, ev.sku)
             slot = slots.get(slot_key)
@@ -211,18 +225,21 @@ def price_events(
     priced: list[PendingEvent] = []
     costs = array("q")
     priced_versions: list[int] = []
+    priced_categories: list[str] = []
     overflowed: list[PendingEvent] = []
     for i, e in enumerate(events):
         if result.status[i] == STATUS_PRICED:
             priced.append(e)
             costs.append(result.cost_nano[i])
             priced_versions.append(versions[i])
+            priced_categories.append(categories[i])
         else:
             overflowed.append(e)
     return PricedBatch(
         priced,
         costs,
         priced_versions,
+        priced_categories,
         overflowed,
         increments,
         tier_checks,
@@ -249,6 +266,7 @@ class Ingestor:
         # Batches that move tier counters queue per project inside this process, so the
         # optimistic check only ever races batches of other processes.
         self._tier_locks: dict[str, asyncio.Lock] = {}
+        self._budgets: dict[str, tuple[str, list[Budget]]] = {}
 
     async def ingest(self, items: list[DecodedItem], principal: Principal) -> IngestReport:
         """Validate, price and apply a decoded batch. Raises ForbiddenProject before any write."""
@@ -341,7 +359,8 @@ class Ingestor:
                     priceable.append(e)
             if not priceable or catalog is None:
                 continue
-            done, dups, cost, overflowed = await self._apply(project, priceable, catalog)
+            budgets = await self.budgets_of(project, meta.get("budgets_rev", "0"))
+            done, dups, cost, overflowed = await self._apply(project, priceable, catalog, budgets)
             for e in overflowed:
                 reject(
                     by_index[e.index], "cost exceeds the largest representable amount", "quantity"
@@ -363,18 +382,35 @@ class Ingestor:
         )
 
     async def _apply(
-        self, project: str, events: list[PendingEvent], catalog: PricingCatalog
+        self,
+        project: str,
+        events: list[PendingEvent],
+        catalog: PricingCatalog,
+        budgets: Sequence[Budget],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
         await self.store.add_project(project)
         if not tier_keys_needed(events, catalog):
-            return await self._apply_unlocked(project, events, catalog)
+            return await self._apply_unlocked(project, events, catalog, budgets)
         lock = self._tier_locks.setdefault(project, asyncio.Lock())
         async with lock:
-            return await self._apply_unlocked(project, events, catalog)
+            return await self._apply_unlocked(project, events, catalog, budgets)
+
+    async def budgets_of(self, project: str, revision: str) -> list[Budget]:
+        """The project's budgets, read again only when their revision moved."""
+        cached = self._budgets.get(project)
+        if cached is not None and cached[0] == revision:
+            return cached[1]
+        budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets(project)]
+        self._budgets[project] = (revision, budgets)
+        return budgets
 
     async def _apply_unlocked(
-        self, project: str, events: list[PendingEvent], catalog: PricingCatalog
+        self,
+        project: str,
+        events: list[PendingEvent],
+        catalog: PricingCatalog,
+        budgets: Sequence[Budget],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         duplicates = 0
         for attempt in range(MAX_APPLY_ATTEMPTS):
@@ -388,6 +424,19 @@ class Ingestor:
             )
             if not priced.events:
                 return 0, duplicates, 0, priced.overflowed
+            counters = await budget_counters(
+                self.store,
+                project,
+                budgets,
+                [
+                    (e.event, c, cost)
+                    for e, c, cost in zip(
+                        priced.events, priced.categories, priced.costs, strict=True
+                    )
+                ],
+                catalog.currency or "",
+                datetime.now(UTC),
+            )
             min_id = ""
             if self.log_retention_ms:
                 min_id = str(int(time.time() * 1000) - self.log_retention_ms)
@@ -399,11 +448,14 @@ class Ingestor:
                     expiry_days=[e.expiry_day for e in priced.events],
                     tier_checks=priced.tier_checks,
                     increments=priced.increments,
-                    log_blob=encode_log(priced.events, priced.costs, priced.versions),
+                    log_blob=encode_log(
+                        priced.events, priced.costs, priced.versions, priced.categories
+                    ),
                     currency=catalog.currency or "",
                     rate_card=catalog.name,
                     duplicates_seen=duplicates,
                     log_min_id=min_id,
+                    counters=counters,
                 )
             )
             if outcome.status == 0:

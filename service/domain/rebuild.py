@@ -15,12 +15,15 @@ from decimal import Decimal
 import msgspec
 
 from costcore.money import format_money
+from service.domain.alerting import day_field, spend_field
+from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
 from service.domain.events import EventIn
 from service.domain.ingest import PendingEvent, decode_log, price_events, tier_keys_needed
-from service.storage.redis_store import Store
+from service.storage.redis_store import Keys, Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_budget_decoder = msgspec.json.Decoder(Budget)
 
 
 class RebuildReport(msgspec.Struct):
@@ -48,6 +51,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     meta = await store.project_meta(project)
     catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
     last = await store.last_log_entry(project)
+    budgets = [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
     events = batches = 0
@@ -91,6 +95,17 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
             for key, field, delta in priced.increments:
                 h = hashes.setdefault(key, {})
                 h[field] = h.get(field, 0) + delta
+            rows = list(
+                zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
+            )
+            spend = hashes.setdefault(Keys.budget_spend(project), {})
+            for (budget_id, period), (_, _, delta) in counters_for(budgets, rows).items():
+                field = spend_field(budget_id, period)
+                spend[field] = spend.get(field, 0) + delta
+            daily = hashes.setdefault(Keys.budget_daily(project), {})
+            for (budget_id, day_number), delta in daily_for(budgets, rows).items():
+                field = day_field(budget_id, day_number)
+                daily[field] = daily.get(field, 0) + delta
             tiers.update(priced.tier_after)
             events += len(batch)
             batches += 1

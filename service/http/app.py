@@ -29,6 +29,7 @@ from service.http.deps import Services
 from service.http.openapi import add_wire_schemas, security_components
 from service.http.problems import from_validation, redis_unavailable
 from service.http.routes.admin import ProjectController, TokenController
+from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
 from service.http.routes.health import healthz, readyz
@@ -109,6 +110,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             CostsController,
             ProjectController,
             TokenController,
+            BudgetController,
+            AlertController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},

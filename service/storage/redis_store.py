@@ -16,6 +16,11 @@ tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (gradua
 tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
 tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
+tl:P:budgets                    hash    budget id -> JSON
+tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in that period
+tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
+tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
+tl:P:alerts                     stream  alerts as decided by the ingest script
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:ratecards                    set     rate-card names
 tl:ratecard:<name>              hash    version number -> JSON of that version
@@ -84,6 +89,26 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:rejidx"
 
     @staticmethod
+    def budgets(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:budgets"
+
+    @staticmethod
+    def budget_spend(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bspend"
+
+    @staticmethod
+    def budget_daily(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bday"
+
+    @staticmethod
+    def budget_fired(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bfired"
+
+    @staticmethod
+    def alerts(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:alerts"
+
+    @staticmethod
     def staging(project: str, live_key: str) -> str:
         suffix = live_key.split("}:", 1)[1]
         return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
@@ -117,15 +142,25 @@ class Keys:
 
 # Apply one project's priced batch atomically. Every check runs before the first write, and
 # the duplicate check undoes its own marks, so the script never leaves a partial batch behind.
+# (Redis's cmsgpack reads no msgpack "bin" type: everything in the payload is a str.)
 #   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
 #   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
-#                     log_min_id ("" = keep all)], each list flat in triples:
+#                     log_min_id ("" = keep all), counters, alerts key#], the first three flat
+#           in triples:
 #           events (key#, id, expiry day), tier_checks (key#, sku, expected), increments
 #           (key#, field, delta). Amounts travel as strings: Lua numbers are doubles.
+#           counters: [key#, field, delta, checks] with checks [mode, limit, marker key#,
+#           alert id, alert JSON]; mode 'c' fires when the counter goes from below the limit
+#           to at or above it, 'a' when it ends strictly above; each alert id fires once.
 #   ARGV[2] the log blob
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based indices of events already
 # seen), or {2, j} (tier counter j changed since it was read: price again).
 INGEST_LUA = r"""
+local function lt(a, b)  -- exact "<" on non-negative integer strings (Lua numbers are doubles)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+
 local p = cmsgpack.unpack(ARGV[1])
 local ev, tc, inc = p[1], p[2], p[3]
 
@@ -159,6 +194,24 @@ for l = 1, #inc, 3 do
   redis.call('HINCRBY', KEYS[inc[l]], inc[l + 1], inc[l + 2])
 end
 
+for _, c in ipairs(p[8]) do
+  local key = KEYS[c[1]]
+  local before = redis.call('HGET', key, c[2]) or '0'
+  redis.call('HINCRBY', key, c[2], c[3])
+  local after = redis.call('HGET', key, c[2])
+  for _, chk in ipairs(c[4]) do
+    local fire
+    if chk[1] == 'c' then
+      fire = lt(before, chk[2]) and not lt(after, chk[2])
+    else
+      fire = lt(chk[2], after)
+    end
+    if fire and redis.call('HSETNX', KEYS[chk[3]], chk[4], after) == 1 then
+      redis.call('XADD', KEYS[p[9]], '*', 'id', chk[4], 'a', chk[5], 's', after)
+    end
+  end
+end
+
 if redis.call('EXISTS', KEYS[3]) == 1 then
   for i = 1, #ev, 3 do
     if redis.call('HDEL', KEYS[3], ev[i + 1]) == 1 then
@@ -180,6 +233,34 @@ else
   entry = redis.call('XADD', KEYS[2], '*', 'b', ARGV[2])
 end
 return {0, entry}
+"""
+
+# Set a new budget's counters from the log, if no batch was accepted since it was read, and
+# record the thresholds its spend already passed.
+#   KEYS[1] log, KEYS[2] bspend, KEYS[3] bday, KEYS[4] bfired, KEYS[5] alerts
+#   ARGV[1] last log entry id seen, ARGV[2] msgpack [spend pairs, day pairs, checks] where
+#   pairs are flat (field, value) and checks are [field, limit, alert id, alert JSON].
+INIT_BUDGET_LUA = r"""
+local function lt(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last_id = ''
+if #last > 0 then last_id = last[1][1] end
+if last_id ~= ARGV[1] then
+  return 0
+end
+local p = cmsgpack.unpack(ARGV[2])
+for i = 1, #p[1], 2 do redis.call('HSET', KEYS[2], p[1][i], p[1][i + 1]) end
+for i = 1, #p[2], 2 do redis.call('HSET', KEYS[3], p[2][i], p[2][i + 1]) end
+for _, chk in ipairs(p[3]) do
+  local spent = redis.call('HGET', KEYS[2], chk[1]) or '0'
+  if not lt(spent, chk[2]) and redis.call('HSETNX', KEYS[4], chk[3], spent) == 1 then
+    redis.call('XADD', KEYS[5], '*', 'id', chk[3], 'a', chk[4], 's', spent)
+  end
+end
+return 1
 """
 
 # Count duplicates that were answered without reaching INGEST (every event already seen).
@@ -232,6 +313,25 @@ class IngestPlan:
     rate_card: str
     duplicates_seen: int
     log_min_id: str
+    counters: Sequence[BudgetCounter] = ()
+
+
+@dataclass(frozen=True)
+class LimitCheck:
+    mode: str  # "c": crossed from below to at/above; "a": ends strictly above
+    limit: int
+    alert_id: str
+    alert_json: bytes
+
+
+@dataclass(frozen=True)
+class BudgetCounter:
+    """Add `delta` to a budget counter and check its limits, inside the ingest script."""
+
+    daily: bool  # the per-day counter (growth) rather than the per-period one
+    field: str
+    delta: int
+    checks: Sequence[LimitCheck]
 
 
 @dataclass(frozen=True)
@@ -273,6 +373,7 @@ class Store:
         self._count_dups = client.register_script(COUNT_DUPLICATES_LUA)
         self._put_card = client.register_script(PUT_RATE_CARD_LUA)
         self._swap = client.register_script(SWAP_REBUILD_LUA)
+        self._init_budget = client.register_script(INIT_BUDGET_LUA)
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -395,6 +496,14 @@ class Store:
         increments: list[Any] = []
         for key, field, delta in plan.increments:
             increments += (ref(key), field, str(delta))
+        counters: list[Any] = []
+        for counter in plan.counters:
+            key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
+            checks = [
+                [c.mode, str(c.limit), ref(Keys.budget_fired(p)), c.alert_id, c.alert_json.decode()]
+                for c in counter.checks
+            ]
+            counters.append([ref(key), counter.field, str(counter.delta), checks])
         payload = msgspec.msgpack.encode(
             [
                 events,
@@ -404,6 +513,8 @@ class Store:
                 plan.rate_card,
                 str(plan.duplicates_seen),
                 plan.log_min_id,
+                counters,
+                ref(Keys.alerts(p)),
             ]
         )
         args = [payload, plan.log_blob]
@@ -438,6 +549,76 @@ class Store:
     async def count_duplicates(self, project: str, count: int) -> None:
         if count:
             await self._count_dups(keys=[Keys.meta(project)], args=[count])
+
+    # --- budgets and alerts ------------------------------------------------------------
+
+    async def put_budget(self, project: str, budget_id: str, budget_json: bytes) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(Keys.budgets(project), budget_id, budget_json)
+        pipe.hincrby(Keys.meta(project), "budgets_rev", 1)
+        await pipe.execute()
+        await self.add_project(project)
+
+    async def delete_budget(self, project: str, budget_id: str) -> bool:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hdel(Keys.budgets(project), budget_id)
+        pipe.hincrby(Keys.meta(project), "budgets_rev", 1)
+        removed, _ = await pipe.execute()
+        return bool(removed)
+
+    async def budgets(self, project: str) -> list[bytes]:
+        raw = await self.client.hgetall(Keys.budgets(project))
+        return [_bytes(v) for _, v in sorted(raw.items())]
+
+    async def budget_counters(
+        self, project: str, spend_fields: Sequence[str], day_fields: Sequence[str]
+    ) -> tuple[list[int], list[int]]:
+        pipe = self.client.pipeline(transaction=False)
+        if spend_fields:
+            pipe.hmget(Keys.budget_spend(project), list(spend_fields))
+        if day_fields:
+            pipe.hmget(Keys.budget_daily(project), list(day_fields))
+        replies = await pipe.execute()
+        spend = [int(v or 0) for v in replies.pop(0)] if spend_fields else []
+        days = [int(v or 0) for v in replies.pop(0)] if day_fields else []
+        return spend, days
+
+    async def fired_alerts(self, project: str) -> dict[str, int]:
+        raw = await self.client.hgetall(Keys.budget_fired(project))
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    async def init_budget_counters(
+        self,
+        project: str,
+        last_seen_entry: str,
+        spend: dict[str, int],
+        days: dict[str, int],
+        checks: Sequence[tuple[str, int, str, bytes]],
+    ) -> bool:
+        payload = msgspec.msgpack.encode(
+            [
+                [x for f, v in spend.items() for x in (f, str(v))],
+                [x for f, v in days.items() for x in (f, str(v))],
+                [[f, str(limit), alert_id, body.decode()] for f, limit, alert_id, body in checks],
+            ]
+        )
+        keys = [
+            Keys.log(project),
+            Keys.budget_spend(project),
+            Keys.budget_daily(project),
+            Keys.budget_fired(project),
+            Keys.alerts(project),
+        ]
+        return bool(await self._init_budget(keys=keys, args=[last_seen_entry, payload]))
+
+    async def alerts(
+        self, project: str, start: str = "-", end: str = "+", count: int = 100
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        raw = await self.client.xrange(Keys.alerts(project), min=start, max=end, count=count)
+        return [
+            (_text(entry_id), {_text(k): _bytes(v) for k, v in (fields or {}).items()})
+            for entry_id, fields in raw or []
+        ]
 
     # --- dead letters -------------------------------------------------------------------
 
@@ -519,13 +700,14 @@ class Store:
         await pipe.execute()
 
     async def live_total_keys(self, project: str) -> list[str]:
-        """Every live key a rebuild replaces: per-day totals, the daily index, tier counters."""
+        """Every live key a rebuild replaces: per-day totals, the daily index, tier counters,
+        budget counters."""
         days = await self.daily_costs(project)
         months = sorted({d[:6] for d in days})
         return (
             [Keys.totals(project, d) for d in sorted(days)]
             + [Keys.tier(project, m) for m in months]
-            + [Keys.daily(project)]
+            + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
         )
 
     async def swap_rebuild(
