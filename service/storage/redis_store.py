@@ -21,6 +21,8 @@ tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in t
 tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
 tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
 tl:P:alerts                     stream  alerts as decided by the ingest script
+tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
+tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:ratecards                    set     rate-card names
 tl:ratecard:<name>              hash    version number -> JSON of that version
@@ -107,6 +109,14 @@ class Keys:
     @staticmethod
     def alerts(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:alerts"
+
+    @staticmethod
+    def plans(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:plans"
+
+    @staticmethod
+    def progress(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:progress"
 
     @staticmethod
     def staging(project: str, live_key: str) -> str:
@@ -619,6 +629,28 @@ class Store:
             (_text(entry_id), {_text(k): _bytes(v) for k, v in (fields or {}).items()})
             for entry_id, fields in raw or []
         ]
+
+    # --- plans -------------------------------------------------------------------------
+
+    async def put_plan(self, project: str, plan_id: str, plan_json: bytes) -> None:
+        await self.client.hset(Keys.plans(project), plan_id, plan_json)
+        await self.add_project(project)
+
+    async def plan(self, project: str, plan_id: str) -> bytes | None:
+        raw = await self.client.hget(Keys.plans(project), plan_id)
+        return _bytes(raw) if raw is not None else None
+
+    async def plans(self, project: str) -> list[bytes]:
+        raw = await self.client.hgetall(Keys.plans(project))
+        return [_bytes(v) for _, v in sorted(raw.items())]
+
+    async def put_progress(self, project: str, fields: dict[str, bytes]) -> None:
+        await self.client.hset(Keys.progress(project), mapping=cast(Any, fields))
+
+    async def progress(self, project: str, plan_id: str) -> dict[str, bytes]:
+        raw = await self.client.hgetall(Keys.progress(project))
+        prefix = plan_id + "|"
+        return {_text(k): _bytes(v) for k, v in raw.items() if _text(k).startswith(prefix)}
 
     # --- dead letters -------------------------------------------------------------------
 
