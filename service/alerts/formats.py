@@ -237,7 +237,7 @@ def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
     ``hmac.new(secret_enc, string_to_sign_enc, digestmod=hashlib.sha256)`` followed by
     ``urllib.parse.quote_plus(base64.b64encode(hmac_code))``.
     """
-    mac = hmac.new(f"{timestamp_ms}\n{secret}".encode(), secret.encode(), hashlib.sha256)
+    mac = hmac.new(secret.encode(), f"{timestamp_ms}\n{secret}".encode(), hashlib.sha256)
     return base64.b64encode(mac.digest()).decode("ascii")
 
 

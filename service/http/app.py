@@ -33,6 +33,7 @@ from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
 from service.http.routes.health import healthz, readyz
+from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
 from service.http.security import BearerTokenMiddleware
 from service.storage.redis_store import Store
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             TokenController,
             BudgetController,
             AlertController,
+            PlanController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
