@@ -24,10 +24,16 @@ tl:P:alerts                     stream  alerts as decided by the ingest script
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
+tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
+tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
+                                        lease moves the score ahead while a sender holds one
+tl:P:dlvdone                    zset    delivered delivery ids scored by delivery time (ms)
+tl:P:dlvdead                    zset    failed delivery ids (dead letters) by failure time (ms)
 tl:ratecards                    set     rate-card names
 tl:ratecard:<name>              hash    version number -> JSON of that version
 tl:ratecard:<name>:rev          string  bumped on every new version (cache invalidation)
 tl:projects                     set     project names that have data or settings
+tl:webhooks                     hash    webhook id -> JSON (url, format, secret, filters)
 tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
 tl:tokens                       hash    token id -> sha256, for listing and revoking
 ==============================  ======  =====================================================
@@ -43,6 +49,7 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 NAMESPACE = "tl"
 SEEN_SHARDS = 64
@@ -146,6 +153,26 @@ class Keys:
     @staticmethod
     def token_index() -> str:
         return f"{NAMESPACE}:tokens"
+
+    @staticmethod
+    def webhooks() -> str:
+        return f"{NAMESPACE}:webhooks"
+
+    @staticmethod
+    def deliveries(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlv"
+
+    @staticmethod
+    def delivery_queue(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvq"
+
+    @staticmethod
+    def delivery_dead(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvdead"
+
+    @staticmethod
+    def delivery_done(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
 
 
 # --- Lua scripts -----------------------------------------------------------------------------
@@ -307,6 +334,89 @@ end
 return 1
 """
 
+# Turn one alert of the stream into its webhook deliveries (the outbox), then acknowledge it,
+# in one step: an alert read by a dispatcher that dies before this runs stays pending in the
+# consumer group and is claimed again; running this twice creates nothing new (HSETNX).
+#   KEYS[1] alerts, KEYS[2] dlv, KEYS[3] dlvq
+#   ARGV[1] consumer group, ARGV[2] stream entry id, ARGV[3] first attempt time (ms),
+#   then pairs (delivery id, delivery JSON)
+DISPATCH_ALERT_LUA = r"""
+local created = 0
+for i = 4, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[i])
+    created = created + 1
+  end
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return created
+"""
+
+# Lease the deliveries that are due: each one's score moves to the end of the lease, so no
+# other sender takes it before then; that new score is the lease's token for SETTLE.
+#   KEYS[1] dlvq, KEYS[2] dlv; ARGV[1] now (ms), ARGV[2] lease end (ms), ARGV[3] max count
+# Returns flat pairs (delivery id, delivery JSON).
+CLAIM_DELIVERIES_LUA = r"""
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, id in ipairs(due) do
+  local record = redis.call('HGET', KEYS[2], id)
+  if record then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], id)
+    out[#out + 1] = id
+    out[#out + 1] = record
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
+"""
+
+# Record an attempt's outcome, if the sender still holds the lease (the score is its token and
+# the record is the one it claimed): retry later, delivered, or failed (dead letter).
+#   KEYS[1] dlvq, KEYS[2] dlv, KEYS[3] dlvdone, KEYS[4] dlvdead
+#   ARGV[1] delivery id, ARGV[2] lease token, ARGV[3] record as claimed, ARGV[4] new record,
+#   ARGV[5] 'retry' | 'delivered' | 'failed', ARGV[6] score: next attempt or time of the outcome
+SETTLE_DELIVERY_LUA = r"""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then
+  return 0
+end
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+if ARGV[5] == 'retry' then
+  redis.call('ZADD', KEYS[1], ARGV[6], ARGV[1])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if ARGV[5] == 'delivered' then
+    redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+  end
+end
+return 1
+"""
+
+# Move dead letters back to the due queue, each only if it is still the record that was read.
+#   KEYS[1] dlvq, KEYS[2] dlv, KEYS[3] dlvdead
+#   ARGV[1] due time (ms), then triples (delivery id, record as read, new record)
+# Returns the ids moved.
+REDELIVER_LUA = r"""
+local moved = {}
+for i = 2, #ARGV, 3 do
+  local id = ARGV[i]
+  if redis.call('ZSCORE', KEYS[3], id) and redis.call('HGET', KEYS[2], id) == ARGV[i + 1] then
+    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('ZADD', KEYS[1], ARGV[1], id)
+    moved[#moved + 1] = id
+  end
+end
+return moved
+"""
+
 
 @dataclass(frozen=True)
 class IngestPlan:
@@ -384,13 +494,26 @@ class Store:
         self._put_card = client.register_script(PUT_RATE_CARD_LUA)
         self._swap = client.register_script(SWAP_REBUILD_LUA)
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
+        self._dispatch_alert = client.register_script(DISPATCH_ALERT_LUA)
+        self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
+        self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
+        self._redeliver = client.register_script(REDELIVER_LUA)
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
+    def from_url(cls, url: str, max_connections: int = 64) -> Store:
         if url.startswith(("redis+cluster://", "rediss+cluster://")):
             real = url.replace("+cluster", "", 1)
             return cls(RedisCluster.from_url(real, decode_responses=False))
-        return cls(aioredis.Redis.from_url(url, decode_responses=False, health_check_interval=10))
+        # A blocking pool: under a burst, a request waits for a free connection (up to
+        # `timeout` seconds) instead of failing with "too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=20,
+            decode_responses=False,
+            health_check_interval=10,
+        )
+        return cls(aioredis.Redis.from_pool(pool))  # the client owns (and closes) the pool
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -754,3 +877,148 @@ class Store:
             with contextlib.suppress(Exception):
                 await self.client.delete(*[Keys.staging(project, k) for k in replace])
         return bool(done)
+
+    # --- webhooks and deliveries --------------------------------------------------------
+
+    async def put_webhook(self, webhook_id: str, webhook_json: bytes) -> None:
+        await self.client.hset(Keys.webhooks(), webhook_id, webhook_json)
+
+    async def webhooks(self) -> dict[str, bytes]:
+        raw = await self.client.hgetall(Keys.webhooks())
+        return {_text(k): _bytes(v) for k, v in sorted(raw.items())}
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        return bool(await self.client.hdel(Keys.webhooks(), webhook_id))
+
+    async def alerts_to_dispatch(
+        self, project: str, group: str, consumer: str, count: int, min_idle_ms: int
+    ) -> list[tuple[str, dict[str, bytes] | None]]:
+        """Alerts for the delivery dispatcher: first those another consumer read and left
+        unacknowledged for `min_idle_ms` (it died), then new ones. Creates the consumer group
+        (from the stream's start) the first time. Fields are None for an entry deleted while
+        pending."""
+        key = Keys.alerts(project)
+        try:
+            claimed = await self.client.xautoclaim(
+                key, group, consumer, min_idle_ms, "0-0", count=count
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            with contextlib.suppress(ResponseError):  # BUSYGROUP: another worker made it
+                await self.client.xgroup_create(key, group, id="0", mkstream=True)
+            claimed = [b"0-0", [], []]
+        entries: list[tuple[str, dict[str, bytes] | None]] = [
+            (_text(entry_id), {_text(k): _bytes(v) for k, v in fields.items()} if fields else None)
+            for entry_id, fields in (claimed[1] or [])
+        ]
+        entries += [(_text(entry_id), None) for entry_id in (claimed[2] if len(claimed) > 2 else [])]
+        raw = await self.client.xreadgroup(group, consumer, {key: ">"}, count=count)
+        streams = raw.items() if isinstance(raw, dict) else (raw or [])
+        for _, items in streams:
+            for entry_id, fields in items or []:
+                entries.append(
+                    (
+                        _text(entry_id),
+                        {_text(k): _bytes(v) for k, v in fields.items()} if fields else None,
+                    )
+                )
+        return entries
+
+    async def dispatch_alert(
+        self,
+        project: str,
+        group: str,
+        entry_id: str,
+        due_ms: int,
+        deliveries: Sequence[tuple[str, bytes]],
+    ) -> int:
+        """Create the alert's deliveries (those not yet there) and acknowledge the entry."""
+        args: list[Any] = [group, entry_id, due_ms]
+        for delivery_id, record in deliveries:
+            args += [delivery_id, record]
+        keys = [Keys.alerts(project), Keys.deliveries(project), Keys.delivery_queue(project)]
+        return int(await self._dispatch_alert(keys=keys, args=args))
+
+    async def claim_deliveries(
+        self, project: str, now_ms: int, lease_until_ms: int, count: int
+    ) -> list[tuple[str, bytes]]:
+        """Lease up to `count` due deliveries until `lease_until_ms` (the lease's token)."""
+        keys = [Keys.delivery_queue(project), Keys.deliveries(project)]
+        reply = await self._claim_deliveries(keys=keys, args=[now_ms, lease_until_ms, count])
+        return [(_text(reply[i]), _bytes(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+    async def settle_delivery(
+        self,
+        project: str,
+        delivery_id: str,
+        token: int,
+        claimed: bytes,
+        record: bytes,
+        outcome: str,
+        score_ms: int,
+    ) -> bool:
+        """Store an attempt's outcome ('retry', 'delivered' or 'failed'); False when the lease
+        was lost (another sender took the delivery, or it changed) and nothing was written."""
+        keys = [
+            Keys.delivery_queue(project),
+            Keys.deliveries(project),
+            Keys.delivery_done(project),
+            Keys.delivery_dead(project),
+        ]
+        args = [delivery_id, token, claimed, record, outcome, score_ms]
+        return bool(await self._settle_delivery(keys=keys, args=args))
+
+    async def delivery_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
+        if not ids:
+            return []
+        raw = await self.client.hmget(Keys.deliveries(project), list(ids))
+        return [_bytes(r) if r is not None else None for r in raw]
+
+    async def delivery_page(
+        self, project: str, statuses: Sequence[str], offset: int, limit: int
+    ) -> tuple[list[bytes], int]:
+        """Deliveries by status ('pending' by next attempt, 'failed' by failure time,
+        'delivered' by delivery time), the statuses in the order given; and their total."""
+        index = {
+            "pending": Keys.delivery_queue(project),
+            "failed": Keys.delivery_dead(project),
+            "delivered": Keys.delivery_done(project),
+        }
+        pipe = self.client.pipeline(transaction=False)
+        for status in statuses:
+            pipe.zcard(index[status])
+        sizes = [int(n) for n in await pipe.execute()]
+        ids: list[str] = []
+        start = offset
+        for status, size in zip(statuses, sizes, strict=True):
+            if start >= size:
+                start -= size
+                continue
+            want = limit - len(ids)
+            if want <= 0:
+                break
+            page = await self.client.zrange(index[status], start, start + want - 1)
+            ids += [_text(i) for i in page]
+            start = 0
+        records = await self.delivery_records(project, ids)
+        return [r for r in records if r is not None], sum(sizes)
+
+    async def failed_delivery_ids(self, project: str, limit: int) -> list[str]:
+        return [_text(i) for i in await self.client.zrange(Keys.delivery_dead(project), 0, limit - 1)]
+
+    async def redeliver(
+        self, project: str, due_ms: int, items: Sequence[tuple[str, bytes, bytes]]
+    ) -> list[str]:
+        """Move dead letters back to the queue: (id, record as read, new record); the ids moved."""
+        if not items:
+            return []
+        args: list[Any] = [due_ms]
+        for delivery_id, old, new in items:
+            args += [delivery_id, old, new]
+        keys = [
+            Keys.delivery_queue(project),
+            Keys.deliveries(project),
+            Keys.delivery_dead(project),
+        ]
+        return [_text(i) for i in await self._redeliver(keys=keys, args=args)]
