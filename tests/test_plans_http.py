@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from tests.conftest import Api, event
@@ -55,7 +56,7 @@ async def test_estimate_turns_model_terms_into_hours_by_6nd(api: Api) -> None:
     step = est["stages"][0]["derivation"]
     # 6 × 7e9 × 1e12 = 4.2e22 FLOPs; at 1e15 × 0.5 FLOP/s that is 8.4e7 s = 23,333.333333 h
     # (micro-hours, half-even); at 2.50 per hour: 23,333,333,333 µh × 2.5 = 58,333.3333325.
-    assert Fraction_eq(step["flops"], "42000000000000000000000")
+    assert same_number(step["flops"], "42000000000000000000000")
     assert step["accelerator_hours"] == "23333.333333"
     assert est["total"] == "58333.3333325"
     # Nothing was saved.
@@ -63,9 +64,7 @@ async def test_estimate_turns_model_terms_into_hours_by_6nd(api: Api) -> None:
         assert (await c.get("/v1/plans", params={"project": "llm"})).json() == []
 
 
-def Fraction_eq(text: str, expected: str) -> bool:  # noqa: N802 - reads like the assertion
-    from decimal import Decimal
-
+def same_number(text: str, expected: str) -> bool:
     return Decimal(text) == Decimal(expected)
 
 
