@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -12,7 +11,6 @@ import msgspec
 from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field, threshold_checks
 from service.domain.budgets import (
-    AlertKind,
     AlertRecord,
     Budget,
     BudgetIn,
@@ -23,8 +21,7 @@ from service.domain.budgets import (
     new_budget,
     period_of,
 )
-from service.domain.events import EventIn
-from service.domain.ingest import decode_log
+from service.domain.ingest import read_log
 from service.storage.redis_store import Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -34,38 +31,6 @@ _alert_decoder = msgspec.json.Decoder(AlertRecord)
 
 class BudgetConflict(Exception):
     pass
-
-
-async def logged_events(
-    store: Store, project: str, last: str
-) -> AsyncIterator[list[tuple[EventIn, str, int]]]:
-    """The accepted events of the log up to entry `last`, per batch: (event, category, cost)."""
-    after = "-"
-    while last:
-        page = await store.log_entries(project, after=after, count=200)
-        for entry_id, blob in page:
-            after = entry_id
-            batch = []
-            for row in decode_log(blob):
-                event_id, epoch_us, stage, experiment, owner, sku, _, tags, cost = row[:9]
-                category = row[10] if len(row) > 10 else ""
-                event = EventIn(
-                    id=event_id,
-                    time=_EPOCH + timedelta(microseconds=epoch_us),
-                    project=project,
-                    sku=sku,
-                    quantity=Decimal(0),
-                    stage=stage,
-                    experiment=experiment,
-                    owner=owner,
-                    tags=tags or {},
-                )
-                batch.append((event, category, cost))
-            yield batch
-            if entry_id == last:
-                return
-        if not page:
-            return
 
 
 async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
@@ -80,7 +45,8 @@ async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
         last = await store.last_log_entry(budget.project)
         spend: dict[str, int] = {}
         days: dict[str, int] = {}
-        async for batch in logged_events(store, budget.project, last):
+        async for _, rows in read_log(store, budget.project, last):
+            batch = [(row.event(budget.project), row.category, row.cost_nano) for row in rows]
             for (_, period), (_, _, delta) in counters_for([budget], batch).items():
                 field = spend_field(budget.id, period)
                 spend[field] = spend.get(field, 0) + delta
@@ -164,20 +130,11 @@ async def budget_status(
     )
 
 
-class AlertView(msgspec.Struct, kw_only=True, omit_defaults=True):
-    id: str
-    kind: AlertKind
-    project: str
-    budget_id: str
-    budget_name: str
-    scope: dict[str, str]
-    period: str
-    threshold_pct: int | None = None
-    amount: str
-    limit: str
+class AlertView(AlertRecord, kw_only=True, omit_defaults=True):
+    """An alert as recorded, with the spend when it fired and the stream cursor."""
+
     spent: str
     over_by: str
-    currency: str
     occurred_at: datetime
     cursor: str
 

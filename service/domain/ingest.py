@@ -16,10 +16,11 @@ import re
 import time
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -122,8 +123,61 @@ def encode_log(
     return zlib.compress(msgspec.msgpack.encode(rows), 1)
 
 
-def decode_log(blob: bytes) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in msgspec.msgpack.decode(zlib.decompress(blob))]
+class LoggedEvent(NamedTuple):
+    """One row of the accepted-event log (see `encode_log`)."""
+
+    id: str
+    epoch_us: int
+    stage: str
+    experiment: str
+    owner: str
+    sku: str
+    quantity_micro: int
+    tags: dict[str, str] | None
+    cost_nano: int
+    version: int
+    category: str
+
+    def event(self, project: str) -> EventIn:
+        """The event as it was accepted (quantity left out: `quantity_micro` is exact)."""
+        return EventIn(
+            id=self.id,
+            time=_EPOCH + timedelta(microseconds=self.epoch_us),
+            project=project,
+            sku=self.sku,
+            quantity=Decimal(0),
+            stage=self.stage,  # type: ignore[arg-type]  # as validated when accepted
+            experiment=self.experiment,
+            owner=self.owner,
+            tags=self.tags or {},
+        )
+
+    def pending(self, project: str, index: int) -> PendingEvent:
+        """The event ready to be priced again, as ingestion would have prepared it."""
+        day = _day_name(self.epoch_us // 86_400_000_000)
+        return PendingEvent(
+            index, self.event(project), self.quantity_micro, self.epoch_us, day, day[:6], 0
+        )
+
+
+def decode_log(blob: bytes) -> list[LoggedEvent]:
+    return [LoggedEvent(*row) for row in msgspec.msgpack.decode(zlib.decompress(blob))]
+
+
+async def read_log(
+    store: Store, project: str, last: str
+) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
+    """Every logged batch of the project up to entry `last`, in the order it was applied."""
+    after = "-"
+    while last:
+        page = await store.log_entries(project, after=after, count=200)
+        if not page:
+            return
+        for entry_id, blob in page:
+            after = entry_id
+            yield entry_id, decode_log(blob)
+            if entry_id == last:
+                return
 
 
 @dataclass

@@ -9,8 +9,7 @@ accepted meanwhile.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -18,8 +17,7 @@ from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field
 from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
-from service.domain.events import EventIn
-from service.domain.ingest import PendingEvent, decode_log, price_events, tier_keys_needed
+from service.domain.ingest import price_events, read_log, tier_keys_needed
 from service.storage.redis_store import Keys, Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -39,6 +37,10 @@ class RebuildError(Exception):
     pass
 
 
+def _add(counters: dict[str, int], field: str, delta: int) -> None:
+    counters[field] = counters.get(field, 0) + delta
+
+
 async def rebuild_project(store: Store, rate_cards: RateCards, project: str) -> RebuildReport:
     for _ in range(5):
         report = await _rebuild_once(store, rate_cards, project)
@@ -55,62 +57,36 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
     events = batches = 0
-    after = "-"
-    while last:
-        page = await store.log_entries(project, after=after, count=200)
-        for entry_id, blob in page:
-            after = entry_id
-            rows = decode_log(blob)
-            batch: list[PendingEvent] = []
-            for r in rows:
-                event_id, epoch_us, stage, experiment, owner, sku, qty, tags = r[:8]
-                when = _EPOCH + timedelta(microseconds=epoch_us)
-                day = when.strftime("%Y%m%d")
-                ev = EventIn(
-                    id=event_id,
-                    time=when,
-                    project=project,
-                    sku=sku,
-                    quantity=Decimal(0),
-                    stage=stage,
-                    experiment=experiment,
-                    owner=owner,
-                    tags=tags or {},
+    if last and catalog is None:
+        raise RebuildError("the project's rate card no longer exists")
+    async for _, rows in read_log(store, project, last):
+        assert catalog is not None
+        batch = [row.pending(project, i) for i, row in enumerate(rows)]
+        for e in batch:
+            if (catalog.history.index_at(e.event.time), e.event.sku) not in catalog.row_of:
+                raise RebuildError(
+                    f"event {e.event.id!r} can no longer be priced: SKU {e.event.sku!r} "
+                    "has no price in effect at its time"
                 )
-                batch.append(PendingEvent(len(batch), ev, qty, epoch_us, day, day[:6], 0))
-            if catalog is None:
-                raise RebuildError("the project's rate card no longer exists")
-            for e in batch:
-                vi = catalog.history.index_at(e.event.time)
-                if (vi, e.event.sku) not in catalog.row_of:
-                    raise RebuildError(
-                        f"event {e.event.id!r} can no longer be priced: SKU {e.event.sku!r} "
-                        "has no price in effect at its time"
-                    )
-            for tier_key in tier_keys_needed(batch, catalog):
-                tiers.setdefault(tier_key, 0)
-            priced = price_events(project, batch, catalog, tiers)
-            if priced.overflowed:
-                raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
-            for key, field, delta in priced.increments:
-                h = hashes.setdefault(key, {})
-                h[field] = h.get(field, 0) + delta
-            rows = list(
-                zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
-            )
-            spend = hashes.setdefault(Keys.budget_spend(project), {})
-            for (budget_id, period), (_, _, delta) in counters_for(budgets, rows).items():
-                field = spend_field(budget_id, period)
-                spend[field] = spend.get(field, 0) + delta
-            daily = hashes.setdefault(Keys.budget_daily(project), {})
-            for (budget_id, day_number), delta in daily_for(budgets, rows).items():
-                field = day_field(budget_id, day_number)
-                daily[field] = daily.get(field, 0) + delta
-            tiers.update(priced.tier_after)
-            events += len(batch)
-            batches += 1
-        if not page or after == last:
-            break
+        for tier_key in tier_keys_needed(batch, catalog):
+            tiers.setdefault(tier_key, 0)
+        priced = price_events(project, batch, catalog, tiers)
+        if priced.overflowed:
+            raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
+        tiers.update(priced.tier_after)
+        for key, field, delta in priced.increments:
+            _add(hashes.setdefault(key, {}), field, delta)
+        costed = list(
+            zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
+        )
+        spend = hashes.setdefault(Keys.budget_spend(project), {})
+        for (budget_id, period), (_, _, delta) in counters_for(budgets, costed).items():
+            _add(spend, spend_field(budget_id, period), delta)
+        daily = hashes.setdefault(Keys.budget_daily(project), {})
+        for (budget_id, day_number), delta in daily_for(budgets, costed).items():
+            _add(daily, day_field(budget_id, day_number), delta)
+        events += len(batch)
+        batches += 1
     accepted = int(meta.get("accepted", "0"))
     if events != accepted:
         raise RebuildError(
