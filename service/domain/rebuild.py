@@ -9,8 +9,6 @@ accepted meanwhile.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import msgspec
 
 from costcore.money import format_money
@@ -20,7 +18,6 @@ from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
 from service.domain.ingest import price_events, read_log, tier_keys_needed
 from service.storage.redis_store import Keys, Store
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _budget_decoder = msgspec.json.Decoder(Budget)
 
 
