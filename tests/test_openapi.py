@@ -8,6 +8,7 @@ from pathlib import Path
 from openapi_spec_validator import validate
 
 from service.cli import openapi_json
+from tests.conftest import Api
 
 SPEC = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
 
@@ -33,3 +34,13 @@ def test_events_body_documents_every_content_type() -> None:
         "application/cloudevents-batch+json",
     }
     assert "EventIn" in spec["components"]["schemas"]
+
+
+async def test_api_reference_is_served_without_a_token(api: Api) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=api.base_url) as c:
+        served = await c.get("/docs/openapi.json")
+        assert served.status_code == 200
+        assert served.json()["paths"].keys() == json.loads(SPEC.read_text())["paths"].keys()
+        assert (await c.get("/v1/projects")).status_code == 401

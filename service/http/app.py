@@ -14,6 +14,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import ValidationException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
@@ -117,7 +118,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
-        middleware=[BearerTokenMiddleware],
+        # The API reference is public; everything else needs a token.
+        middleware=[DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs"])],
         plugins=[
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(
