@@ -30,6 +30,7 @@ from service.http.deps import Services
 from service.http.openapi import add_wire_schemas, security_components
 from service.http.problems import from_validation, redis_unavailable
 from service.http.routes.admin import ProjectController, TokenController
+from service.http.routes.analysis import AnalysisController
 from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
@@ -115,6 +116,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             BudgetController,
             AlertController,
             PlanController,
+            AnalysisController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
