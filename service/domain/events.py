@@ -39,7 +39,7 @@ ProjectName = Annotated[str, msgspec.Meta(pattern=PROJECT_PATTERN, examples=["ll
 EventId = Annotated[str, msgspec.Meta(pattern=EVENT_ID_PATTERN, examples=["job-4242-step-1"])]
 Label = Annotated[str, msgspec.Meta(pattern=LABEL_PATTERN)]
 TagKey = Annotated[str, msgspec.Meta(pattern=TAG_KEY_PATTERN)]
-TagValue = Annotated[str, msgspec.Meta(max_length=256)]
+TagValue = Annotated[str, msgspec.Meta(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 Quantity = Annotated[
     Decimal,
     msgspec.Meta(description="non-negative decimal, at most 6 decimal places", examples=["8"]),

@@ -32,9 +32,18 @@ from service.domain.auth import Principal
 from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from service.domain.events import PROJECT_PATTERN, DecodedItem, EventIn
-from service.storage.redis_store import FIELD_SEP, IngestPlan, Keys, Store, seen_shard
+from service.storage.redis_store import (
+    FIELD_SEP,
+    TAG_SEP,
+    IngestPlan,
+    Keys,
+    Store,
+    seen_shard,
+)
 
 MAX_APPLY_ATTEMPTS = 64
+# Tags that costs are attributed by unless the project names others (`attribution_tags`).
+DEFAULT_ATTRIBUTION_TAGS = frozenset({"rework", "team"})
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
 _budget_decoder = msgspec.json.Decoder(Budget)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -89,8 +98,17 @@ def _day_name(days_since_epoch: int) -> str:
     return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
 
 
-def _dims(stage: str, experiment: str, category: str, sku: str, owner: str, fixed: bool) -> str:
-    return FIELD_SEP.join((stage, experiment, category, sku, owner, "f" if fixed else "e"))
+def _dims(
+    stage: str, experiment: str, category: str, sku: str, owner: str, fixed: bool, tags: str
+) -> str:
+    return FIELD_SEP.join((stage, experiment, category, sku, owner, "f" if fixed else "e", tags))
+
+
+def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
+    """The event's tags that the project attributes costs by, canonically ordered."""
+    if not tags or not keys:
+        return ""
+    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
 
 
 def encode_log(
@@ -212,10 +230,12 @@ def price_events(
     events: list[PendingEvent],
     catalog: PricingCatalog,
     tier_reader: dict[tuple[str, str], int],
+    tag_keys: frozenset[str] = DEFAULT_ATTRIBUTION_TAGS,
 ) -> PricedBatch:
     """Price events in order with the compiled kernel; build the total increments.
 
-    `tier_reader` maps (month, sku) -> cumulative quantity before this batch.
+    `tier_reader` maps (month, sku) -> cumulative quantity before this batch; `tag_keys` are
+    the tags the project attributes costs by (they become part of the totals' keys).
     """
     n = len(events)
     quantity = array("q", [e.quantity_micro for e in events])
@@ -244,7 +264,11 @@ def price_events(
             tier_slot[i] = slot
         else:
             tier_slot[i] = -1
-        gkey = (e.day, _dims(ev.stage, ev.experiment, sku.category, ev.sku, ev.owner, sku.fixed))
+        tags = attributed_tags(ev.tags, tag_keys)
+        gkey = (
+            e.day,
+            _dims(ev.stage, ev.experiment, sku.category, ev.sku, ev.owner, sku.fixed, tags),
+        )
         g = groups.get(gkey)
         if g is None:
             g = groups[gkey] = len(group_keys)
@@ -270,6 +294,17 @@ def price_events(
         daily[day] = daily.get(day, 0) + result.group_cost_nano[g]
     for day, cost in daily.items():
         increments.append((Keys.daily(project), day, cost))
+    # Hourly totals at a coarser grain (stage, category, fixed): peaks and hour granularity.
+    hourly: dict[tuple[str, str], int] = {}
+    for i, e in enumerate(events):
+        if result.status[i] != STATUS_PRICED or result.cost_nano[i] == 0:
+            continue
+        hour = (e.epoch_us // 3_600_000_000) % 24
+        fixed = "f" if catalog.sku_of_row[rate_row[i]].fixed else "e"
+        field = f"c|{hour:02d}|{e.event.stage}{FIELD_SEP}{categories[i]}{FIELD_SEP}{fixed}"
+        hourly[(e.day, field)] = hourly.get((e.day, field), 0) + result.cost_nano[i]
+    for (day, field), cost in hourly.items():
+        increments.append((Keys.hourly(project, day), field, cost))
     tier_checks: list[tuple[str, str, int]] = []
     for s, (month, sku_code) in enumerate(slot_keys):
         tier_checks.append((month, sku_code, before[s]))
@@ -414,7 +449,9 @@ class Ingestor:
             if not priceable or catalog is None:
                 continue
             budgets = await self.budgets_of(project, meta.get("budgets_rev", "0"))
-            done, dups, cost, overflowed = await self._apply(project, priceable, catalog, budgets)
+            done, dups, cost, overflowed = await self._apply(
+                project, priceable, catalog, budgets, attribution_tags_of(meta)
+            )
             for e in overflowed:
                 reject(
                     by_index[e.index], "cost exceeds the largest representable amount", "quantity"
@@ -441,14 +478,15 @@ class Ingestor:
         events: list[PendingEvent],
         catalog: PricingCatalog,
         budgets: Sequence[Budget],
+        tag_keys: frozenset[str],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
         await self.store.add_project(project)
         if not tier_keys_needed(events, catalog):
-            return await self._apply_unlocked(project, events, catalog, budgets)
+            return await self._apply_unlocked(project, events, catalog, budgets, tag_keys)
         lock = self._tier_locks.setdefault(project, asyncio.Lock())
         async with lock:
-            return await self._apply_unlocked(project, events, catalog, budgets)
+            return await self._apply_unlocked(project, events, catalog, budgets, tag_keys)
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:
         """The project's budgets, read again only when their revision moved."""
@@ -465,6 +503,7 @@ class Ingestor:
         events: list[PendingEvent],
         catalog: PricingCatalog,
         budgets: Sequence[Budget],
+        tag_keys: frozenset[str],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         duplicates = 0
         for attempt in range(MAX_APPLY_ATTEMPTS):
@@ -474,7 +513,7 @@ class Ingestor:
             tier_keys = tier_keys_needed(events, catalog)
             values = await self.store.tier_cumulatives(project, tier_keys)
             priced = price_events(
-                project, events, catalog, dict(zip(tier_keys, values, strict=True))
+                project, events, catalog, dict(zip(tier_keys, values, strict=True)), tag_keys
             )
             if not priced.events:
                 return 0, duplicates, 0, priced.overflowed
@@ -522,6 +561,14 @@ class Ingestor:
                     return 0, duplicates, 0, []
             # status 2: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
+
+
+def attribution_tags_of(meta: dict[str, str]) -> frozenset[str]:
+    """The project's attribution tags (meta field `attribution_tags`, comma-separated)."""
+    raw = meta.get("attribution_tags")
+    if raw is None:
+        return DEFAULT_ATTRIBUTION_TAGS
+    return frozenset(t for t in raw.split(",") if t)
 
 
 def _unpriceable(

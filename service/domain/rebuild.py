@@ -15,7 +15,12 @@ from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field
 from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
-from service.domain.ingest import price_events, read_log, tier_keys_needed
+from service.domain.ingest import (
+    attribution_tags_of,
+    price_events,
+    read_log,
+    tier_keys_needed,
+)
 from service.storage.redis_store import Keys, Store
 
 _budget_decoder = msgspec.json.Decoder(Budget)
@@ -51,6 +56,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
     last = await store.last_log_entry(project)
     budgets = [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
+    tag_keys = attribution_tags_of(meta)
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
     events = batches = 0
@@ -67,7 +73,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
                 )
         for tier_key in tier_keys_needed(batch, catalog):
             tiers.setdefault(tier_key, 0)
-        priced = price_events(project, batch, catalog, tiers)
+        priced = price_events(project, batch, catalog, tiers, tag_keys)
         if priced.overflowed:
             raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
         tiers.update(priced.tier_after)

@@ -10,7 +10,9 @@ tl:P:meta                       hash    rate_card, currency, accepted/duplicate 
 tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
 tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
                                         ``n|dims`` events, dims = stage,experiment,category,
-                                        sku,owner,fixed joined by \\x1f
+                                        sku,owner,fixed,tags joined by \\x1f (tags: the
+                                        project's attribution tags, ``k=v`` joined by \\x1e)
+tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour
 tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
 tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
 tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
@@ -21,6 +23,7 @@ tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in t
 tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
 tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
 tl:P:alerts                     stream  alerts as decided by the ingest script
+                                        (consumer group ``deliverers``: the webhook outbox)
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
@@ -49,11 +52,11 @@ from typing import Any, cast
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 NAMESPACE = "tl"
 SEEN_SHARDS = 64
 FIELD_SEP = "\x1f"
+TAG_SEP = "\x1e"  # between the attributed tags inside one dims element
 
 RedisClient = aioredis.Redis | RedisCluster
 
@@ -76,6 +79,10 @@ class Keys:
     @staticmethod
     def totals(project: str, day: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:tot:{day}"
+
+    @staticmethod
+    def hourly(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:hr:{day}"
 
     @staticmethod
     def daily(project: str) -> str:
@@ -820,6 +827,12 @@ class Store:
         raw = await self.client.hgetall(Keys.daily(project))
         return {_text(k): int(v) for k, v in raw.items()}
 
+    async def hour_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hgetall(Keys.hourly(project, day))
+        return cast(list[dict[bytes, bytes]], await pipe.execute())
+
     async def day_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
         pipe = self.client.pipeline(transaction=False)
         for day in days:
@@ -861,6 +874,7 @@ class Store:
         months = sorted({d[:6] for d in days})
         return (
             [Keys.totals(project, d) for d in sorted(days)]
+            + [Keys.hourly(project, d) for d in sorted(days)]
             + [Keys.tier(project, m) for m in months]
             + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
         )
@@ -902,19 +916,21 @@ class Store:
             claimed = await self.client.xautoclaim(
                 key, group, consumer, min_idle_ms, "0-0", count=count
             )
-        except ResponseError as exc:
+        except aioredis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            with contextlib.suppress(ResponseError):  # BUSYGROUP: another worker made it
+            with contextlib.suppress(aioredis.ResponseError):  # BUSYGROUP: another worker made it
                 await self.client.xgroup_create(key, group, id="0", mkstream=True)
             claimed = [b"0-0", [], []]
         entries: list[tuple[str, dict[str, bytes] | None]] = [
             (_text(entry_id), {_text(k): _bytes(v) for k, v in fields.items()} if fields else None)
             for entry_id, fields in (claimed[1] or [])
         ]
-        entries += [(_text(entry_id), None) for entry_id in (claimed[2] if len(claimed) > 2 else [])]
-        raw = await self.client.xreadgroup(group, consumer, {key: ">"}, count=count)
-        streams = raw.items() if isinstance(raw, dict) else (raw or [])
+        entries += [
+            (_text(entry_id), None) for entry_id in (claimed[2] if len(claimed) > 2 else [])
+        ]
+        raw: Any = await self.client.xreadgroup(group, consumer, {key: ">"}, count=count)
+        streams: Any = raw.items() if isinstance(raw, dict) else (raw or [])
         for _, items in streams:
             for entry_id, fields in items or []:
                 entries.append(
@@ -966,7 +982,7 @@ class Store:
             Keys.delivery_done(project),
             Keys.delivery_dead(project),
         ]
-        args = [delivery_id, token, claimed, record, outcome, score_ms]
+        args: list[Any] = [delivery_id, token, claimed, record, outcome, score_ms]
         return bool(await self._settle_delivery(keys=keys, args=args))
 
     async def delivery_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
@@ -1005,7 +1021,9 @@ class Store:
         return [r for r in records if r is not None], sum(sizes)
 
     async def failed_delivery_ids(self, project: str, limit: int) -> list[str]:
-        return [_text(i) for i in await self.client.zrange(Keys.delivery_dead(project), 0, limit - 1)]
+        return [
+            _text(i) for i in await self.client.zrange(Keys.delivery_dead(project), 0, limit - 1)
+        ]
 
     async def redeliver(
         self, project: str, due_ms: int, items: Sequence[tuple[str, bytes, bytes]]

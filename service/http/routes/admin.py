@@ -10,7 +10,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, PathParameter
 
 from service.domain.auth import Principal, TokenIn, TokenView, mint, view_of
-from service.domain.events import PROJECT_PATTERN
+from service.domain.events import PROJECT_PATTERN, TagKey
+from service.domain.ingest import attribution_tags_of
 from service.domain.ratecards import NAME_PATTERN
 from service.domain.rebuild import RebuildError, RebuildReport, rebuild_project
 from service.http.deps import Services
@@ -21,8 +22,11 @@ _PROJECT_RE = re.compile(PROJECT_PATTERN)
 PathProject = Annotated[str, PathParameter(pattern=PROJECT_PATTERN)]
 
 
-class ProjectIn(msgspec.Struct, forbid_unknown_fields=True):
-    rate_card: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+class ProjectIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    rate_card: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)] | None = None
+    # Tags that costs are attributed by (filter and group by them); a rebuild applies a
+    # change to events already accepted.
+    attribution_tags: Annotated[list[TagKey], msgspec.Meta(max_length=8)] | None = None
 
 
 class ProjectView(msgspec.Struct):
@@ -31,6 +35,7 @@ class ProjectView(msgspec.Struct):
     currency: str | None
     accepted_events: int
     duplicate_events: int
+    attribution_tags: list[str]
 
 
 def _view(project: str, meta: dict[str, str]) -> ProjectView:
@@ -40,6 +45,7 @@ def _view(project: str, meta: dict[str, str]) -> ProjectView:
         currency=meta.get("currency"),
         accepted_events=int(meta.get("accepted", "0")),
         duplicate_events=int(meta.get("duplicates", "0")),
+        attribution_tags=sorted(attribution_tags_of(meta)),
     )
 
 
@@ -63,22 +69,28 @@ class ProjectController(Controller):
     async def put_project(
         self, project: PathProject, data: JSONBody[ProjectIn], services: NamedDependency[Services]
     ) -> ProjectView:
-        catalog = await services.rate_cards.catalog(data.rate_card)
-        if catalog is None:
-            raise invalid("rate_card", f"no rate card named {data.rate_card!r}")
-        meta = await services.store.project_meta(project)
-        if meta.get("currency") and meta["currency"] != catalog.currency:
-            raise problem(
-                409,
-                "Conflict",
-                f"project {project!r} keeps its ledger in {meta['currency']}; rate card "
-                f"{data.rate_card!r} is priced in {catalog.currency}",
-                kind="currency-conflict",
-                field="rate_card",
-            )
-        fields = {"rate_card": data.rate_card}
-        if catalog.currency:
-            fields["currency"] = catalog.currency
+        fields: dict[str, str] = {}
+        if data.attribution_tags is not None:
+            fields["attribution_tags"] = ",".join(sorted(set(data.attribution_tags)))
+        if data.rate_card is not None:
+            catalog = await services.rate_cards.catalog(data.rate_card)
+            if catalog is None:
+                raise invalid("rate_card", f"no rate card named {data.rate_card!r}")
+            meta = await services.store.project_meta(project)
+            if meta.get("currency") and meta["currency"] != catalog.currency:
+                raise problem(
+                    409,
+                    "Conflict",
+                    f"project {project!r} keeps its ledger in {meta['currency']}; rate card "
+                    f"{data.rate_card!r} is priced in {catalog.currency}",
+                    kind="currency-conflict",
+                    field="rate_card",
+                )
+            fields["rate_card"] = data.rate_card
+            if catalog.currency:
+                fields["currency"] = catalog.currency
+        if not fields:
+            raise invalid("$", "give rate_card and/or attribution_tags")
         await services.store.set_project_fields(project, fields)
         return _view(project, await services.store.project_meta(project))
 

@@ -1,13 +1,21 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
-from service.domain.costs import DIMENSIONS, CostReport, CostSummary, cost_report, cost_summary
+from service.domain.costs import (
+    DIMENSIONS,
+    CostReport,
+    CostSummary,
+    QueryError,
+    cost_report,
+    cost_summary,
+)
+from service.domain.events import LABEL_PATTERN
 from service.http.deps import Services
 from service.http.problems import invalid
 from service.http.routes.events import ProjectParam
@@ -16,36 +24,42 @@ from service.http.security import requires
 GroupBy = Annotated[
     str,
     QueryParameter(
-        description=f"comma-separated dimensions: {', '.join(DIMENSIONS)}",
-        examples=[],
+        description=f"comma-separated: {', '.join(DIMENSIONS)}, or tag.<key> for an "
+        "attribution tag",
     ),
 ]
 FromDay = Annotated[date | None, QueryParameter(name="from", description="first day (inclusive)")]
 ToDay = Annotated[date | None, QueryParameter(name="to", description="last day (exclusive)")]
+Filter = Annotated[
+    str | None, QueryParameter(pattern=LABEL_PATTERN, description="keep only rows with this value")
+]
 
 
 def _parse_group_by(raw: str) -> list[str]:
-    names = [g.strip() for g in raw.split(",") if g.strip()]
-    for name in names:
-        if name not in DIMENSIONS:
-            raise invalid(
-                "group_by", f"unknown dimension {name!r}; use {', '.join(DIMENSIONS)}", status=400
-            )
-    if len(set(names)) != len(names):
-        raise invalid("group_by", "a dimension is named twice", status=400)
-    return names
+    return [g.strip() for g in raw.split(",") if g.strip()]
 
 
-def _check_range(from_day: date | None, to_day: date | None) -> None:
-    if from_day and to_day and to_day <= from_day:
-        raise invalid("to", "must be after 'from'", status=400)
+def _parse_tags(raw: list[str] | None) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for item in raw or []:
+        key, sep, value = item.partition(":")
+        if not sep or not key:
+            raise invalid("tag", f"use tag=<key>:<value>, got {item!r}", status=400)
+        tags[key] = value
+    return tags
 
 
 class CostsController(Controller):
     path = "/v1/costs"
     tags = ["costs"]
 
-    @get("/", guards=[requires("read")], summary="Costs grouped by any dimensions")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="Costs grouped by any dimensions",
+        description="Filter by any dimension or attribution tag, split by hour, day, week or "
+        "month, sort, keep the top N (the rest summed as '(other)'), and page.",
+    )
     async def costs(
         self,
         project: ProjectParam,
@@ -53,11 +67,36 @@ class CostsController(Controller):
         from_day: FromDay = None,
         to_day: ToDay = None,
         group_by: GroupBy = "category",
+        granularity: Literal["hour", "day", "week", "month"] | None = None,
+        stage: Filter = None,
+        experiment: Filter = None,
+        category: Filter = None,
+        sku: Filter = None,
+        owner: Filter = None,
+        fixed: Literal["fixed", "elastic"] | None = None,
+        tag: Annotated[
+            list[str] | None, QueryParameter(description="<key>:<value>, repeatable")
+        ] = None,
+        sort: Annotated[
+            str, QueryParameter(description="cost, key or events; '-' = descending")
+        ] = "-cost",
+        top: Annotated[int | None, QueryParameter(ge=1, le=10_000)] = None,
         offset: Annotated[int, QueryParameter(ge=0)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 100,
     ) -> CostReport:
         dims = _parse_group_by(group_by)
-        _check_range(from_day, to_day)
+        filters = {
+            k: v
+            for k, v in (
+                ("stage", stage),
+                ("experiment", experiment),
+                ("category", category),
+                ("sku", sku),
+                ("owner", owner),
+                ("fixed", fixed),
+            )
+            if v is not None
+        }
         units: dict[str, str] = {}
         if "sku" in dims:
             meta = await services.store.project_meta(project)
@@ -66,11 +105,30 @@ class CostsController(Controller):
                 current = catalog.history.index_at(datetime.now(UTC))
                 for vi in range(max(current, len(catalog.history.versions) - 1) + 1):
                     units.update({c: s.unit for c, s in catalog.history.priced(vi).items()})
-        return await cost_report(
-            services.store, project, from_day, to_day, dims, units, offset, limit
-        )
+        try:
+            return await cost_report(
+                services.store,
+                project,
+                from_day,
+                to_day,
+                dims,
+                units,
+                offset,
+                limit,
+                granularity=granularity,
+                filters=filters,
+                tag_filters=_parse_tags(tag),
+                sort=sort,
+                top=top,
+            )
+        except QueryError as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
 
-    @get("/summary", guards=[requires("read")], summary="Totals by category and stage")
+    @get(
+        "/summary",
+        guards=[requires("read")],
+        summary="Totals by category and stage, fixed vs elastic, peaks, rework",
+    )
     async def summary(
         self,
         project: ProjectParam,
@@ -78,5 +136,7 @@ class CostsController(Controller):
         from_day: FromDay = None,
         to_day: ToDay = None,
     ) -> CostSummary:
-        _check_range(from_day, to_day)
-        return await cost_summary(services.store, project, from_day, to_day)
+        try:
+            return await cost_summary(services.store, project, from_day, to_day)
+        except QueryError as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
