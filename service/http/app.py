@@ -37,6 +37,7 @@ from service.http.routes.events import EventsController
 from service.http.routes.health import healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
+from service.http.routes.reports import ExperimentController, ReportController
 from service.http.security import BearerTokenMiddleware
 from service.storage.redis_store import Store
 
@@ -117,6 +118,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             AlertController,
             PlanController,
             AnalysisController,
+            ReportController,
+            ExperimentController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},

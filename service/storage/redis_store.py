@@ -26,6 +26,7 @@ tl:P:alerts                     stream  alerts as decided by the ingest script
                                         (consumer group ``deliverers``: the webhook outbox)
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
+tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
 tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
@@ -131,6 +132,10 @@ class Keys:
     @staticmethod
     def progress(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:progress"
+
+    @staticmethod
+    def experiment_progress(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:xprog"
 
     @staticmethod
     def staging(project: str, live_key: str) -> str:
@@ -305,6 +310,20 @@ for _, chk in ipairs(p[3]) do
   end
 end
 return 1
+"""
+
+# Append one JSON item to a JSON list held in a hash field, keeping the last ARGV[3] items.
+#   KEYS[1] hash; ARGV[1] field, ARGV[2] item JSON, ARGV[3] how many to keep
+APPEND_PROGRESS_LUA = r"""
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local items = {}
+if raw then items = cjson.decode(raw) end
+items[#items + 1] = cjson.decode(ARGV[2])
+local keep = tonumber(ARGV[3])
+local out = {}
+for i = math.max(1, #items - keep + 1), #items do out[#out + 1] = items[i] end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(out))
+return #out
 """
 
 # Count duplicates that were answered without reaching INGEST (every event already seen).
@@ -501,6 +520,7 @@ class Store:
         self._put_card = client.register_script(PUT_RATE_CARD_LUA)
         self._swap = client.register_script(SWAP_REBUILD_LUA)
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
+        self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
         self._dispatch_alert = client.register_script(DISPATCH_ALERT_LUA)
         self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
         self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
@@ -781,6 +801,21 @@ class Store:
         raw = await self.client.hgetall(Keys.progress(project))
         prefix = plan_id + "|"
         return {_text(k): _bytes(v) for k, v in raw.items() if _text(k).startswith(prefix)}
+
+    # --- experiment progress ----------------------------------------------------------
+
+    async def add_experiment_progress(
+        self, project: str, experiment: str, point_json: bytes, keep: int = 500
+    ) -> None:
+        """Append a progress point to the experiment's list, keeping the newest `keep`."""
+        await self._append_progress(
+            keys=[Keys.experiment_progress(project)], args=[experiment, point_json, keep]
+        )
+        await self.add_project(project)
+
+    async def experiment_progress(self, project: str) -> dict[str, bytes]:
+        raw = await self.client.hgetall(Keys.experiment_progress(project))
+        return {_text(k): _bytes(v) for k, v in raw.items()}
 
     # --- dead letters -------------------------------------------------------------------
 
