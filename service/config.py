@@ -35,6 +35,8 @@ class Settings:
     # "everysec" (default) or "always" for the embedded Valkey's append-only file.
     appendfsync: str = "everysec"
     public_url: str = "http://127.0.0.1:8000"
+    # Requests a second one token may make (all workers together); 0 turns the limit off.
+    rate_limit_per_second: int = 1000
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -52,4 +54,5 @@ class Settings:
             max_body_bytes=_int_env("TRAINLEDGER_MAX_BODY_BYTES", 64 * 1024 * 1024),
             appendfsync=fsync,
             public_url=os.environ.get("TRAINLEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
+            rate_limit_per_second=_int_env("TRAINLEDGER_RATE_LIMIT_PER_SECOND", 1000),
         )

@@ -29,6 +29,7 @@ from service.domain.ingest import Ingestor
 from service.http.deps import Services
 from service.http.openapi import add_wire_schemas, security_components
 from service.http.problems import from_validation, redis_unavailable
+from service.http.ratelimit import TokenRateLimitMiddleware
 from service.http.routes.admin import ProjectController, TokenController
 from service.http.routes.analysis import AnalysisController
 from service.http.routes.budgets import AlertController, BudgetController
@@ -124,7 +125,10 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
         # The API reference is public; everything else needs a token.
-        middleware=[DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs"])],
+        middleware=[
+            DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs"]),
+            TokenRateLimitMiddleware,
+        ],
         plugins=[
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(

@@ -39,6 +39,7 @@ tl:ratecard:<name>:rev          string  bumped on every new version (cache inval
 tl:projects                     set     project names that have data or settings
 tl:webhooks                     hash    webhook id -> JSON (url, format, secret, filters)
 tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
+tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
 tl:tokens                       hash    token id -> sha256, for listing and revoking
 ==============================  ======  =====================================================
 """
@@ -161,6 +162,10 @@ class Keys:
     @staticmethod
     def token(digest: str) -> str:
         return f"{NAMESPACE}:token:{digest}"
+
+    @staticmethod
+    def rate_window(token_id: str, second: int) -> str:
+        return f"{NAMESPACE}:rl:{token_id}:{second}"
 
     @staticmethod
     def token_index() -> str:
@@ -324,6 +329,13 @@ local out = {}
 for i = math.max(1, #items - keep + 1), #items do out[#out + 1] = items[i] end
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(out))
 return #out
+"""
+
+# Count a request in its one-second window; the key expires with the window.
+RATE_WINDOW_LUA = r"""
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], 2000) end
+return n
 """
 
 # Count duplicates that were answered without reaching INGEST (every event already seen).
@@ -521,6 +533,7 @@ class Store:
         self._swap = client.register_script(SWAP_REBUILD_LUA)
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
         self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
+        self._rate_window = client.register_script(RATE_WINDOW_LUA)
         self._dispatch_alert = client.register_script(DISPATCH_ALERT_LUA)
         self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
         self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
@@ -617,6 +630,10 @@ class Store:
         pipe.hdel(Keys.token_index(), token_id)
         await pipe.execute()
         return True
+
+    async def count_request(self, token_id: str, second: int) -> int:
+        """Requests of this token so far in this (epoch) second, this one included."""
+        return int(await self._rate_window(keys=[Keys.rate_window(token_id, second)], args=[]))
 
     async def token_count(self) -> int:
         return int(await self.client.hlen(Keys.token_index()))
