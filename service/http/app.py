@@ -35,6 +35,7 @@ from service.http.routes.analysis import AnalysisController
 from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
+from service.http.routes.export import ExportController
 from service.http.routes.health import healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             AnalysisController,
             ReportController,
             ExperimentController,
+            ExportController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
