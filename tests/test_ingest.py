@@ -125,13 +125,13 @@ async def test_bad_events_are_rejected_by_field_and_the_rest_accepted(api: Api) 
     report = await post(api, body)
     assert report["accepted"] == 2
     reasons = {r["id"]: (r["field"], r["reason"]) for r in report["rejected"]}  # type: ignore[attr-defined]
-    assert reasons["neg"][0] == "quantity" and "negative" in reasons["neg"][1]
-    assert reasons["nan"][0] == "quantity"
+    assert reasons["neg"][0] == "$[1].quantity" and "negative" in reasons["neg"][1]
+    assert reasons["nan"][0] == "$[2].quantity"
     assert "decimal places" in reasons["precise"][1]
     assert reasons["typed"][0] == "$[4].quantity"
-    assert reasons["old"][0] == "time" and "window" in reasons["old"][1]
-    assert reasons["future"][0] == "time"
-    assert reasons["nosku"][0] == "sku" and "gpu.unknown.hour" in reasons["nosku"][1]
+    assert reasons["old"][0] == "$[5].time" and "window" in reasons["old"][1]
+    assert reasons["future"][0] == "$[6].time"
+    assert reasons["nosku"][0] == "$[7].sku" and "gpu.unknown.hour" in reasons["nosku"][1]
     assert reasons["naive"][0] == "$[8].time"
     assert reasons["extra"][0] == "$[9]" or "colour" in reasons["extra"][1]
     assert (await total(api))["total_cost"] == "15.00"
@@ -140,6 +140,43 @@ async def test_bad_events_are_rejected_by_field_and_the_rest_accepted(api: Api) 
         r = await c.get("/v1/events/rejected", params={"project": "llm"})
     assert r.status_code == 200
     assert {i["id"] for i in r.json()["items"]} == set(reasons)
+
+
+async def test_identifiers_cannot_escape_their_key_space(api: Api) -> None:
+    """A project, label or tag that breaks its pattern is rejected and builds no Redis key."""
+    await put_card(api)
+    body = [
+        event("p1", "1", project="llm}:x"),
+        event("p2", "1", project="llm\n"),
+        event("p3", "1", experiment="a\x1fb"),
+        event("p4", "1", tags={"team": "x\x1ey"}),
+        event("p5", "1", tags={"bad key": "v"}),
+        event("p6/../x", "1"),  # ids may hold '/', '.', ':' — this one is fine
+        {**event("p7", "1"), "id": "{p:other}"},
+    ]
+    report = await post(api, body)
+    fields = {r["index"]: r["field"] for r in report["rejected"]}  # type: ignore[attr-defined]
+    assert fields == {
+        0: "$[0].project",
+        1: "$[1].project",
+        2: "$[2].experiment",
+        3: "$[3].tags.team",
+        4: "$[4].tags",
+        6: "$[6].id",
+    }
+    assert report["accepted"] == 1
+    client = redis.Redis.from_url(api.redis_url)
+    assert [k for k in client.keys("*") if b"llm}:x" in k or b"\n" in k or b"other" in k] == []
+
+
+async def test_a_single_event_body_names_fields_from_its_root(api: Api) -> None:
+    await put_card(api)
+    async with api.client() as c:
+        r = await c.post("/v1/events", json=event("s", "-1"))
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {"field": "$.quantity", "reason": r.json()["rejected"][0]["reason"]}
+    ]
 
 
 async def test_all_rejected_is_a_422_problem(api: Api) -> None:

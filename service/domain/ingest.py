@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import re
 import time
 import zlib
 from array import array
@@ -31,7 +30,12 @@ from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
 from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
-from service.domain.events import PROJECT_PATTERN, DecodedItem, EventIn
+from service.domain.events import (
+    DecodedItem,
+    EventIn,
+    identifier_problem,
+    valid_project,
+)
 from service.storage.redis_store import (
     FIELD_SEP,
     TAG_SEP,
@@ -44,7 +48,6 @@ from service.storage.redis_store import (
 MAX_APPLY_ATTEMPTS = 64
 # Tags that costs are attributed by unless the project names others (`attribution_tags`).
 DEFAULT_ATTRIBUTION_TAGS = frozenset({"rework", "team"})
-_PROJECT_RE = re.compile(PROJECT_PATTERN)
 _budget_decoder = msgspec.json.Decoder(Budget)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -357,8 +360,14 @@ class Ingestor:
         self._tier_locks: dict[str, asyncio.Lock] = {}
         self._budgets: dict[str, tuple[str, list[Budget]]] = {}
 
-    async def ingest(self, items: list[DecodedItem], principal: Principal) -> IngestReport:
-        """Validate, price and apply a decoded batch. Raises ForbiddenProject before any write."""
+    async def ingest(
+        self, items: list[DecodedItem], principal: Principal, batch: bool = True
+    ) -> IngestReport:
+        """Validate, price and apply a decoded batch. Raises ForbiddenProject before any write.
+
+        Rejections name their field as a JSON path into the body (`$[3].quantity`, or
+        `$.quantity` when the body was a single event).
+        """
         for item in items:
             project = item.event.project if item.event else _raw_project(item.raw)
             if project is not None and not principal.can_access(project):
@@ -371,11 +380,15 @@ class Ingestor:
         batches: dict[str, _ProjectBatch] = {}
         seen_in_batch: set[tuple[str, str]] = set()
 
-        def reject(item: DecodedItem, reason: str, where: str | None) -> None:
+        def reject(item: DecodedItem, reason: str, where: str) -> None:
             ev = item.event
             raw = msgspec.to_builtins(ev) if ev is not None else item.raw
             project = ev.project if ev is not None else _raw_project(item.raw)
+            if project is not None and not valid_project(project):
+                project = None  # never a key built from a name that breaks the pattern
             event_id = ev.id if ev is not None else _raw_id(item.raw)
+            if not where.startswith("$"):
+                where = f"$[{item.index}].{where}" if batch else f"$.{where}"
             rejected.append(RejectedEvent(item.index, event_id, reason, where, project))
             if project is not None and event_id is not None:
                 record = msgspec.json.encode(
@@ -396,6 +409,10 @@ class Ingestor:
             ev = item.event
             if ev is None:
                 reject(item, item.reason, item.field)
+                continue
+            problem = identifier_problem(ev)
+            if problem is not None:
+                reject(item, problem[1], problem[0])
                 continue
             try:
                 quantity = parse_quantity(ev.quantity)
@@ -434,13 +451,13 @@ class Ingestor:
 
         accepted = 0
         cost_by_project: dict[str, int] = {}
-        for project, batch in batches.items():
+        by_index = {it.index: it for it in items}
+        for project, pending in batches.items():
             meta = await self.store.project_meta(project)
             card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
             catalog = await self.rate_cards.catalog(card_name)
             priceable: list[PendingEvent] = []
-            by_index = {it.index: it for it in items}
-            for e in batch.events:
+            for e in pending.events:
                 reason = _unpriceable(e.event, catalog, card_name, meta.get("currency"))
                 if reason:
                     reject(by_index[e.index], reason[0], reason[1])
@@ -597,13 +614,9 @@ def _unpriceable(
 
 def _raw_project(raw: Any) -> str | None:
     value = raw.get("project") if isinstance(raw, dict) else None
-    return value if isinstance(value, str) and _valid_project(value) else None
+    return value if isinstance(value, str) and valid_project(value) else None
 
 
 def _raw_id(raw: Any) -> str | None:
     value = raw.get("id") if isinstance(raw, dict) else None
     return value if isinstance(value, str) and 0 < len(value) <= 200 else None
-
-
-def _valid_project(value: str) -> bool:
-    return _PROJECT_RE.match(value) is not None

@@ -91,13 +91,10 @@ def _answer(report: IngestReport) -> Response[Any]:
                 "title": "Every event was rejected",
                 "status": 422,
                 "detail": "; ".join(
-                    f"[{r.index}] {r.field or ''}: {r.reason}" for r in report.rejected[:5]
+                    f"{r.field or r.index}: {r.reason}" for r in report.rejected[:5]
                 ),
                 "errors": [
-                    {
-                        "field": f"$[{r.index}].{r.field}" if r.field else f"$[{r.index}]",
-                        "reason": r.reason,
-                    }
+                    {"field": r.field or f"$[{r.index}]", "reason": r.reason}
                     for r in report.rejected
                 ],
             }
@@ -107,10 +104,10 @@ def _answer(report: IngestReport) -> Response[Any]:
 
 
 async def run_ingest(
-    services: NamedDependency[Services], items: list[DecodedItem], principal: Principal
+    services: Services, items: list[DecodedItem], principal: Principal, batch: bool = True
 ) -> Response[Any]:
     try:
-        report = await services.ingestor.ingest(items, principal)
+        report = await services.ingestor.ingest(items, principal, batch)
     except ForbiddenProject as exc:
         raise problem(
             403,
@@ -164,7 +161,7 @@ class EventsController(Controller):
                 413, "Body too large", "the body exceeds the size limit", kind="too-large"
             )
         try:
-            items, _ = decode_events(body, media)
+            items, batch = decode_events(body, media)
         except MalformedBody as exc:
             raise invalid(exc.field, exc.reason, status=400) from exc
         if len(items) > services.settings.max_batch_events:
@@ -173,7 +170,7 @@ class EventsController(Controller):
                 f"a batch holds at most {services.settings.max_batch_events} events",
                 status=413,
             )
-        return await run_ingest(services, items, request.user)
+        return await run_ingest(services, items, request.user, batch)
 
     @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
     async def list_rejected(
