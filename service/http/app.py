@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import __version__
+from service.alerts.delivery import DeliveryConfig, DeliveryWorker
 from service.config import Settings
 from service.domain.catalog import RateCards
 from service.domain.ingest import Ingestor
@@ -40,6 +41,7 @@ from service.http.routes.health import healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
 from service.http.routes.reports import ExperimentController, ReportController
+from service.http.routes.webhooks import WebhookController
 from service.http.security import BearerTokenMiddleware
 from service.storage.redis_store import Store
 
@@ -94,13 +96,20 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         app.state.services = build_services(settings, store)
         app.state.store = store
         app.state.settings = settings
-        sweeper = asyncio.create_task(sweep_forever(store))
+        worker = DeliveryWorker(store, DeliveryConfig.from_env(), settings.public_url)
+        app.state.delivery_worker = worker
+        background = [
+            asyncio.create_task(sweep_forever(store)),
+            asyncio.create_task(worker.run()),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await store.close()
 
     def provide_services(state: State) -> Services:
@@ -123,6 +132,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             ReportController,
             ExperimentController,
             ExportController,
+            WebhookController,
         ],
         lifespan=[lifespan],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
