@@ -180,3 +180,38 @@ async def test_invalid_budgets_name_the_field(api: Api) -> None:
             json={"project": "llm", "name": "x", "amount": "5", "scope": {"stage": "train"}},
         )
         assert r.json()["errors"][0]["field"] == "$.scope.stage"
+
+
+async def test_a_batch_priced_before_a_budget_existed_still_counts_for_it(
+    api: Api, store: Any
+) -> None:
+    """The ingest script refuses a batch priced with an old list of budgets (it is priced
+    again), so a budget created between pricing and applying does not miss it."""
+    from service.storage.redis_store import IngestPlan
+
+    await put_card(api)
+    await post(api, [event("first", "4", time=this_month())])  # 10.00, before any budget
+    meta = await store.project_meta("llm")
+    stale_rev = meta.get("budgets_rev", "0")
+    await make_budget(api, thresholds=[100])
+    plan = IngestPlan(
+        project="llm",
+        event_ids=["x"],
+        seen_shards=[0],
+        expiry_days=[99999],
+        tier_checks=[],
+        increments=[],
+        log_blob=b"",
+        currency="USD",
+        rate_card="default",
+        duplicates_seen=0,
+        log_min_id="",
+        budgets_rev=stale_rev,
+    )
+    outcome = await store.apply_batch(plan)
+    assert outcome.status == 3 and outcome.budgets_rev != stale_rev
+    # Through the real path (the ingestor reads the budgets again on status 3): the budget
+    # counts both the spend before it existed and the new batch.
+    await post(api, [event("second", "40", time=this_month())])  # 100.00
+    fired = await alerts(api)
+    assert [a["spent"] for a in fired] == ["110.00"]

@@ -359,6 +359,7 @@ class Ingestor:
         # optimistic check only ever races batches of other processes.
         self._tier_locks: dict[str, asyncio.Lock] = {}
         self._budgets: dict[str, tuple[str, list[Budget]]] = {}
+        self._known_projects: set[str] = set()
 
     async def ingest(
         self, items: list[DecodedItem], principal: Principal, batch: bool = True
@@ -465,9 +466,8 @@ class Ingestor:
                     priceable.append(e)
             if not priceable or catalog is None:
                 continue
-            budgets = await self.budgets_of(project, meta.get("budgets_rev", "0"))
             done, dups, cost, overflowed = await self._apply(
-                project, priceable, catalog, budgets, attribution_tags_of(meta)
+                project, priceable, catalog, meta.get("budgets_rev", "0"), attribution_tags_of(meta)
             )
             for e in overflowed:
                 reject(
@@ -494,16 +494,18 @@ class Ingestor:
         project: str,
         events: list[PendingEvent],
         catalog: PricingCatalog,
-        budgets: Sequence[Budget],
+        budgets_rev: str,
         tag_keys: frozenset[str],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
-        await self.store.add_project(project)
+        if project not in self._known_projects:
+            await self.store.add_project(project)
+            self._known_projects.add(project)
         if not tier_keys_needed(events, catalog):
-            return await self._apply_unlocked(project, events, catalog, budgets, tag_keys)
+            return await self._apply_unlocked(project, events, catalog, budgets_rev, tag_keys)
         lock = self._tier_locks.setdefault(project, asyncio.Lock())
         async with lock:
-            return await self._apply_unlocked(project, events, catalog, budgets, tag_keys)
+            return await self._apply_unlocked(project, events, catalog, budgets_rev, tag_keys)
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:
         """The project's budgets, read again only when their revision moved."""
@@ -519,11 +521,12 @@ class Ingestor:
         project: str,
         events: list[PendingEvent],
         catalog: PricingCatalog,
-        budgets: Sequence[Budget],
+        budgets_rev: str,
         tag_keys: frozenset[str],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         duplicates = 0
         for attempt in range(MAX_APPLY_ATTEMPTS):
+            budgets = await self.budgets_of(project, budgets_rev)
             if attempt:
                 # Another process moved a tier counter: back off a little, with jitter.
                 await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
@@ -566,6 +569,7 @@ class Ingestor:
                     duplicates_seen=duplicates,
                     log_min_id=min_id,
                     counters=counters,
+                    budgets_rev=budgets_rev,
                 )
             )
             if outcome.status == 0:
@@ -576,6 +580,9 @@ class Ingestor:
                 events = [e for e in events if e.event.id not in dup_ids]
                 if not events:
                     return 0, duplicates, 0, []
+            if outcome.status == 3:
+                # The project's budgets changed since they were read: read them again.
+                budgets_rev = outcome.budgets_rev
             # status 2: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
 

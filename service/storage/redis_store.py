@@ -207,8 +207,10 @@ class Keys:
 #           alert id, alert JSON]; mode 'c' fires when the counter goes from below the limit
 #           to at or above it, 'a' when it ends strictly above; each alert id fires once.
 #   ARGV[2] the log blob
+#           p[10] is the budgets revision the batch was priced with.
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based indices of events already
-# seen), or {2, j} (tier counter j changed since it was read: price again).
+# seen), {2, j} (tier counter j changed since it was read: price again), or {3, revision}
+# (the project's budgets changed: read them again, so no budget misses the batch).
 INGEST_LUA = r"""
 local function lt(a, b)  -- exact "<" on non-negative integer strings (Lua numbers are doubles)
   if #a ~= #b then return #a < #b end
@@ -217,6 +219,11 @@ end
 
 local p = cmsgpack.unpack(ARGV[1])
 local ev, tc, inc = p[1], p[2], p[3]
+
+local budgets_rev = redis.call('HGET', KEYS[1], 'budgets_rev') or '0'
+if budgets_rev ~= p[10] then
+  return {3, budgets_rev}
+end
 
 for j = 1, #tc, 3 do
   local current = redis.call('HGET', KEYS[tc[j]], tc[j + 1]) or '0'
@@ -472,6 +479,7 @@ class IngestPlan:
     duplicates_seen: int
     log_min_id: str
     counters: Sequence[BudgetCounter] = ()
+    budgets_rev: str = "0"
 
 
 @dataclass(frozen=True)
@@ -494,9 +502,10 @@ class BudgetCounter:
 
 @dataclass(frozen=True)
 class IngestOutcome:
-    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved
+    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved, 3 budgets changed
     log_entry: str | None = None
     duplicate_positions: tuple[int, ...] = ()  # 0-based into event_ids
+    budgets_rev: str = "0"  # with status 3: the current revision
 
 
 def seen_shard(event_id: str) -> int:
@@ -552,6 +561,11 @@ class Store:
             timeout=20,
             decode_responses=False,
             health_check_interval=10,
+            # A large batch's script may run for seconds on a busy machine; a client timeout
+            # would report an error for a batch the server then applies (its retry would come
+            # back as duplicates, so nothing is counted twice, but the caller is misled).
+            socket_timeout=120,
+            socket_connect_timeout=5,
         )
         return cls(aioredis.Redis.from_pool(pool))  # the client owns (and closes) the pool
 
@@ -692,6 +706,7 @@ class Store:
                 plan.log_min_id,
                 counters,
                 ref(Keys.alerts(p)),
+                plan.budgets_rev,
             ]
         )
         args = [payload, plan.log_blob]
@@ -701,6 +716,8 @@ class Store:
             return IngestOutcome(0, log_entry=_text(reply[1]))
         if status == 1:
             return IngestOutcome(1, duplicate_positions=tuple(int(i) - 1 for i in reply[1:]))
+        if status == 3:
+            return IngestOutcome(3, budgets_rev=_text(reply[1]))
         return IngestOutcome(2)
 
     async def sweep_seen(self, project: str, today: int) -> int:

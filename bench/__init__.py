@@ -1,0 +1,1 @@
+"""trainledger performance suite: `python -m bench.run` (see bench/README.md)."""

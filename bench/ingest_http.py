@@ -1,0 +1,258 @@
+"""3. Ingest over HTTP: sustained events/s posting 5,000-event batches to the real server.
+
+Server: `trainledger serve --workers 1` in a subprocess with its own embedded Valkey
+(bench/server.py), the benchmark rate card, and nothing else. Load: wrk (one thread, four
+keep-alive connections, closed loop) posting one pre-encoded 5,000-event body whose ids are
+made fresh for every request by splicing in an 8-byte prefix (bench/loadgen.py); without wrk
+on the machine, the same with the lean asyncio client. JSON and msgpack are run one after the
+other for `seconds` each, after two untimed warm-up posts.
+
+Figure: 2xx answers x 5,000 / elapsed seconds, as wrk counts them (batches still in flight
+when wrk stops are not counted); the accepted counter the server keeps in Valkey is read
+before and after as a cross-check. Ceiling: `decode_events` on the same body, in the same run
+(bench/decode.py `decode_rate`, garbage collector on, as in the server). Also recorded: CPU
+seconds of the server process and of its Valkey per second of load (how busy each was).
+Target (issue): >= 250,000 events/s on this 2-core machine, and >= 30 % of the decode rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from bench import loadgen
+from bench.common import BENCH_CARD, CONTENT_TYPE, EventFactory, Workload, encode, result, row
+from bench.decode import decode_rate
+from bench.server import Server, process_cpu_seconds
+
+DEFAULTS: dict[str, Any] = {
+    "batch": 5_000,
+    "seconds": 20.0,
+    "connections": 4,
+    "workers": 1,
+    "formats": ("json", "msgpack"),
+    "tool": "auto",
+    "decode_repeat": 10,
+}
+QUICK: dict[str, Any] = {**DEFAULTS, "seconds": 6.0, "decode_repeat": 5}
+TINY: dict[str, Any] = {
+    **DEFAULTS,
+    "batch": 50,
+    "seconds": 1.0,
+    "connections": 2,
+    "decode_repeat": 2,
+}
+
+TARGET_RATE = 250_000.0
+TARGET_SHARE = 0.30
+
+
+@dataclass
+class IngestRun:
+    fmt: str
+    batch: int
+    events_per_s: float
+    requests: int
+    errors: int
+    seconds: float
+    accepted_delta: int
+    latency_p50_ms: float
+    latency_p99_ms: float
+    server_cpu: float  # CPU seconds of the HTTP worker(s) per wall second
+    valkey_cpu: float  # CPU seconds of Valkey per wall second
+    tool: str
+    body_bytes: int
+    # Valkey's own account of the load: microseconds per accepted event, by command
+    # (EVALSHA is the ingest script, everything it runs included).
+    valkey_us_per_event: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def template(workload: Workload, batch: int) -> list[dict[str, Any]]:
+    """A batch whose ids all start with loadgen.MARKER (replaced per request)."""
+    return EventFactory(workload, tag=loadgen.MARKER.decode()).batch(0, batch)
+
+
+def _commandstats(server: Server, reset: bool = False) -> dict[str, dict[str, float]]:
+    import redis
+
+    client = redis.Redis.from_url(server.redis_url)
+    try:
+        if reset:
+            client.config_resetstat()
+            return {}
+        return {
+            k.removeprefix("cmdstat_"): v
+            for k, v in client.info("commandstats").items()
+            if isinstance(v, dict)
+        }
+    finally:
+        client.close()
+
+
+def _accepted(server: Server, project: str) -> int:
+    import redis
+
+    from service.storage.redis_store import Keys
+
+    client = redis.Redis.from_url(server.redis_url)
+    try:
+        return int(client.hget(Keys.meta(project), "accepted") or 0)
+    finally:
+        client.close()
+
+
+def post_load(
+    server: Server,
+    body: bytes,
+    fmt: str,
+    *,
+    batch: int,
+    seconds: float,
+    connections: int,
+    tool: str = "auto",
+    project: str = "bench",
+) -> IngestRun:
+    """Closed-loop batch posting against a running server; see the module docstring."""
+    make = loadgen.spliced(body)
+    tag = loadgen.run_tag()
+    # Warm-up: caches (token, rate card catalog, budgets) and connections of the server.
+    for i in range(2):
+        status, answer = server.request(
+            "POST", "/v1/events", make(f"{tag}w{i:05d}"), content_type=CONTENT_TYPE[fmt]
+        )
+        if status != 200 or answer.get("accepted") != batch:
+            raise RuntimeError(f"warm-up post failed: {status} {str(answer)[:300]}")
+    pids = server.worker_pids()
+    vpid = server.valkey_pid()
+    accepted_before = _accepted(server, project)
+    _commandstats(server, reset=True)
+    cpu_before = process_cpu_seconds(pids)
+    vcpu_before = process_cpu_seconds([vpid] if vpid else [])
+    use_wrk = tool == "wrk" or (tool == "auto" and loadgen.have_wrk())
+    if use_wrk:
+        res = loadgen.wrk_post(
+            server.host,
+            server.port,
+            "/v1/events",
+            body,
+            CONTENT_TYPE[fmt],
+            server.token,
+            connections=connections,
+            seconds=seconds,
+        )
+    else:
+        headers = {"Authorization": f"Bearer {server.token}", "Content-Type": CONTENT_TYPE[fmt]}
+        run_tag = loadgen.run_tag()
+
+        def make_request(i: int) -> bytes:
+            return loadgen.request_bytes(
+                "POST", "/v1/events", server.host, make(f"{run_tag}{i:06d}"), headers
+            )
+
+        res = asyncio.run(
+            loadgen.closed_loop(
+                server.host, server.port, make_request, connections=connections, seconds=seconds
+            )
+        )
+    cpu = process_cpu_seconds(pids) - cpu_before
+    vcpu = process_cpu_seconds([vpid] if vpid else []) - vcpu_before
+    accepted_delta = _accepted(server, project) - accepted_before
+    stats = _commandstats(server)
+    per_event = {
+        name: float(v.get("usec", 0)) / accepted_delta
+        for name, v in sorted(stats.items(), key=lambda kv: -float(kv[1].get("usec", 0)))[:8]
+        if accepted_delta
+    }
+    if res.requests == 0:
+        raise RuntimeError(f"no batch was accepted in {seconds} s ({res.errors} errors)")
+    return IngestRun(
+        fmt=fmt,
+        batch=batch,
+        events_per_s=res.requests * batch / res.seconds,
+        requests=res.requests,
+        errors=res.errors,
+        seconds=res.seconds,
+        accepted_delta=accepted_delta,
+        latency_p50_ms=res.latency_p50_ms,
+        latency_p99_ms=res.latency_p99_ms,
+        server_cpu=cpu / res.seconds,
+        valkey_cpu=vcpu / res.seconds,
+        tool=res.tool,
+        body_bytes=len(body),
+        valkey_us_per_event=per_event,
+    )
+
+
+def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = {**DEFAULTS, **(params or {})}
+    batch = int(p["batch"])
+    workload = Workload(days=1)
+    events = template(workload, batch)
+    bodies = {fmt: encode(events, fmt) for fmt in p["formats"]}
+    del events
+    runs: dict[str, IngestRun] = {}
+    with Server(workers=int(p["workers"])) as server:
+        server.put_card(BENCH_CARD)
+        for fmt, body in bodies.items():
+            runs[fmt] = post_load(
+                server,
+                body,
+                fmt,
+                batch=batch,
+                seconds=float(p["seconds"]),
+                connections=int(p["connections"]),
+                tool=str(p["tool"]),
+            )
+    # The ceiling, measured in this run on the very same bodies (server stopped: no contention).
+    decode_rates = {
+        fmt: decode_rate(
+            loadgen.spliced(body)("dc000000"), fmt, batch, int(p["decode_repeat"]), 1.0
+        )
+        for fmt, body in bodies.items()
+    }
+    rows = []
+    all_met = True
+    for fmt, r in runs.items():
+        share = r.events_per_s / decode_rates[fmt]
+        met = r.events_per_s >= TARGET_RATE and share >= TARGET_SHARE
+        all_met = all_met and met
+        rows.append(
+            row(
+                f"{fmt} {batch:,}-event batches ({r.tool}, {p['connections']} conns)",
+                r.events_per_s,
+                "events/s",
+                ceiling=decode_rates[fmt],
+                ratio=share,
+                target=">= 250k/s and >= 30 % of decode",
+                met=met,
+            )
+        )
+    head = runs.get("json") or next(iter(runs.values()))
+    return result(
+        "ingest_http",
+        figure=head.events_per_s,
+        unit="events/s",
+        ceiling=decode_rates[head.fmt],
+        ceiling_label="decode_events of the same body, events/s (same run)",
+        ratio=head.events_per_s / decode_rates[head.fmt],
+        ratio_label="HTTP ingest / decode-only (JSON headline; msgpack in rows)",
+        target=">= 250,000 events/s and >= 30 % of the decode-only rate",
+        met=all_met,
+        details={
+            "batch": batch,
+            "workers": p["workers"],
+            "connections": p["connections"],
+            "seconds": p["seconds"],
+            "runs": {fmt: r.as_dict() for fmt, r in runs.items()},
+            "decode_events_per_s": decode_rates,
+        },
+        notes=[
+            "load generator on the same 2-core machine as the server and its Valkey",
+            "server_cpu / valkey_cpu in details: CPU seconds per second of load",
+        ],
+        rows=rows,
+    )

@@ -1,0 +1,61 @@
+"""Smoke test of the performance suite (bench/): every benchmark runs on a tiny input.
+
+Only the shape of each result is checked, never a speed: the figures of a tiny run on a
+shared machine mean nothing, and the suite's targets are judged by `python -m bench.run`,
+not by the test run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.common import RESULT_KEYS, ROW_KEYS
+from bench.run import BENCHMARKS, markdown_table, results_table
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_datasets() -> Iterator[None]:
+    yield
+    from bench import dataset
+
+    dataset.close_all()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_shape(name: str, res: dict[str, Any]) -> None:
+    assert set(res) == RESULT_KEYS, sorted(set(res) ^ RESULT_KEYS)
+    assert res["name"] == name
+    assert _is_number(res["figure"]) and not math.isnan(res["figure"])
+    assert isinstance(res["unit"], str) and res["unit"]
+    assert res["ceiling"] is None or _is_number(res["ceiling"])
+    assert res["ratio"] is None or _is_number(res["ratio"])
+    assert isinstance(res["ceiling_label"], str)
+    assert isinstance(res["ratio_label"], str)
+    assert res["target"] is None or isinstance(res["target"], str)
+    assert isinstance(res["met"], bool)
+    assert isinstance(res["details"], dict)
+    assert all(isinstance(n, str) for n in res["notes"])
+    for sub in res["rows"]:
+        assert set(sub) == ROW_KEYS
+        assert isinstance(sub["label"], str) and _is_number(sub["figure"])
+        assert sub["met"] is None or isinstance(sub["met"], bool)
+    json.dumps(res)  # what bench/results/*.json holds
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_runs_on_a_tiny_input(name: str) -> None:
+    module = importlib.import_module(f"bench.{name}")
+    res = module.run(dict(module.TINY))
+    check_shape(name, res)
+    # The table renders whatever the figures are.
+    assert name in markdown_table([res])
+    assert results_table([res]).row_count >= 1
