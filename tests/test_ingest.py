@@ -113,6 +113,7 @@ async def test_bad_events_are_rejected_by_field_and_the_rest_accepted(api: Api) 
         event("ok-1", "4"),
         event("neg", "-1"),
         event("nan", "NaN"),
+        event("snan", "sNaN"),
         event("precise", "0.0000001"),
         {**event("typed"), "quantity": {"x": 1}},
         event("old", "1", time=old),
@@ -127,13 +128,14 @@ async def test_bad_events_are_rejected_by_field_and_the_rest_accepted(api: Api) 
     reasons = {r["id"]: (r["field"], r["reason"]) for r in report["rejected"]}  # type: ignore[attr-defined]
     assert reasons["neg"][0] == "$[1].quantity" and "negative" in reasons["neg"][1]
     assert reasons["nan"][0] == "$[2].quantity"
+    assert reasons["snan"][0] == "$[3].quantity"
     assert "decimal places" in reasons["precise"][1]
-    assert reasons["typed"][0] == "$[4].quantity"
-    assert reasons["old"][0] == "$[5].time" and "window" in reasons["old"][1]
-    assert reasons["future"][0] == "$[6].time"
-    assert reasons["nosku"][0] == "$[7].sku" and "gpu.unknown.hour" in reasons["nosku"][1]
-    assert reasons["naive"][0] == "$[8].time"
-    assert reasons["extra"][0] == "$[9]" or "colour" in reasons["extra"][1]
+    assert reasons["typed"][0] == "$[5].quantity"
+    assert reasons["old"][0] == "$[6].time" and "window" in reasons["old"][1]
+    assert reasons["future"][0] == "$[7].time"
+    assert reasons["nosku"][0] == "$[8].sku" and "gpu.unknown.hour" in reasons["nosku"][1]
+    assert reasons["naive"][0] == "$[9].time"
+    assert reasons["extra"][0] == "$[10]" or "colour" in reasons["extra"][1]
     assert (await total(api))["total_cost"] == "15.00"
     # Every rejected event with a project and id is kept as a dead letter.
     async with api.client() as c:

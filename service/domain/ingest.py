@@ -380,6 +380,7 @@ class Ingestor:
         duplicates = 0
         batches: dict[str, _ProjectBatch] = {}
         seen_in_batch: set[tuple[str, str]] = set()
+        quantities: dict[Decimal, int] = {}
 
         def reject(item: DecodedItem, reason: str, where: str) -> None:
             ev = item.event
@@ -415,8 +416,11 @@ class Ingestor:
             if problem is not None:
                 reject(item, problem[1], problem[0])
                 continue
-            try:
-                quantity = parse_quantity(ev.quantity)
+            # Quantities repeat within a batch: parse each distinct value once.
+            try:  # (hashing a signalling NaN raises, hence inside the try)
+                quantity = quantities.get(ev.quantity)
+                if quantity is None:
+                    quantity = quantities[ev.quantity] = parse_quantity(ev.quantity)
             except (ValueError, TypeError) as exc:
                 reject(item, str(exc), "quantity")
                 continue
@@ -525,12 +529,12 @@ class Ingestor:
         tag_keys: frozenset[str],
     ) -> tuple[int, int, int, list[PendingEvent]]:
         duplicates = 0
+        tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
             budgets = await self.budgets_of(project, budgets_rev)
             if attempt:
                 # Another process moved a tier counter: back off a little, with jitter.
                 await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
-            tier_keys = tier_keys_needed(events, catalog)
             values = await self.store.tier_cumulatives(project, tier_keys)
             priced = price_events(
                 project, events, catalog, dict(zip(tier_keys, values, strict=True)), tag_keys
@@ -580,6 +584,7 @@ class Ingestor:
                 events = [e for e in events if e.event.id not in dup_ids]
                 if not events:
                     return 0, duplicates, 0, []
+                tier_keys = tier_keys_needed(events, catalog)
             if outcome.status == 3:
                 # The project's budgets changed since they were read: read them again.
                 budgets_rev = outcome.budgets_rev

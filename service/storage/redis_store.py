@@ -47,6 +47,7 @@ tl:tokens                       hash    token id -> sha256, for listing and revo
 from __future__ import annotations
 
 import contextlib
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -509,11 +510,8 @@ class IngestOutcome:
 
 
 def seen_shard(event_id: str) -> int:
-    # FNV-1a: stable across processes (unlike hash()) and cheap.
-    h = 0x811C9DC5
-    for b in event_id.encode():
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h % SEEN_SHARDS
+    # CRC-32 (in C): stable across processes and versions, unlike hash().
+    return zlib.crc32(event_id.encode()) % SEEN_SHARDS
 
 
 def _bytes(value: Any) -> bytes:
