@@ -420,6 +420,31 @@ class _Found:
     finding: Finding
 
 
+def _claim_by_day(
+    ctx: _Ctx, indexes: Sequence[int]
+) -> tuple[dict[int, int], dict[int, int], list[tuple[int, int, DayLine]]]:
+    """Claim the unclaimed cost of these events as waste: quantity and cost per day, and the
+    per-day evidence lines."""
+    by_day_q: dict[int, int] = defaultdict(int)
+    by_day_c: dict[int, int] = defaultdict(int)
+    for i in indexes:
+        cost = ctx.net(i)
+        ctx.claimed[i] += cost
+        by_day_q[ctx.days[i]] += ctx.rows[i].quantity_micro
+        by_day_c[ctx.days[i]] += cost
+    lines = [
+        (
+            d,
+            by_day_c[d],
+            DayLine(
+                day=_date(d), quantity=format_quantity(by_day_q[d]), cost=format_money(by_day_c[d])
+            ),
+        )
+        for d in by_day_q
+    ]
+    return by_day_q, by_day_c, lines
+
+
 def _finding(
     ctx: _Ctx,
     kind: Kind,
@@ -604,30 +629,12 @@ def _storage_retention(ctx: _Ctx) -> list[_Found]:
     found: list[_Found] = []
     for (sku, data_class, dataset), indexes in sorted(groups.items()):
         keep = getattr(retention, data_class)
-        by_day_q: dict[int, int] = defaultdict(int)
-        by_day_c: dict[int, int] = defaultdict(int)
         oldest = min(_parse_day((ctx.rows[i].tags or {}).get("created")) or 0 for i in indexes)
-        for i in indexes:
-            cost = ctx.net(i)
-            ctx.claimed[i] += cost
-            by_day_q[ctx.days[i]] += ctx.rows[i].quantity_micro
-            by_day_c[ctx.days[i]] += cost
+        by_day_q, by_day_c, lines = _claim_by_day(ctx, indexes)
         total = sum(by_day_c.values())
         if total <= 0:
             continue
         unit = ctx.unit(sku)
-        lines = [
-            (
-                d,
-                by_day_c[d],
-                DayLine(
-                    day=_date(d),
-                    quantity=format_quantity(by_day_q[d]),
-                    cost=format_money(by_day_c[d]),
-                ),
-            )
-            for d in by_day_q
-        ]
         what = f"{data_class} data" + (f" of dataset {dataset}" if dataset else "")
         keys = {"sku": sku, "data_class": data_class, "retention_days": str(keep)}
         if dataset:
@@ -897,29 +904,11 @@ def _log_retention(ctx: _Ctx) -> list[_Found]:
             groups[row.sku].append(i)
     found: list[_Found] = []
     for sku, indexes in sorted(groups.items()):
-        by_day_q: dict[int, int] = defaultdict(int)
-        by_day_c: dict[int, int] = defaultdict(int)
-        for i in indexes:
-            cost = ctx.net(i)
-            ctx.claimed[i] += cost
-            by_day_q[ctx.days[i]] += ctx.rows[i].quantity_micro
-            by_day_c[ctx.days[i]] += cost
+        by_day_q, by_day_c, lines = _claim_by_day(ctx, indexes)
         total = sum(by_day_c.values())
         if total <= 0:
             continue
         unit = ctx.unit(sku)
-        lines = [
-            (
-                d,
-                by_day_c[d],
-                DayLine(
-                    day=_date(d),
-                    quantity=format_quantity(by_day_q[d]),
-                    cost=format_money(by_day_c[d]),
-                ),
-            )
-            for d in by_day_q
-        ]
         cutoff = _date(ctx.rate_day - keep)
         found.append(
             _finding(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from litestar import Controller, post
 from litestar.params import JSONBody
 
@@ -23,6 +26,17 @@ from service.domain.analysis import (
 from service.http.problems import invalid
 from service.http.security import requires
 
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+def _answer(analyse: Callable[[In], Out], data: In) -> Out:
+    """Run an analysis; a request it cannot answer is a 422 naming the field."""
+    try:
+        return analyse(data)
+    except AnalysisError as exc:
+        raise invalid(exc.field, exc.reason) from exc
+
 
 class AnalysisController(Controller):
     path = "/v1/analysis"
@@ -31,17 +45,11 @@ class AnalysisController(Controller):
 
     @post("/data-strategy", status_code=200, summary="Flat filtering vs quality-aware upsampling")
     async def data_strategy(self, data: JSONBody[DataStrategyIn]) -> DataStrategyOut:
-        try:
-            return analyse_data_strategy(data)
-        except AnalysisError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return _answer(analyse_data_strategy, data)
 
     @post("/domain-mix", status_code=200, summary="Mid-training domain mixes: cost vs score")
     async def domain_mix(self, data: JSONBody[DomainMixIn]) -> DomainMixOut:
-        try:
-            return analyse_domain_mix(data)
-        except AnalysisError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return _answer(analyse_domain_mix, data)
 
     @post(
         "/checkpoint-interval",
@@ -51,14 +59,8 @@ class AnalysisController(Controller):
     async def checkpoint_interval(
         self, data: JSONBody[CheckpointIntervalIn]
     ) -> CheckpointIntervalOut:
-        try:
-            return analyse_checkpoint_interval(data)
-        except AnalysisError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return _answer(analyse_checkpoint_interval, data)
 
     @post("/storage-lifecycle", status_code=200, summary="Storage cost with and without tiering")
     async def storage_lifecycle(self, data: JSONBody[StorageLifecycleIn]) -> StorageLifecycleOut:
-        try:
-            return analyse_storage_lifecycle(data)
-        except AnalysisError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return _answer(analyse_storage_lifecycle, data)
