@@ -1,0 +1,96 @@
+"""The `trainledger` command line.
+
+Server side: `serve`, `token create|list|revoke` (straight to the service's Redis/Valkey),
+`openapi`. Client side, over HTTP to a running service (`--url`, `--token`): `ratecard apply`,
+`plan estimate`, `costs`, `export focus`, `import slurm|pods`. And `demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import httpx
+
+from service import __version__
+from service.cli import commands, imports, serve, spec, tokens
+from service.cli.client import ApiError, CliError, print_problem, report_connection_error
+from service.cli.serve import ensure_admin_token, redis_url_for, run_with_store
+from service.cli.spec import openapi_json
+from service.cli.ui import ui
+from service.config import Settings
+
+__all__ = [
+    "build_parser",
+    "ensure_admin_token",
+    "main",
+    "openapi_json",
+    "redis_url_for",
+    "run_with_store",
+]
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    """Hand the rest of the command line to `service.demo`, imported only now, so the CLI works
+    whether or not that module is installed."""
+    try:
+        demo = importlib.import_module("service.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("service.demo", "service"):
+            raise
+        ui.err.print("the demo is not available in this installation (no service.demo module)")
+        return 1
+    parser = argparse.ArgumentParser(prog="trainledger demo", description=demo.__doc__)
+    demo.add_arguments(parser)
+    return int(demo.run(parser.parse_args(args.demo_argv)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainledger",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"trainledger {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve.add_parser(sub)
+    tokens.add_parser(sub)
+    spec.add_parser(sub)
+    commands.add_parsers(sub)
+    imports.add_parsers(sub)
+    # The demo declares its own options; they are parsed when it runs (see cmd_demo), so
+    # `trainledger demo --help` is the demo's own help.
+    demo = sub.add_parser("demo", help="a guided tour on simulated data", add_help=False)
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ui.configure()
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "demo":
+        args.demo_argv = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    settings = Settings.from_env()
+    try:
+        return int(args.handler(args, settings))
+    except ApiError as exc:
+        print_problem(exc)
+        return 1
+    except CliError as exc:
+        ui.err.print(f"[bold red]error[/]: {_escape(str(exc))}", highlight=False)
+        return 1
+    except httpx.HTTPError as exc:
+        report_connection_error(getattr(args, "url", None) or "the service", exc)
+        return 1
+    except KeyboardInterrupt:
+        ui.err.print("interrupted")
+        return 130
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,444 @@
+"""Client commands: `ratecard apply`, `plan estimate`, `costs`, `export focus`.
+
+Each talks to a running service over HTTP (service/cli/client.py says where the URL and the
+token come from) and prints rich tables, or the service's own JSON/CSV when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any
+
+from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from service.cli.client import Client, CliError, add_client_options
+from service.cli.ui import ui
+from service.config import Settings
+
+# Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
+COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")
+PAGE = 10_000
+
+
+def read_json_file(name: str) -> Any:
+    """A JSON document from a file, or from stdin for '-'."""
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {name}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{name} is not valid JSON: {exc}") from exc
+
+
+def print_json(document: Any) -> None:
+    # Raw to stdout: a rich console would wrap long lines and break the JSON.
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- ratecard apply -------------------------------------------------------------------------
+
+
+def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
+    body = read_json_file(args.file)
+    if not isinstance(body, dict):
+        raise CliError(f"{args.file}: a rate card is a JSON object")
+    with Client.from_args(args, settings) as client:
+        version = client.json("PUT", f"/v1/rate-cards/{args.name}", json=body)
+    if args.json:
+        print_json(version)
+        return 0
+    skus = version.get("skus") or []
+    ui.out.print(
+        f"rate card [bold]{_esc(version.get('name', args.name))}[/] version "
+        f"[bold]{version.get('version')}[/]: {len(skus)} SKUs in {_esc(version.get('currency'))}, "
+        f"effective from {_esc(version.get('effective_from'))}",
+        highlight=False,
+    )
+    return 0
+
+
+# --- plan estimate --------------------------------------------------------------------------
+
+
+def cmd_plan_estimate(args: argparse.Namespace, settings: Settings) -> int:
+    body = read_json_file(args.file)
+    with Client.from_args(args, settings) as client:
+        estimate = client.json("POST", "/v1/plans/estimate", json=body)
+    if args.json:
+        print_json(estimate)
+        return 0
+    print_estimate(estimate)
+    return 0
+
+
+def print_estimate(estimate: dict[str, Any]) -> None:
+    currency = str(estimate.get("currency", ""))
+    ui.out.print(
+        f"[bold]{_esc(estimate.get('name'))}[/] for project {_esc(estimate.get('project'))} "
+        f"(rate card {_esc(estimate.get('rate_card'))}), "
+        f"{_esc(estimate.get('window_start'))} to {_esc(estimate.get('window_end'))}",
+        highlight=False,
+    )
+    for stage in estimate.get("stages", []):
+        title = str(stage.get("stage"))
+        if stage.get("label"):
+            title += f" ({stage['label']})"
+        table = Table(
+            "source",
+            "sku",
+            Column("quantity"),
+            "unit",
+            Column("unit price"),
+            Column(f"cost ({currency})"),
+            title=Text(title, style="bold"),
+            title_justify="left",
+        )
+        for line in stage.get("lines", []):
+            table.add_row(
+                *(
+                    Text(str(line.get(k, "")))
+                    for k in ("source", "sku", "quantity", "unit", "unit_price", "cost")
+                )
+            )
+        table.add_section()
+        table.add_row("", Text("subtotal"), "", "", "", Text(str(stage.get("subtotal"))))
+        if stage.get("contingency") not in (None, "0", "0.00"):
+            table.add_row(
+                "",
+                Text(f"contingency {stage.get('contingency_pct')} %"),
+                "",
+                "",
+                "",
+                Text(str(stage.get("contingency"))),
+            )
+        table.add_row("", Text("total", style="bold"), "", "", "", Text(str(stage.get("total"))))
+        ui.out.print(table)
+        derivation = stage.get("derivation")
+        if derivation:
+            ui.out.print(
+                Text(
+                    f"  6·N·D: {derivation.get('flops')} FLOPs at "
+                    f"{derivation.get('effective_flops_per_accelerator')} FLOP/s per accelerator"
+                    f" = {stage.get('accelerator_hours')} accelerator hours",
+                    style="dim",
+                )
+            )
+    totals = Table("", Column("value"), title=Text("totals", style="bold"), title_justify="left")
+    for name, cost in sorted((estimate.get("categories") or {}).items()):
+        if _is_zero(cost):  # every category is listed; the empty ones are noise here
+            continue
+        totals.add_row(Text(f"category {name}"), Text(f"{cost} {currency}"))
+    totals.add_section()
+    for key in ("fixed", "elastic", "subtotal", "contingency"):
+        totals.add_row(Text(key), Text(f"{estimate.get(key)} {currency}"))
+    totals.add_row(Text("total", style="bold"), Text(f"{estimate.get('total')} {currency}"))
+    totals.add_section()
+    totals.add_row(Text("accelerator hours"), Text(str(estimate.get("accelerator_hours"))))
+    totals.add_row(
+        Text(f"energy (PUE {estimate.get('pue')})"), Text(f"{estimate.get('energy_kwh')} kWh")
+    )
+    if estimate.get("emissions_kg_co2e") is not None:
+        totals.add_row(Text("emissions"), Text(f"{estimate['emissions_kg_co2e']} kg CO2e"))
+    peak = estimate.get("peak") or {}
+    if peak:
+        totals.add_row(
+            Text("daily spend, average / peak"),
+            Text(f"{peak.get('average_daily')} / {peak.get('peak_daily')} {currency}"),
+        )
+        if peak.get("ratio"):
+            totals.add_row(Text("headroom (peak / average)"), Text(str(peak["ratio"])))
+    ui.out.print(totals)
+
+
+def Column(header: str) -> Any:  # a right-aligned column, like rich's own Column
+    from rich.table import Column as RichColumn
+
+    return RichColumn(header, justify="right")
+
+
+# --- costs ----------------------------------------------------------------------------------
+
+
+def cost_params(args: argparse.Namespace) -> list[tuple[str, str]]:
+    params: list[tuple[str, str]] = [("project", args.project)]
+    params.append(("group_by", ",".join(_split(args.group_by)) or "category"))
+    for name, value in (("from", args.from_day), ("to", args.to_day)):
+        if value:
+            params.append((name, value))
+    if args.granularity:
+        params.append(("granularity", args.granularity))
+    if args.sort:
+        params.append(("sort", args.sort))
+    if args.top:
+        params.append(("top", str(args.top)))
+    for item in args.filter or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--filter wants KEY=VALUE, got {item!r}")
+        if key.startswith("tag."):
+            params.append(("tag", f"{key[len('tag.') :]}:{value}"))
+        elif key in COST_FILTERS:
+            params.append((key, value))
+        else:
+            raise CliError(f"--filter {key!r}: use one of {', '.join(COST_FILTERS)} or tag.<key>")
+    return params
+
+
+def fetch_costs(client: Client, params: list[tuple[str, str]]) -> dict[str, Any]:
+    """Every page of `GET /v1/costs`, as one report (offset 0, every row)."""
+    offset = 0
+    report: dict[str, Any] | None = None
+    while True:
+        page = client.json(
+            "GET", "/v1/costs", params=[*params, ("offset", str(offset)), ("limit", str(PAGE))]
+        )
+        if report is None:
+            report = page
+        else:
+            report["rows"].extend(page["rows"])
+        if page.get("next_offset") is None:
+            break
+        offset = int(page["next_offset"])
+    report["offset"], report["next_offset"] = 0, None
+    report["limit"] = len(report["rows"])
+    return report
+
+
+def cost_columns(report: dict[str, Any]) -> list[str]:
+    return (["period"] if report.get("granularity") else []) + list(report.get("group_by", []))
+
+
+def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
+    params = cost_params(args)
+    with Client.from_args(args, settings) as client:
+        report = fetch_costs(client, params)
+    if args.json:
+        print_json(report)
+        return 0
+    columns = cost_columns(report)
+    by_sku = "sku" in report.get("group_by", [])
+    if args.csv:
+        write_costs_csv(report, columns, by_sku, sys.stdout)
+        return 0
+    currency = report.get("currency") or ""
+    table = Table(
+        *columns,
+        *([Column("quantity"), "unit"] if by_sku else []),
+        Column("events"),
+        Column(f"cost ({currency})" if currency else "cost"),
+        title=Text(
+            f"{report['project']}: costs by {', '.join(report.get('group_by', []))}"
+            + (f" per {report['granularity']}" if report.get("granularity") else ""),
+            style="bold",
+        ),
+        title_justify="left",
+    )
+    for row in report["rows"]:
+        key = row.get("key") or {}
+        cells = [Text(str(key.get(c, ""))) for c in columns]
+        if by_sku:
+            cells += [Text(str(row.get("quantity") or "")), Text(str(row.get("unit") or ""))]
+        cells += [Text(str(row.get("events", ""))), Text(str(row.get("cost", "")))]
+        table.add_row(*cells)
+    table.add_section()
+    blank = [Text("")] * (len(columns) - 1 + (2 if by_sku else 0))
+    table.add_row(
+        Text("total", style="bold"),
+        *blank,
+        Text(str(report.get("total_events", ""))),
+        Text(str(report.get("total_cost", "")), style="bold"),
+    )
+    ui.out.print(table)
+    span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
+    ui.err.print(f"{len(report['rows'])} rows, {span}", highlight=False)
+    return 0
+
+
+def write_costs_csv(
+    report: dict[str, Any], columns: list[str], by_sku: bool, stream: IO[str]
+) -> None:
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(
+        [*columns, *(["quantity", "unit"] if by_sku else []), "events", "cost", "currency"]
+    )
+    for row in report["rows"]:
+        key = row.get("key") or {}
+        writer.writerow(
+            [
+                *(key.get(c, "") for c in columns),
+                *([row.get("quantity") or "", row.get("unit") or ""] if by_sku else []),
+                row.get("events", ""),
+                row.get("cost", ""),
+                row.get("currency") or report.get("currency") or "",
+            ]
+        )
+
+
+# --- export focus ---------------------------------------------------------------------------
+
+
+def rfc3339(text: str) -> str:
+    """A day (`2026-11-01`, read as 00:00 UTC) or an RFC 3339 time, as the API wants it."""
+    try:
+        return date.fromisoformat(text).isoformat() + "T00:00:00Z"
+    except ValueError:
+        pass
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a day or an RFC 3339 time: {text!r}") from exc
+    return text
+
+
+def cmd_export_focus(args: argparse.Namespace, settings: Settings) -> int:
+    params = [("project", args.project)]
+    if args.from_time:
+        params.append(("from", args.from_time))
+    if args.to_time:
+        params.append(("to", args.to_time))
+    with Client.from_args(args, settings) as client:
+        if args.output in (None, "-"):
+            rows, size = stream_focus(client, params, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            where = "stdout"
+        else:
+            # Written beside the target and renamed at the end: a failed export leaves no
+            # truncated file that looks complete.
+            target = Path(args.output)
+            partial = target.with_name(target.name + ".partial")
+            try:
+                with open(partial, "wb") as sink:
+                    rows, size = stream_focus(client, params, sink)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            partial.replace(target)
+            where = str(target)
+    ui.err.print(f"{rows} rows ({size} bytes) written to {where}", highlight=False)
+    return 0
+
+
+def stream_focus(client: Client, params: list[tuple[str, str]], sink: IO[bytes]) -> tuple[int, int]:
+    """Copy the export to ``sink`` chunk by chunk; (data rows, bytes)."""
+    lines = size = 0
+    with (
+        client.stream("GET", "/v1/export/focus", params=params) as response,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("FOCUS export"),
+            DownloadColumn(),
+            TextColumn("{task.fields[rows]} rows"),
+            console=ui.err,
+            transient=True,
+            disable=not ui.err.is_terminal,  # no bar in logs and pipes
+        ) as progress,
+    ):
+        task = progress.add_task("export", total=None, rows=0)
+        for chunk in response.iter_bytes():
+            sink.write(chunk)
+            size += len(chunk)
+            # Row count for the progress display only: quoted fields never hold a newline
+            # here (the export writes none), so lines less the header are the rows.
+            lines += chunk.count(b"\n")
+            progress.update(task, completed=size, rows=max(0, lines - 1))
+    return max(0, lines - 1), size
+
+
+# --- parsers --------------------------------------------------------------------------------
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP)")
+    ratecard_sub = ratecard.add_subparsers(dest="ratecard_command", required=True)
+    apply = ratecard_sub.add_parser(
+        "apply",
+        help="add a version of a rate card from a JSON file (PUT /v1/rate-cards/{name})",
+    )
+    apply.add_argument("file", help="the rate card JSON ('-' for stdin)")
+    apply.add_argument(
+        "--name", default="default", help="rate-card name (default: default, used by projects)"
+    )
+    apply.add_argument("--json", action="store_true", help="print the service's answer")
+    add_client_options(apply)
+    apply.set_defaults(handler=cmd_ratecard_apply)
+
+    plan = sub.add_parser("plan", help="training plans (over HTTP)")
+    plan_sub = plan.add_subparsers(dest="plan_command", required=True)
+    estimate = plan_sub.add_parser(
+        "estimate", help="price a plan without saving it (POST /v1/plans/estimate)"
+    )
+    estimate.add_argument("file", help="the plan JSON ('-' for stdin)")
+    estimate.add_argument("--json", action="store_true", help="print the service's answer")
+    add_client_options(estimate)
+    estimate.set_defaults(handler=cmd_plan_estimate)
+
+    costs = sub.add_parser("costs", help="costs grouped by any dimensions (GET /v1/costs)")
+    costs.add_argument("--project", required=True)
+    costs.add_argument(
+        "--group-by",
+        default="category",
+        help="comma-separated: day, stage, experiment, category, sku, owner, fixed, tag.<key>",
+    )
+    costs.add_argument("--from", dest="from_day", help="first day, inclusive (YYYY-MM-DD)")
+    costs.add_argument("--to", dest="to_day", help="last day, exclusive (YYYY-MM-DD)")
+    costs.add_argument("--granularity", choices=("hour", "day", "week", "month"))
+    costs.add_argument(
+        "--filter",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"keep only rows with this value: {', '.join(COST_FILTERS)}, or tag.<key> "
+        "(repeatable)",
+    )
+    costs.add_argument("--top", type=int, help="keep N rows, the rest summed as '(other)'")
+    costs.add_argument("--sort", help="cost, events or key; '-' for descending (default -cost)")
+    fmt = costs.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="the service's JSON (every page)")
+    fmt.add_argument("--csv", action="store_true", help="CSV to stdout")
+    add_client_options(costs)
+    costs.set_defaults(handler=cmd_costs)
+
+    export = sub.add_parser("export", help="exports (over HTTP)")
+    export_sub = export.add_subparsers(dest="export_command", required=True)
+    focus = export_sub.add_parser(
+        "focus", help="stream the FOCUS 1.2 cost-and-usage CSV (GET /v1/export/focus)"
+    )
+    focus.add_argument("--project", required=True)
+    focus.add_argument(
+        "--from",
+        dest="from_time",
+        type=rfc3339,
+        help="first event time included: a day (00:00 UTC) or an RFC 3339 time",
+    )
+    focus.add_argument(
+        "--to", dest="to_time", type=rfc3339, help="first event time excluded (same forms)"
+    )
+    focus.add_argument("-o", "--output", help="file to write (default: stdout)")
+    add_client_options(focus)
+    focus.set_defaults(handler=cmd_export_focus)
+
+
+def _is_zero(value: object) -> bool:
+    try:
+        return Decimal(str(value)) == 0
+    except ArithmeticError:
+        return False
+
+
+def _split(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def _esc(value: object) -> str:
+    from rich.markup import escape
+
+    return escape(str(value))

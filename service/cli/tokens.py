@@ -1,0 +1,65 @@
+"""`trainledger token create|list|revoke`: straight to the Redis/Valkey the service uses."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from service.cli.serve import run_with_store
+from service.cli.ui import ui
+from service.config import Settings
+from service.domain.auth import ROLES, mint, view_of
+from service.storage.redis_store import Store
+
+
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    if args.token_command == "create":
+        projects = args.project or None
+
+        async def create(store: Store) -> str:
+            token, digest, record = mint(args.role, projects, args.name or "")
+            await store.put_token(digest, record["id"], record)
+            return token
+
+        ui.out.print(run_with_store(settings, create), markup=False, highlight=False)
+        return 0
+    if args.token_command == "list":
+
+        async def listing(store: Store) -> list[dict[str, str]]:
+            return await store.token_records()
+
+        table = Table("id", "role", "projects", "name", "created")
+        for record in run_with_store(settings, listing):
+            view = view_of(record)
+            table.add_row(
+                view.id,
+                view.role,
+                ",".join(view.projects or ["*"]),
+                view.name,
+                str(view.created_at),
+            )
+        ui.out.print(table)
+        return 0
+
+    async def revoke(store: Store) -> bool:
+        return await store.revoke_token(args.token_id)
+
+    if run_with_store(settings, revoke):
+        ui.err.print(f"revoked {args.token_id}")
+        return 0
+    ui.err.print(f"[red]no token with id {args.token_id}[/]")
+    return 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    token = sub.add_parser("token", help="manage bearer tokens")
+    token.set_defaults(handler=cmd_token)
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="mint a token and print it (shown once)")
+    create.add_argument("--role", choices=ROLES, required=True)
+    create.add_argument("--project", action="append", help="limit to a project (repeatable)")
+    create.add_argument("--name", default="")
+    token_sub.add_parser("list", help="list tokens")
+    revoke = token_sub.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("token_id")
