@@ -2,6 +2,7 @@
 """Developer entry point that needs nothing but Python 3.11+.
 
     python3 dev.py run      # start the service on the embedded Valkey
+    python3 dev.py demo     # replay a simulated 7B training run and show what the ledger finds
     python3 dev.py test     # run the whole test suite
     python3 dev.py check    # ruff, mypy and the OpenAPI freshness check
     python3 dev.py openapi  # regenerate openapi/openapi.json
@@ -23,13 +24,18 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".trainledger-installed"
-INPUTS = ["pyproject.toml", "setup.py", "costcore/_kernel.pyx"]
+INPUTS = ["pyproject.toml", "setup.py"]
+
+
+def _compiled_sources() -> list[Path]:
+    return sorted((ROOT / "costcore").glob("*.pyx"))
 
 
 def _fingerprint() -> str:
     h = hashlib.sha256()
-    for name in INPUTS:
-        h.update((ROOT / name).read_bytes())
+    for path in [*(ROOT / name for name in INPUTS), *_compiled_sources()]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -40,8 +46,9 @@ def ensure_env() -> None:
         print("creating .venv ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     fingerprint = _fingerprint()
-    kernel_built = any((ROOT / "costcore").glob("_kernel*.so"))
-    if STAMP.exists() and STAMP.read_text() == fingerprint and kernel_built:
+    # Every Cython module of the core has its compiled extension next to it.
+    built = all(any(src.parent.glob(src.stem + "*.so")) for src in _compiled_sources())
+    if STAMP.exists() and STAMP.read_text() == fingerprint and built:
         return
     print("installing trainledger and its dependencies into .venv ...", flush=True)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
@@ -52,6 +59,10 @@ def ensure_env() -> None:
 
 def run(argv: list[str]) -> int:
     return os.execv(str(BIN / "trainledger"), [str(BIN / "trainledger"), "serve", *argv])
+
+
+def demo(argv: list[str]) -> int:
+    return os.execv(str(BIN / "trainledger"), [str(BIN / "trainledger"), "demo", *argv])
 
 
 def test(argv: list[str]) -> int:
@@ -86,7 +97,7 @@ def openapi(argv: list[str]) -> int:
     )
 
 
-COMMANDS = {"run": run, "test": test, "check": check, "openapi": openapi}
+COMMANDS = {"run": run, "demo": demo, "test": test, "check": check, "openapi": openapi}
 
 
 def main() -> int:
