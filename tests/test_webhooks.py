@@ -37,7 +37,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-import redis
 import standardwebhooks
 from litestar import Litestar
 
@@ -55,7 +54,14 @@ from service.alerts.formats import generate_secret
 from service.config import Settings
 from service.http.routes.webhooks import WebhookController
 from service.storage.redis_store import Keys, Store
-from tests.conftest import Api, ServerThread, event, free_port, make_admin_token
+from tests.conftest import (
+    Api,
+    ServerThread,
+    event,
+    free_port,
+    make_admin_token,
+    sync_client,
+)
 from tests.test_budgets import this_month
 from tests.test_ingest import post, put_card
 
@@ -77,6 +83,10 @@ FAST = DeliveryConfig(
 QUIET = DeliveryConfig(enabled=False)
 # For a worker driven by hand: every retry due at once unless the receiver asks otherwise.
 BY_HAND = DeliveryConfig(max_attempts=10, base_delay_s=0, lease_s=10.0, timeout_s=5.0)
+
+# The receivers here listen on loopback over http, which the ledger only sends to when
+# allow-listed (service/alerts/targets.py; tests/test_webhook_targets.py tests the rules).
+LOOPBACK = ("127.0.0.1",)
 
 FEISHU_SECRET = "feishu-bot-secret-0123"
 DINGTALK_SECRET = "SEC0123456789abcdef0123456789abcdef"
@@ -189,7 +199,7 @@ def _attach_worker(server: ServerThread, redis_url: str, config: DeliveryConfig)
             return
         if config.enabled:
             store = Store.from_url(redis_url)
-            worker = DeliveryWorker(store, config, PUBLIC_URL)
+            worker = DeliveryWorker(store, config, PUBLIC_URL, allowlist=LOOPBACK)
             held.update(store=store, task=asyncio.create_task(worker.run()))
 
     async def stop(app_: Litestar) -> None:
@@ -215,7 +225,8 @@ async def ledger(
 ) -> AsyncIterator[Api]:
     for name, value in config.env().items():
         monkeypatch.setenv(name, value)
-    server = ServerThread(redis_url, Settings(redis_url=redis_url, public_url=PUBLIC_URL))
+    settings = Settings(redis_url=redis_url, public_url=PUBLIC_URL, webhook_allowlist=LOOPBACK)
+    server = ServerThread(redis_url, settings)
     _attach_worker(server, redis_url, config)
     await asyncio.to_thread(server.start)
     try:
@@ -463,7 +474,9 @@ async def test_errors_are_retried_and_retry_after_is_respected(
             hooks = {p: await add_webhook(api, rx.url + p) for p in ("/flaky", "/busy", "/dated")}
             await add_budget(api)
             await post(api, [event("e1", "3", time=this_month())])
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, rng=random.Random(7))
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, rng=random.Random(7), allowlist=LOOPBACK
+            )
             attempts = [await worker.run_once() for _ in range(5)]
             by_hook = {d["webhook_id"]: d for d in (await deliveries(api))["items"]}
 
@@ -502,7 +515,7 @@ async def test_dead_letters_are_listed_and_redelivered(
                 assert (await c.delete(f"/v1/webhooks/{gone['id']}")).status_code == 404
             await add_budget(api)
             await post(api, [event("d1", "3", time=this_month())])
-            worker = DeliveryWorker(store, config, PUBLIC_URL)
+            worker = DeliveryWorker(store, config, PUBLIC_URL, allowlist=LOOPBACK)
             # The deleted webhook got no delivery: it was gone before the alert was decided.
             assert [await worker.run_once() for _ in range(3)] == [1, 1, 0]
 
@@ -553,7 +566,7 @@ async def test_pending_deliveries_of_a_deleted_webhook_fail(
         hook = await add_webhook(api, "http://127.0.0.1:9/never")
         await add_budget(api)
         await post(api, [event("g1", "3", time=this_month())])
-        worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL)
+        worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK)
         assert await worker.dispatch() == 1
         async with api.client() as c:
             assert (await c.delete(f"/v1/webhooks/{hook['id']}")).status_code == 204
@@ -583,6 +596,7 @@ async def test_an_alert_read_by_a_worker_that_died_is_delivered_by_another(
                 DeliveryConfig(claim_idle_s=0.2, base_delay_s=0, lease_s=10.0),
                 PUBLIC_URL,
                 consumer="survivor",
+                allowlist=LOOPBACK,
             )
 
             async def taken_over() -> bool:
@@ -590,7 +604,7 @@ async def test_an_alert_read_by_a_worker_that_died_is_delivered_by_another(
                 return await delivered_count(api) == 1
 
             await wait_until(taken_over, "the abandoned alert to be claimed and delivered")
-            raw = redis.Redis.from_url(clean_redis)
+            raw = sync_client(clean_redis)
             try:
                 pending = raw.xpending(Keys.alerts("llm"), DELIVERY_GROUP)
             finally:
@@ -613,7 +627,7 @@ async def test_a_delivery_leased_by_a_dead_sender_is_sent_after_the_lease(
                 paths[(await add_webhook(api, rx.url + path))["id"]] = path
             await add_budget(api)
             await post(api, [event("l1", "3", time=this_month())])
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL)
+            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK)
             assert await worker.dispatch() == 2
             # A sender leases both deliveries, one for ten minutes and one briefly, then dies.
             now = datetime.now(UTC)

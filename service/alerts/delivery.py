@@ -33,6 +33,7 @@ import random
 import re
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, fields
@@ -48,9 +49,23 @@ import msgspec
 from costcore.money import format_money, parse_price
 from service import __version__
 from service.alerts.formats import AlertMessage, build_request, generate_secret
+from service.alerts.targets import (
+    RESOLVE_TIMEOUT_S,
+    AllowList,
+    Resolver,
+    Target,
+    UnresolvedTarget,
+    UnsafeTarget,
+    resolve_target,
+    scrub,
+    secret_parts,
+    send_pinned,
+)
+from service.alerts.targets import check_target as _check_target
 from service.domain.budgeting import AlertView, alert_view, find_budget
 from service.domain.costs import cost_report
 from service.domain.events import ProjectName
+from service.metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from service.storage.redis_store import Store
 
 log = logging.getLogger("trainledger.webhooks")
@@ -171,28 +186,13 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
 # --- targets --------------------------------------------------------------------------------
 
 
-class UnsafeTarget(ValueError):
-    """A webhook URL the service must not send to."""
-
-
-def check_target(url: str) -> None:
-    """Raise `UnsafeTarget` unless the service may POST to `url`.
-
-    Called when a webhook is registered and again before every attempt. Today it checks
-    the scheme and that there is a host; it is the one place where an SSRF allow-list
-    (resolving the host and refusing private, loopback and link-local addresses unless
-    allowed) will go.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise UnsafeTarget("not a URL") from exc
-    if parts.scheme not in ("http", "https"):
-        raise UnsafeTarget("only http and https URLs are allowed")
-    if not parts.hostname:
-        raise UnsafeTarget("the URL has no host")
-    if parts.username is not None or parts.password is not None:
-        raise UnsafeTarget("credentials in the URL are not allowed")
+def check_target(url: str, allowlist: AllowList | Sequence[str] = ()) -> Target:
+    """Raise `UnsafeTarget` unless `url` may be a webhook target as written: http(s), a
+    valid host, no credentials, https unless the host is allow-listed, and a literal address
+    public unless allow-listed. `service.alerts.targets` has the rules; resolving the host
+    (`resolve_target`) happens at registration and again before every attempt."""
+    allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
+    return _check_target(url, allow)
 
 
 def redacted_url(url: str, fmt: str) -> str:
@@ -250,8 +250,8 @@ class WebhookView(msgspec.Struct, kw_only=True):
 
 
 class WebhookCreated(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The answer to a registration: the full URL, and the signing secret of a `standard`
-    webhook, this one time."""
+    """The answer to a registration: the URL as listings show it, and the signing secret of
+    a `standard` webhook, this one time."""
 
     id: str
     url: str
@@ -291,10 +291,12 @@ _SAMPLE_ALERT = AlertMessage(
 )
 
 
-def new_webhook(data: WebhookIn, now: datetime | None = None) -> WebhookRecord:
+def new_webhook(
+    data: WebhookIn, now: datetime | None = None, allowlist: AllowList | None = None
+) -> WebhookRecord:
     """Validate a registration and give it an id (and a secret, for `standard`)."""
     try:
-        check_target(data.url)
+        check_target(data.url, allowlist or AllowList())
     except UnsafeTarget as exc:
         raise WebhookError("$.url", str(exc)) from exc
     secret = data.secret
@@ -337,7 +339,7 @@ def webhook_view(record: WebhookRecord) -> WebhookView:
 def created_view(record: WebhookRecord) -> WebhookCreated:
     return WebhookCreated(
         id=record.id,
-        url=record.url,
+        url=redacted_url(record.url, record.format),  # the caller has it; never echo a secret
         format=record.format,
         has_secret=record.secret is not None,
         projects=record.projects,
@@ -348,15 +350,28 @@ def created_view(record: WebhookRecord) -> WebhookCreated:
     )
 
 
-async def create_webhook(store: Store, data: WebhookIn) -> WebhookRecord:
-    record = new_webhook(data)
+async def create_webhook(
+    store: Store,
+    data: WebhookIn,
+    allowlist: AllowList | Sequence[str] = (),
+    resolver: Resolver | None = None,
+) -> WebhookRecord:
+    """Register a webhook. Its host is resolved now, and refused if any address it resolves
+    to is not public (unless allow-listed); a name that does not resolve yet is accepted,
+    since every delivery resolves and checks it again before sending."""
+    allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
+    record = new_webhook(data, allowlist=allow)
+    target = check_target(record.url, allow)
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            await resolve_target(target, allow, resolver)
+    except UnsafeTarget as exc:
+        raise WebhookError("$.url", str(exc)) from exc
+    except (UnresolvedTarget, TimeoutError):
+        pass
     await store.put_webhook(record.id, msgspec.json.encode(record))
-    log.info(
-        "webhook %s registered (%s, %s)",
-        record.id,
-        record.format,
-        redacted_url(record.url, record.format),
-    )
+    origin = f"{target.scheme}://{target.host}:{target.port}"  # never the path or query
+    log.info("webhook %s registered (%s, %s)", record.id, record.format, origin)
     return record
 
 
@@ -684,10 +699,19 @@ class DeliveryWorker:
         consumer: str | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], int] = _now_ms,
+        allowlist: AllowList | Sequence[str] = (),
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.public_url = public_url
+        # Hosts and networks exempt from the https and public-address rules (Settings).
+        self.allowlist = (
+            allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
+        )
+        self.resolver = resolver  # None: `service.alerts.targets.resolver`, looked up per use
+        self.ssl_context = ssl_context  # None: httpx's default verification (certifi)
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._rng = rng or random.Random()
         self._clock = clock
@@ -703,14 +727,14 @@ class DeliveryWorker:
         inflight: set[asyncio.Task[None]] = set()
         failures = 0
         try:
-            async with self._http() as client:
+            async with self._http() as tls:
                 while True:
                     try:
                         await self.dispatch()
                         free = self.config.concurrency - len(inflight)
                         if free > 0:
                             for job in await self.claim(free):
-                                task = asyncio.create_task(self._attempt_logged(client, job, {}))
+                                task = asyncio.create_task(self._attempt_logged(tls, job, {}))
                                 inflight.add(task)
                                 task.add_done_callback(inflight.discard)
                         failures = 0
@@ -739,20 +763,16 @@ class DeliveryWorker:
         jobs = await self.claim(self.config.concurrency)
         if jobs:
             cache: dict[str, asyncio.Task[AlertMessage]] = {}
-            async with self._http() as client:
-                await asyncio.gather(*(self._attempt_logged(client, j, cache) for j in jobs))
+            async with self._http() as tls:
+                await asyncio.gather(*(self._attempt_logged(tls, j, cache) for j in jobs))
         return len(jobs)
 
     @contextlib.asynccontextmanager
-    async def _http(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(
-            timeout=httpx.Timeout(self.config.timeout_s),
-            follow_redirects=False,
-            trust_env=False,
-            headers={"user-agent": f"trainledger-webhooks/{__version__}"},
-            limits=httpx.Limits(max_connections=self.config.concurrency * 2),
-        ) as client:
-            yield client
+    async def _http(self) -> AsyncIterator[ssl.SSLContext]:
+        """What the sends of a round share: the TLS context (building one loads the CA
+        bundle). Each attempt opens its own connection to the address it checked
+        (`send_pinned`), so there is no client or pool to share."""
+        yield self.ssl_context or httpx.create_ssl_context()
 
     # Dispatch: alerts stream -> outbox --------------------------------------------------
 
@@ -782,9 +802,11 @@ class DeliveryWorker:
     ) -> int:
         now = self._clock()
         records: list[tuple[str, bytes]] = []
+        view_kind: str | None = None
         if fields_ is not None:
             try:
                 view = alert_view(entry_id, fields_)
+                view_kind = view.kind
             except (KeyError, ValueError, msgspec.MsgspecError) as exc:
                 log.error(
                     "alert %s of %s is unreadable (%s); not delivered", entry_id, project, exc
@@ -805,7 +827,10 @@ class DeliveryWorker:
                         next_at=now,
                     )
                     records.append((did, msgspec.json.encode(record)))
-        return await self.store.dispatch_alert(project, DELIVERY_GROUP, entry_id, now, records)
+        created = await self.store.dispatch_alert(project, DELIVERY_GROUP, entry_id, now, records)
+        if fields_ is not None and view_kind is not None:
+            ALERTS_FIRED.labels(view_kind).inc()
+        return created
 
     # Send: outbox -> receivers --------------------------------------------------------------
 
@@ -831,20 +856,24 @@ class DeliveryWorker:
 
     async def _attempt_logged(
         self,
-        client: httpx.AsyncClient,
+        tls: ssl.SSLContext,
         job: _Job,
         cache: dict[str, asyncio.Task[AlertMessage]],
     ) -> None:
         try:
-            await self.attempt(client, job, cache)
+            await self.attempt(tls, job, cache)
         except Exception as exc:  # Redis away: the lease runs out and another round retries
             _stop_if_cancelled(exc)
+            text = str(exc)
+            if job.webhook is not None:  # an error may quote the URL: never log its secrets
+                hook = job.webhook
+                text = scrub(text, secret_parts(hook.url, hook.format, hook.secret))
             log.warning(
                 "delivery %s of %s not recorded (%s: %s); retried after its lease",
                 job.delivery_id,
                 job.project,
                 type(exc).__name__,
-                exc,
+                text,
             )
 
     async def _message(
@@ -860,20 +889,27 @@ class DeliveryWorker:
 
     async def attempt(
         self,
-        client: httpx.AsyncClient,
+        tls: ssl.SSLContext,
         job: _Job,
         cache: dict[str, asyncio.Task[AlertMessage]],
     ) -> None:
-        """Send one leased delivery and record the outcome."""
+        """Send one leased delivery and record the outcome.
+
+        The target is checked and its host resolved again now, every address checked, and
+        the request sent to a checked address (`send_pinned`); a refused target, a name that
+        does not resolve, a 3xx (never followed) and any other non-2xx answer are failed
+        attempts, retried with backoff and dead letters after `max_attempts`."""
         record = _delivery_decoder.decode(job.claimed)
         webhook = job.webhook
         if webhook is None:
             await self._finish(job, record, "failed", error="the webhook was deleted")
             return
+        secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
         try:
-            check_target(webhook.url)
-        except UnsafeTarget as exc:
-            await self._finish(job, record, "failed", error=f"target refused: {exc}")
+            target = check_target(webhook.url, self.allowlist)
+        except UnsafeTarget as exc:  # nothing is sent
+            refused = _clip(scrub(f"target refused: {exc}", secrets_))
+            await self._failed_attempt(job, record, None, refused, None)
             return
         message = await self._message(record.alert, cache)
         try:
@@ -885,32 +921,57 @@ class DeliveryWorker:
             return
         headers = dict(request.headers)
         headers.setdefault("webhook-id", message.id)  # the dedup key, in every format
+        headers.setdefault("user-agent", f"trainledger-webhooks/{__version__}")
+        secrets_ = secret_parts(request.url, webhook.format, webhook.secret) + secrets_
         status: int | None = None
         retry_after: str | None = None
         error: str | None = None
         try:
+            # Resolving and sending share one budget, which the lease outlasts.
             async with asyncio.timeout(self.config.timeout_s):
-                async with client.stream(
-                    request.method, request.url, content=request.body, headers=headers
-                ) as response:
-                    status = response.status_code
-                    retry_after = response.headers.get("retry-after")
-                    head = b""
-                    async for chunk in response.aiter_bytes():
-                        head += chunk
-                        if len(head) >= 2048:
-                            break
-            if not 200 <= status < 300:
-                text = head[:200].decode("utf-8", "replace")
-                error = _clip(f"HTTP {status}: {text}" if text else f"HTTP {status}")
+                # Looked up again now and every answer checked (DNS rebinding); the send
+                # goes to these addresses and nowhere else.
+                addresses = await resolve_target(target, self.allowlist, self.resolver)
+                answer = await send_pinned(
+                    target,
+                    addresses,
+                    method=request.method,
+                    url=request.url,
+                    headers=headers,
+                    body=request.body,
+                    timeout_s=self.config.timeout_s,
+                    ssl_context=tls,
+                )
+            status = answer.status
+            retry_after = answer.headers.get("retry-after")
+            if 300 <= status < 400:
+                where = answer.headers.get("location", "")
+                error = f"HTTP {status}: redirect not followed" + (
+                    f" (to {where})" if where else ""
+                )
+            elif not 200 <= status < 300:
+                text = answer.head[:200].decode("utf-8", "replace")
+                error = f"HTTP {status}: {text}" if text else f"HTTP {status}"
+        except UnsafeTarget as exc:  # nothing was sent
+            error = f"target refused: {exc}"
+        except UnresolvedTarget as exc:  # nothing was sent
+            error = f"target not resolved: {exc}"
         except (httpx.HTTPError, TimeoutError, OSError) as exc:
-            shown = redacted_url(webhook.url, webhook.format)
-            error = _clip(f"{type(exc).__name__}: {exc}".replace(webhook.url, shown))
-            if status is not None and 200 <= status < 300:
-                error = None  # answered 2xx; only reading the rest of its body failed
+            error = type(exc).__name__ + (f": {exc}" if str(exc) else "")
         if error is None:
             await self._finish(job, record, "delivered", http_status=status, attempted=True)
             return
+        await self._failed_attempt(job, record, status, _clip(scrub(error, secrets_)), retry_after)
+
+    async def _failed_attempt(
+        self,
+        job: _Job,
+        record: DeliveryRecord,
+        status: int | None,
+        error: str,
+        retry_after: str | None,
+    ) -> None:
+        """Record a failed attempt: retry later, or a dead letter after `max_attempts`."""
         attempts = record.attempts + 1
         if attempts >= self.config.max_attempts:
             await self._finish(
@@ -967,6 +1028,11 @@ class DeliveryWorker:
             outcome,
             score,
         )
+        if kept:
+            if outcome == "retry":
+                WEBHOOK_RETRIES.inc()
+            else:
+                WEBHOOK_DELIVERIES.labels(outcome).inc()
         if not kept:
             log.info("delivery %s: lease lost before its outcome was recorded", job.delivery_id)
         elif outcome == "failed":

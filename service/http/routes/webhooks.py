@@ -51,7 +51,10 @@ class WebhookController(Controller):
         description="Formats: standard (Standard Webhooks, signed; the `whsec_` secret is "
         "generated when not given and shown only in this answer), slack, feishu and dingtalk "
         "(signed when a secret is given), wecom. `projects` and `kinds` narrow which alerts "
-        "it receives (null: all). Alerts decided from now on are delivered to it.",
+        "it receives (null: all). Alerts decided from now on are delivered to it. The URL "
+        "must be https and its host must resolve only to public addresses, unless the host "
+        "is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` and the "
+        "reason.",
     )
     async def create(
         self,
@@ -76,7 +79,7 @@ class WebhookController(Controller):
                         field=f"$.projects[{i}]",
                     )
         try:
-            record = await create_webhook(services.store, data)
+            record = await create_webhook(services.store, data, services.settings.webhook_allowlist)
         except WebhookError as exc:
             raise invalid(exc.field, exc.reason) from exc
         return created_view(record)
