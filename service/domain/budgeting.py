@@ -154,6 +154,10 @@ def alert_view(entry_id: str, fields: dict[str, bytes]) -> AlertView:
     return msgspec.convert(data, AlertView)
 
 
+def _stream_ms(when: datetime) -> str:
+    return str(max(0, int(when.timestamp() * 1000)))
+
+
 async def list_alerts(
     store: Store,
     project: str,
@@ -163,8 +167,9 @@ async def list_alerts(
     after: str | None,
     limit: int,
 ) -> list[AlertView]:
-    start = "(" + after if after else (str(int(since.timestamp() * 1000)) if since else "-")
-    end = str(int(until.timestamp() * 1000)) if until else "+"
+    # Stream ids are milliseconds since the epoch: earlier bounds mean "from the start".
+    start = "(" + after if after else (_stream_ms(since) if since else "-")
+    end = _stream_ms(until) if until else "+"
     views: list[AlertView] = []
     while len(views) < limit:
         entries = await store.alerts(project, start, end, count=max(limit, 100))

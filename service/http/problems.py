@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
-from litestar.exceptions import ValidationException
+from litestar.exceptions import ClientException, ValidationException
 from litestar.plugins.problem_details import ProblemDetailsException
+
+from service.storage.redis_store import ReplicationTimeout
 
 PROBLEM_BASE = "https://trainledger.dev/problems/"
 
@@ -56,8 +59,32 @@ def from_validation(exc: ValidationException) -> ProblemDetailsException:
     return problem(400, "Invalid request", detail, kind="invalid-request", errors=errors)
 
 
+def from_client_error(exc: ClientException) -> ProblemDetailsException:
+    """Litestar's own 4xx answers (a body that is not JSON, an unknown route, a method not
+    allowed) in the same shape as ours; a 400 here is a body that could not be decoded."""
+    if isinstance(exc, ValidationException):
+        return from_validation(exc)
+    detail = str(exc.detail)
+    if exc.status_code == 400:
+        return invalid("$", detail, status=400)
+    phrase = HTTPStatus(exc.status_code).phrase
+    return problem(
+        exc.status_code, phrase, detail, kind=phrase.lower().replace(" ", "-"), headers=exc.headers
+    )
+
+
 def redis_unavailable(exc: Exception) -> ProblemDetailsException:
     """Redis cannot be reached: nothing was applied; the client should retry."""
+    if isinstance(exc, ReplicationTimeout):
+        # Applied on the master, not yet on a replica: unacknowledged, and a retry is safe.
+        return problem(
+            503,
+            "Storage unavailable",
+            f"the write was not confirmed by a replica in time ({exc}); it is not "
+            "acknowledged: retry (a retry never counts an event twice)",
+            kind="storage-unavailable",
+            headers={"Retry-After": "1"},
+        )
     return problem(
         503,
         "Storage unavailable",

@@ -106,11 +106,12 @@ class AlertController(Controller):
         self,
         project: ProjectParam,
         services: NamedDependency[Services],
-        kind: Literal["threshold", "forecast", "growth"] | None = None,
+        kind: Annotated[Literal["threshold", "forecast", "growth"] | None, QueryParameter()] = None,
         since: Annotated[datetime | None, QueryParameter(name="from")] = None,
         until: Annotated[datetime | None, QueryParameter(name="to")] = None,
         after: Annotated[
-            str | None, QueryParameter(description="cursor of the last alert seen")
+            str | None,
+            QueryParameter(description="cursor of the last alert seen", pattern=r"^\d+-\d+$"),
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
     ) -> list[AlertView]:

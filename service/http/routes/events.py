@@ -31,6 +31,7 @@ from service.domain.ingest import ForbiddenProject, IngestConflict, IngestReport
 from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.security import requires
+from service.metrics import count_ingest
 
 ProjectParam = Annotated[str, QueryParameter(pattern=PROJECT_PATTERN, description="project name")]
 
@@ -124,6 +125,7 @@ async def run_ingest(
             kind="busy",
             headers={"Retry-After": "1"},
         ) from exc
+    count_ingest(report.accepted, report.duplicates, (r.field for r in report.rejected))
     return _answer(report)
 
 
@@ -135,6 +137,7 @@ class EventsController(Controller):
         "/",
         guards=[requires("ingest")],
         operation_class=EventsOperation,
+        status_code=200,
         summary="Post one usage event or a batch",
         description=(
             "Answers with the number accepted, the duplicates (already counted, by id) and each "
@@ -188,6 +191,7 @@ class EventsController(Controller):
     @post(
         "/rejected/replay",
         guards=[requires("ingest")],
+        status_code=200,
         summary="Submit stored rejected events again",
         description="Use after fixing the cause (for example adding the SKU to the rate card). "
         "Accepted ones leave the dead-letter store; the others stay with their new reason.",
