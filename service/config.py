@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.alerts.targets import parse_allowlist_env
+
 
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name)
@@ -15,6 +17,20 @@ def _int_env(name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _allowlist_env(name: str) -> tuple[str, ...]:
+    try:
+        return parse_allowlist_env(os.environ.get(name, ""))
+    except ValueError as exc:
+        raise SystemExit(f"{name}: {exc}") from exc
+
+
+def _log_format_env() -> str:
+    fmt = os.environ.get("TRAINLEDGER_LOG_FORMAT", "")
+    if fmt not in ("", "json", "text"):
+        raise SystemExit("TRAINLEDGER_LOG_FORMAT must be json or text")
+    return fmt
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,12 @@ class Settings:
     public_url: str = "http://127.0.0.1:8000"
     # Requests a second one token may make (all workers together); 0 turns the limit off.
     rate_limit_per_second: int = 1000
+    # Webhook targets exempt from "https only, public addresses only": host names (exact,
+    # case-insensitive), IP addresses and CIDR networks (service/alerts/targets.py).
+    webhook_allowlist: tuple[str, ...] = ()
+    # "json" or "text" sets up the process's logging (the `serve` command does); "" leaves it.
+    log_format: str = ""
+    log_level: str = "info"
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -55,4 +77,7 @@ class Settings:
             appendfsync=fsync,
             public_url=os.environ.get("TRAINLEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
             rate_limit_per_second=_int_env("TRAINLEDGER_RATE_LIMIT_PER_SECOND", 1000),
+            webhook_allowlist=_allowlist_env("TRAINLEDGER_WEBHOOK_ALLOWLIST"),
+            log_format=_log_format_env(),
+            log_level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info"),
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -13,13 +14,14 @@ from datetime import UTC, datetime
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.exceptions import ValidationException
+from litestar.exceptions import ClientException, ValidationException
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
+from litestar.types import Empty
+from redis.exceptions import ClusterDownError, RedisError, SlotNotCoveredError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service import __version__
@@ -28,8 +30,15 @@ from service.config import Settings
 from service.domain.catalog import RateCards
 from service.domain.ingest import Ingestor
 from service.http.deps import Services
-from service.http.openapi import add_wire_schemas, security_components
-from service.http.problems import from_validation, redis_unavailable
+from service.http.observability import (
+    PROMETHEUS,
+    MetricsController,
+    RequestIdMiddleware,
+    answer_started,
+    logging_config,
+)
+from service.http.openapi import add_wire_schemas, document_problems, security_components
+from service.http.problems import from_client_error, from_validation, redis_unavailable
 from service.http.ratelimit import TokenRateLimitMiddleware
 from service.http.routes.admin import ProjectController, TokenController
 from service.http.routes.analysis import AnalysisController
@@ -41,8 +50,10 @@ from service.http.routes.health import healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
 from service.http.routes.reports import ExperimentController, ReportController
+from service.http.routes.ui import DashboardController
 from service.http.routes.webhooks import WebhookController
 from service.http.security import BearerTokenMiddleware
+from service.metrics import time_redis_commands
 from service.storage.redis_store import Store
 
 log = logging.getLogger("trainledger")
@@ -93,10 +104,16 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
         store = Store.from_url(url)
+        time_redis_commands(store.client)
         app.state.services = build_services(settings, store)
         app.state.store = store
         app.state.settings = settings
-        worker = DeliveryWorker(store, DeliveryConfig.from_env(), settings.public_url)
+        worker = DeliveryWorker(
+            store,
+            DeliveryConfig.from_env(),
+            settings.public_url,
+            allowlist=settings.webhook_allowlist,
+        )
         app.state.delivery_worker = worker
         background = [
             asyncio.create_task(sweep_forever(store)),
@@ -120,6 +137,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         route_handlers=[
             healthz,
             readyz,
+            MetricsController,
             RateCardController,
             EventsController,
             CostsController,
@@ -133,13 +151,22 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             ExperimentController,
             ExportController,
             WebhookController,
+            DashboardController,
         ],
         lifespan=[lifespan],
+        before_send=[answer_started],
+        logging_config=(
+            logging_config(settings.log_format, settings.log_level)
+            if settings.log_format
+            else Empty
+        ),
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
-        # The API reference is public; everything else needs a token.
+        # The API reference and the metrics are public; everything else needs a token.
         middleware=[
-            DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs"]),
-            TokenRateLimitMiddleware,
+            RequestIdMiddleware(),
+            PROMETHEUS.middleware,
+            DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs", "^/metrics"]),
+            TokenRateLimitMiddleware(),
         ],
         plugins=[
             ProblemDetailsPlugin(
@@ -147,8 +174,13 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                     enable_for_all_http_exceptions=True,
                     exception_to_problem_detail_map={
                         ValidationException: from_validation,
+                        ClientException: from_client_error,
                         RedisConnectionError: redis_unavailable,
                         RedisTimeoutError: redis_unavailable,
+                        # A cluster shard failing over: nothing was applied there; retry.
+                        ClusterDownError: redis_unavailable,
+                        TryAgainError: redis_unavailable,
+                        SlotNotCoveredError: redis_unavailable,
                     },
                 )
             )
@@ -166,4 +198,23 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         debug=False,
     )
     add_wire_schemas(app)
+    document_problems(app)
+    return app
+
+
+def _tune_garbage_collector() -> None:
+    """The objects alive after start-up (modules, the app, caches) live as long as the
+    process: moving them out of the collector's sight, and collecting less often, cuts the
+    full-collection pauses that otherwise set the tail latency of queries (bench/README.md,
+    queries)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
+def serve_app() -> Litestar:
+    """The app as `trainledger serve` runs it (one per worker process): `create_app` plus
+    process-wide tuning that an app embedded in another process (the tests) must not get."""
+    app = create_app()
+    app.on_startup.append(_tune_garbage_collector)
     return app

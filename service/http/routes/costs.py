@@ -67,13 +67,15 @@ class CostsController(Controller):
         from_day: FromDay = None,
         to_day: ToDay = None,
         group_by: GroupBy = "category",
-        granularity: Literal["hour", "day", "week", "month"] | None = None,
+        granularity: Annotated[
+            Literal["hour", "day", "week", "month"] | None, QueryParameter()
+        ] = None,
         stage: Filter = None,
         experiment: Filter = None,
         category: Filter = None,
         sku: Filter = None,
         owner: Filter = None,
-        fixed: Literal["fixed", "elastic"] | None = None,
+        fixed: Annotated[Literal["fixed", "elastic"] | None, QueryParameter()] = None,
         tag: Annotated[
             list[str] | None, QueryParameter(description="<key>:<value>, repeatable")
         ] = None,

@@ -1,0 +1,93 @@
+"""Domain metrics for Prometheus, in one place.
+
+HTTP request counts and latencies come from Litestar's Prometheus middleware (see
+`service/http/observability.py`); these are the ledger's own figures. Labels are bounded
+sets only (no project names, ids or URLs), so `/metrics` reveals no tenant data and its
+size does not grow with use.
+
+With several worker processes (`trainledger serve --workers N`) the command sets
+`PROMETHEUS_MULTIPROC_DIR` before the workers start, and `/metrics` sums the workers'
+files (prometheus_client's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+EVENTS_ACCEPTED = Counter(
+    "trainledger_events_accepted", "Usage events accepted and counted (first time seen)"
+)
+EVENTS_DUPLICATE = Counter(
+    "trainledger_events_duplicate", "Usage events answered as duplicates (id already counted)"
+)
+EVENTS_REJECTED = Counter(
+    "trainledger_events_rejected",
+    "Usage events rejected, by the field at fault (`body` when the item could not be decoded)",
+    ["reason"],
+)
+ALERTS_FIRED = Counter(
+    "trainledger_alerts_fired", "Budget alerts taken from the alert streams for delivery", ["kind"]
+)
+WEBHOOK_DELIVERIES = Counter(
+    "trainledger_webhook_deliveries",
+    "Webhook deliveries finished, by outcome (delivered, or failed for good)",
+    ["outcome"],
+)
+WEBHOOK_RETRIES = Counter(
+    "trainledger_webhook_retries", "Failed webhook attempts that will be tried again"
+)
+REDIS_SECONDS = Histogram(
+    "trainledger_redis_command_seconds",
+    "Round trip of each Redis command the service sends (scripts included), by command",
+    ["command"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+)
+
+_INDEX = re.compile(r"^\$(\[\d+\])?\.?")
+_KNOWN_FIELDS = frozenset(
+    {"id", "time", "project", "sku", "quantity", "stage", "experiment", "owner", "tags"}
+)
+
+
+def rejection_reason(field: str | None) -> str:
+    """The label for a rejected event: the top-level field at fault, from a fixed set."""
+    name = _INDEX.sub("", field or "").split(".", 1)[0].split("[", 1)[0]
+    if name in _KNOWN_FIELDS:
+        return name
+    return "body" if name in ("", "$") else "other"
+
+
+def count_ingest(accepted: int, duplicates: int, rejected_fields: Iterable[str | None]) -> None:
+    if accepted:
+        EVENTS_ACCEPTED.inc(accepted)
+    if duplicates:
+        EVENTS_DUPLICATE.inc(duplicates)
+    for field in rejected_fields:
+        EVENTS_REJECTED.labels(rejection_reason(field)).inc()
+
+
+def time_redis_commands(client: Any) -> None:
+    """Observe the round trip of every command sent through `client.execute_command`.
+
+    redis-py has no hook for this; every single command (EVALSHA included) goes through
+    that one method of the client, so the instance's method is wrapped. Pipelines are not
+    observed command by command.
+    """
+    inner: Callable[..., Awaitable[Any]] = client.execute_command
+
+    async def execute_command(*args: Any, **options: Any) -> Any:
+        name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+        started = time.perf_counter()
+        try:
+            return await inner(*args, **options)
+        finally:
+            REDIS_SECONDS.labels(name.split(" ", 1)[0].upper()).observe(
+                time.perf_counter() - started
+            )
+
+    client.execute_command = execute_command
