@@ -1,8 +1,10 @@
 """Shared fixtures: real Redis-protocol servers and the app over real HTTP.
 
 Every Redis-backed test runs against the embedded Valkey this suite starts itself,
-and again against the system Redis on 127.0.0.1:6379 when one answers there
-(database 13, flushed per test). No mock stands in for either.
+again against the system Redis on 127.0.0.1:6379 when one answers there
+(database 13, flushed per test), and again against a Redis Cluster of three masters
+and three replicas this suite starts from the same Valkey binary (tests/cluster.py;
+`TRAINLEDGER_TEST_CLUSTER=0` leaves it out). No mock stands in for any of them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -26,13 +29,41 @@ from service.config import Settings
 from service.domain.auth import mint
 from service.http.app import create_app
 from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Store
+from service.storage.redis_store import Store, cluster_options
+from tests.cluster import ValkeyCluster
 
 # Building a TLS context loads the CA bundle (~50 ms); the tests speak plain HTTP on
 # loopback, so every client shares one context instead of building its own.
 _TLS_CONTEXT = ssl.create_default_context()
 
 SYSTEM_REDIS_URL = os.environ.get("TRAINLEDGER_TEST_SYSTEM_REDIS", "redis://127.0.0.1:6379/13")
+CLUSTER_ENABLED = os.environ.get("TRAINLEDGER_TEST_CLUSTER", "1") != "0"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster: runs against the Redis Cluster the suite starts (tests/cluster.py)"
+    )
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(("redis+cluster://", "rediss+cluster://"))
+
+
+class _ClusterClient(redis.RedisCluster):
+    """A synchronous cluster client whose KEYS asks every master (redis-py asks one)."""
+
+    def keys(self, pattern: Any = "*", **kwargs: Any) -> Any:
+        kwargs.setdefault("target_nodes", redis.RedisCluster.PRIMARIES)
+        return super().keys(pattern, **kwargs)
+
+
+def sync_client(url: str) -> redis.Redis:
+    """A synchronous client for a test to look at the stored keys itself: a plain client for
+    one server, a cluster client (KEYS and SCAN over every master) for a cluster URL."""
+    if is_cluster_url(url):
+        return cast(redis.Redis, _ClusterClient.from_url(cluster_options(url)[0]))
+    return redis.Redis.from_url(url)
 
 
 def _system_redis_up() -> bool:
@@ -50,13 +81,30 @@ def embedded_valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyCluster]:
+    cluster = ValkeyCluster(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(
     scope="session",
-    params=["valkey", pytest.param("system-redis", marks=pytest.mark.system_redis)],
+    params=[
+        "valkey",
+        pytest.param("system-redis", marks=pytest.mark.system_redis),
+        pytest.param("cluster", marks=pytest.mark.cluster),
+    ],
 )
 def redis_url(request: pytest.FixtureRequest) -> str:
     if request.param == "valkey":
         return str(request.getfixturevalue("embedded_valkey"))
+    if request.param == "cluster":
+        if not CLUSTER_ENABLED:
+            pytest.skip("TRAINLEDGER_TEST_CLUSTER=0")
+        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
+        return cluster.url
     if not _system_redis_up():
         pytest.skip(f"no system Redis at {SYSTEM_REDIS_URL}")
     return SYSTEM_REDIS_URL
@@ -64,9 +112,12 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def clean_redis(redis_url: str) -> str:
-    """The server, emptied before the test."""
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
+    """The server, emptied before the test (on a cluster: every master)."""
+    client = sync_client(redis_url)
+    if is_cluster_url(redis_url):
+        client.flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    else:
+        client.flushdb()
     client.close()
     return redis_url
 
@@ -90,7 +141,9 @@ class ServerThread:
     def __init__(self, redis_url: str, settings: Settings | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        app = create_app(settings or Settings(redis_url=redis_url), redis_url=redis_url)
+        # Test receivers listen on loopback over http: allow-list it (service/alerts/targets.py).
+        settings = settings or Settings(redis_url=redis_url, webhook_allowlist=("127.0.0.1",))
+        app = create_app(settings, redis_url=redis_url)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
         )

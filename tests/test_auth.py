@@ -5,10 +5,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 import httpx
-import redis
 
 from service.domain.auth import digest
-from tests.conftest import TEST_CARD, Api, event
+from tests.conftest import TEST_CARD, Api, event, sync_client
 
 
 def client(api: Api, token: str | None = None, *, anonymous: bool = False) -> httpx.AsyncClient:
@@ -190,7 +189,7 @@ async def test_project_list_shows_only_the_token_scope(api: Api) -> None:
 
 def _all_stored_bytes(url: str) -> list[tuple[bytes, bytes]]:
     """Every key of the database with every value it holds, whatever its type."""
-    client = redis.Redis.from_url(url)
+    client = sync_client(url)
     found: list[tuple[bytes, bytes]] = []
     try:
         for key in client.scan_iter(count=1000):

@@ -15,6 +15,11 @@ tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantit
 tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour
 tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
 tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
+tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
+                                        (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
+                                        + the projected dims (service/domain/rollups.py)
+tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
+                                        use them only when it equals meta ``accepted``)
 tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
 tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
@@ -34,27 +39,47 @@ tl:P:dlvq                       zset    pending delivery ids scored by next atte
 tl:P:dlvdone                    zset    delivered delivery ids scored by delivery time (ms)
 tl:P:dlvdead                    zset    failed delivery ids (dead letters) by failure time (ms)
 tl:ratecards                    set     rate-card names
-tl:ratecard:<name>              hash    version number -> JSON of that version
-tl:ratecard:<name>:rev          string  bumped on every new version (cache invalidation)
+tl:ratecard:<name>              hash    version number -> JSON of that version (its length,
+                                        the number of versions, is the card's revision: a
+                                        cached card is stale when it moved)
 tl:projects                     set     project names that have data or settings
 tl:webhooks                     hash    webhook id -> JSON (url, format, secret, filters)
 tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
 tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
 tl:tokens                       hash    token id -> sha256, for listing and revoking
 ==============================  ======  =====================================================
+
+Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
+all the keys it touches in KEYS, and those are one project's keys (one slot), or one global
+key alone (a rate card, a rate-limit window). Transactions and scripts never span two
+slots; the few multi-key steps on global keys (a token and the token index) are plain
+pipelines, split by node. A project's data is all on one shard, so one very busy project is
+served by one master. An acknowledged ingest write has reached ``wait_replicas`` replicas
+(WAIT on the write's own connection; ``Store._replicated``), so a failover keeps it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 NAMESPACE = "tl"
 SEEN_SHARDS = 64
@@ -94,6 +119,14 @@ class Keys:
     @staticmethod
     def tier(project: str, month: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:tier:{month}"
+
+    @staticmethod
+    def rollup(project: str, name: str, period: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:ru:{name}:{period}"
+
+    @staticmethod
+    def rollup_count(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:ru:events"
 
     @staticmethod
     def log(project: str) -> str:
@@ -153,10 +186,6 @@ class Keys:
         return f"{NAMESPACE}:ratecard:{name}"
 
     @staticmethod
-    def rate_card_rev(name: str) -> str:
-        return f"{NAMESPACE}:ratecard:{name}:rev"
-
-    @staticmethod
     def projects() -> str:
         return f"{NAMESPACE}:projects"
 
@@ -195,24 +224,35 @@ class Keys:
 
 # --- Lua scripts -----------------------------------------------------------------------------
 
-# Apply one project's priced batch atomically. Every check runs before the first write, and
-# the duplicate check undoes its own marks, so the script never leaves a partial batch behind.
-# (Redis's cmsgpack reads no msgpack "bin" type: everything in the payload is a str.)
+# Apply one project's priced batch atomically. Every check runs before the first write, so the
+# script never leaves a partial batch behind. (Redis's cmsgpack reads no msgpack "bin" type:
+# everything in the payload is a str.) Ids are checked and marked per `seen` shard (one HMGET
+# and one HSET of many fields, not an HSETNX per event); totals stay one HINCRBY per field
+# (exact int64 arithmetic in Valkey: adding in Lua, in two limbs, then HSET per hash, costed
+# more instructions than it saved; measured with callgrind, see bench/README.md).
 #   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
 #   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
-#                     log_min_id ("" = keep all), counters, alerts key#], the first three flat
-#           in triples:
-#           events (key#, id, expiry day), tier_checks (key#, sku, expected), increments
-#           (key#, field, delta). Amounts travel as strings: Lua numbers are doubles.
+#                     log_min_id ("" = keep all), counters, alerts key#, budgets revision]:
+#           events, grouped by `seen` shard: flat (key#, n, id1, expiry day1, …, idn, dayn)…;
+#           tier_checks flat in triples (key#, sku, expected);
+#           increments, grouped by key: flat (key#, n, field1, delta1, …, fieldn, deltan)….
+#           Amounts travel as strings: Lua numbers are doubles.
 #           counters: [key#, field, delta, checks] with checks [mode, limit, marker key#,
 #           alert id, alert JSON]; mode 'c' fires when the counter goes from below the limit
 #           to at or above it, 'a' when it ends strictly above; each alert id fires once.
+#           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
+#           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
+#           as priced (the number of versions, as `Store.rate_card_revision` counts them).
 #   ARGV[2] the log blob
-#           p[10] is the budgets revision the batch was priced with.
-# Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based indices of events already
-# seen), {2, j} (tier counter j changed since it was read: price again), or {3, revision}
-# (the project's budgets changed: read them again, so no budget misses the batch).
+# Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
+# event order, of events already seen), {2, j} (tier counter j changed since it was read:
+# price again), {3, revision} (the project's budgets changed: read them again, so no
+# budget misses the batch), or {4} (the project's settings or its rate card changed since
+# the worker cached them: read them again and price again).
 INGEST_LUA = r"""
+local call = redis.call
+local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
+
 local function lt(a, b)  -- exact "<" on non-negative integer strings (Lua numbers are doubles)
   if #a ~= #b then return #a < #b end
   return a < b
@@ -221,46 +261,72 @@ end
 local p = cmsgpack.unpack(ARGV[1])
 local ev, tc, inc = p[1], p[2], p[3]
 
-local budgets_rev = redis.call('HGET', KEYS[1], 'budgets_rev') or '0'
+local budgets_rev = call('HGET', KEYS[1], 'budgets_rev') or '0'
 if budgets_rev ~= p[10] then
   return {3, budgets_rev}
 end
+-- Settings the batch was priced with (a worker's cached copy): refuse it if they moved.
+if #p[11] > 0 then
+  local cur = call('HMGET', KEYS[1], 'rate_card', 'currency', 'attribution_tags')
+  for k = 1, 3 do
+    if (cur[k] or '\0') ~= p[11][k] then return {4} end
+  end
+end
+if p[12] > 0 and call('HLEN', KEYS[p[12]]) ~= p[13] then
+  return {4}
+end
 
 for j = 1, #tc, 3 do
-  local current = redis.call('HGET', KEYS[tc[j]], tc[j + 1]) or '0'
+  local current = call('HGET', KEYS[tc[j]], tc[j + 1]) or '0'
   if current ~= tc[j + 2] then
     return {2, (j + 2) / 3}
   end
 end
 
+-- Duplicates: one HMGET per shard (and chunk). Nothing is written before every check passed.
 local dups = {}
-for i = 1, #ev, 3 do
-  if redis.call('HSETNX', KEYS[ev[i]], ev[i + 1], ev[i + 2]) == 0 then
-    dups[#dups + 1] = (i + 2) / 3
-  end
-end
-if #dups > 0 then
-  local d = 1
-  for i = 1, #ev, 3 do
-    if dups[d] == (i + 2) / 3 then
-      d = d + 1
-    else
-      redis.call('HDEL', KEYS[ev[i]], ev[i + 1])
+local n_events = 0
+local i = 1
+while i <= #ev do
+  local key, n = KEYS[ev[i]], ev[i + 1]
+  for s = 0, n - 1, CHUNK do
+    local ids = {}
+    for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
+    local got = call('HMGET', key, unpack(ids))
+    for j = 1, #got do
+      if got[j] then dups[#dups + 1] = n_events + s + j end
     end
   end
+  n_events = n_events + n
+  i = i + 2 + 2 * n
+end
+if #dups > 0 then
   table.insert(dups, 1, 1)
   return dups
 end
 
-for l = 1, #inc, 3 do
-  redis.call('HINCRBY', KEYS[inc[l]], inc[l + 1], inc[l + 2])
+i = 1
+while i <= #ev do
+  local key, n = KEYS[ev[i]], ev[i + 1]
+  for s = 0, n - 1, CHUNK do
+    call('HSET', key, unpack(ev, i + 2 + 2 * s, i + 1 + 2 * math.min(n, s + CHUNK)))
+  end
+  i = i + 2 + 2 * n
+end
+local l = 1
+while l <= #inc do
+  local key, n = KEYS[inc[l]], inc[l + 1]
+  for j = l + 2, l + 1 + 2 * n, 2 do
+    call('HINCRBY', key, inc[j], inc[j + 1])
+  end
+  l = l + 2 + 2 * n
 end
 
 for _, c in ipairs(p[8]) do
   local key = KEYS[c[1]]
-  local before = redis.call('HGET', key, c[2]) or '0'
-  redis.call('HINCRBY', key, c[2], c[3])
-  local after = redis.call('HGET', key, c[2])
+  local before = call('HGET', key, c[2]) or '0'
+  call('HINCRBY', key, c[2], c[3])
+  local after = call('HGET', key, c[2])
   for _, chk in ipairs(c[4]) do
     local fire
     if chk[1] == 'c' then
@@ -268,31 +334,45 @@ for _, c in ipairs(p[8]) do
     else
       fire = lt(chk[2], after)
     end
-    if fire and redis.call('HSETNX', KEYS[chk[3]], chk[4], after) == 1 then
-      redis.call('XADD', KEYS[p[9]], '*', 'id', chk[4], 'a', chk[5], 's', after)
+    if fire and call('HSETNX', KEYS[chk[3]], chk[4], after) == 1 then
+      call('XADD', KEYS[p[9]], '*', 'id', chk[4], 'a', chk[5], 's', after)
     end
   end
 end
 
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  for i = 1, #ev, 3 do
-    if redis.call('HDEL', KEYS[3], ev[i + 1]) == 1 then
-      redis.call('ZREM', KEYS[4], ev[i + 1])
+-- Accepted events leave the dead letters (looked up per chunk, not per event).
+if call('EXISTS', KEYS[3]) == 1 then
+  i = 1
+  while i <= #ev do
+    local n = ev[i + 1]
+    for s = 0, n - 1, CHUNK do
+      local ids = {}
+      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
+      local got = call('HMGET', KEYS[3], unpack(ids))
+      local gone = {}
+      for j = 1, #got do
+        if got[j] then gone[#gone + 1] = ids[j] end
+      end
+      if #gone > 0 then
+        call('HDEL', KEYS[3], unpack(gone))
+        call('ZREM', KEYS[4], unpack(gone))
+      end
     end
+    i = i + 2 + 2 * n
   end
 end
 
-redis.call('HSETNX', KEYS[1], 'currency', p[4])
-redis.call('HSETNX', KEYS[1], 'rate_card', p[5])
-redis.call('HINCRBY', KEYS[1], 'accepted', #ev / 3)
+call('HSETNX', KEYS[1], 'currency', p[4])
+call('HSETNX', KEYS[1], 'rate_card', p[5])
+call('HINCRBY', KEYS[1], 'accepted', n_events)
 if p[6] ~= '0' then
-  redis.call('HINCRBY', KEYS[1], 'duplicates', p[6])
+  call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
 local entry
 if p[7] ~= '' then
-  entry = redis.call('XADD', KEYS[2], 'MINID', '~', p[7], '*', 'b', ARGV[2])
+  entry = call('XADD', KEYS[2], 'MINID', '~', p[7], '*', 'b', ARGV[2])
 else
-  entry = redis.call('XADD', KEYS[2], '*', 'b', ARGV[2])
+  entry = call('XADD', KEYS[2], '*', 'b', ARGV[2])
 end
 return {0, entry}
 """
@@ -339,10 +419,11 @@ redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(out))
 return #out
 """
 
-# Count a request in its one-second window; the key expires with the window.
+# Count requests (ARGV[1], default 1) in their one-second window; the key expires with it.
 RATE_WINDOW_LUA = r"""
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], 2000) end
+local by = tonumber(ARGV[1] or '1')
+local n = redis.call('INCRBY', KEYS[1], by)
+if n == by then redis.call('PEXPIRE', KEYS[1], 2000) end
 return n
 """
 
@@ -351,12 +432,12 @@ COUNT_DUPLICATES_LUA = r"""
 return redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[1])
 """
 
-# A new rate-card version: number it, store it, bump the revision, in one step.
-#   KEYS[1] card hash, KEYS[2] rev counter; ARGV[1] the version's JSON
+# A new rate-card version: number it and store it in one step. One key only, so it runs on a
+# Redis Cluster too (the card's revision is its number of versions: versions are never deleted).
+#   KEYS[1] card hash; ARGV[1] the version's JSON
 PUT_RATE_CARD_LUA = r"""
 local version = redis.call('HLEN', KEYS[1]) + 1
 redis.call('HSET', KEYS[1], version, ARGV[1])
-redis.call('INCR', KEYS[2])
 return version
 """
 
@@ -481,6 +562,10 @@ class IngestPlan:
     log_min_id: str
     counters: Sequence[BudgetCounter] = ()
     budgets_rev: str = "0"
+    # What the batch was priced with, when it came from a cache: the project's rate_card,
+    # currency and attribution_tags (None: unset) and the rate card's revision (0: no check).
+    expected_meta: Sequence[str | None] = ()
+    rate_card_revision: int = 0
 
 
 @dataclass(frozen=True)
@@ -503,7 +588,8 @@ class BudgetCounter:
 
 @dataclass(frozen=True)
 class IngestOutcome:
-    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved, 3 budgets changed
+    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved, 3 budgets changed,
+    # 4 the project's settings or rate card changed since they were cached
     log_entry: str | None = None
     duplicate_positions: tuple[int, ...] = ()  # 0-based into event_ids
     budgets_rev: str = "0"  # with status 3: the current revision
@@ -529,11 +615,49 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class ReplicationTimeout(RedisTimeoutError):
+    """A write reached its master, but not the replicas it must reach before it is
+    acknowledged, in time. It is not acknowledged: the client retries, and the retry finds
+    the events already seen (or, if the master has died meanwhile, applies them again)."""
+
+
+# Query parameters of a `redis+cluster://` URL that trainledger reads itself.
+CLUSTER_WAIT_REPLICAS = "wait_replicas"  # replicas a write must reach before its answer
+CLUSTER_WAIT_TIMEOUT_MS = "wait_timeout_ms"  # how long to wait for them
+DEFAULT_WAIT_TIMEOUT_MS = 2000
+
+
+def cluster_options(url: str) -> tuple[str, int | None, int]:
+    """Split a `redis+cluster://` (or `rediss+cluster://`) URL into the URL redis-py reads,
+    `wait_replicas` (None: one if the cluster has replicas, else none) and the timeout."""
+    parts = urlsplit(url.replace("+cluster", "", 1))
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS)}
+    rest = [(k, v) for k, v in query if k not in own]
+    try:
+        replicas = int(own[CLUSTER_WAIT_REPLICAS]) if CLUSTER_WAIT_REPLICAS in own else None
+        timeout_ms = int(own.get(CLUSTER_WAIT_TIMEOUT_MS, DEFAULT_WAIT_TIMEOUT_MS))
+    except ValueError as exc:
+        raise ValueError(f"{CLUSTER_WAIT_REPLICAS}, {CLUSTER_WAIT_TIMEOUT_MS}: integers") from exc
+    if (replicas is not None and replicas < 0) or timeout_ms <= 0:
+        raise ValueError(f"{CLUSTER_WAIT_REPLICAS} >= 0 and {CLUSTER_WAIT_TIMEOUT_MS} > 0")
+    return urlunsplit(parts._replace(query=urlencode(rest))), replicas, timeout_ms
+
+
 class Store:
     """Async access to trainledger's data in one Redis (or Valkey, or Redis Cluster)."""
 
-    def __init__(self, client: RedisClient) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        wait_replicas: int | None = None,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
         self.client = client
+        # Cluster only: replicas an ingest write must reach before it is acknowledged
+        # (None: decided on first use, one if the cluster has replicas).
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
         self._ingest = client.register_script(INGEST_LUA)
         self._count_dups = client.register_script(COUNT_DUPLICATES_LUA)
         self._put_card = client.register_script(PUT_RATE_CARD_LUA)
@@ -549,8 +673,19 @@ class Store:
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> Store:
         if url.startswith(("redis+cluster://", "rediss+cluster://")):
-            real = url.replace("+cluster", "", 1)
-            return cls(RedisCluster.from_url(real, decode_responses=False))
+            real, wait_replicas, wait_timeout_ms = cluster_options(url)
+            cluster = RedisCluster.from_url(
+                real,
+                decode_responses=False,
+                # Per node. redis-py's cluster client cannot wait for a free connection (it
+                # raises MaxConnectionsError, answered 503), so the cap is set well above the
+                # concurrent requests one worker serves rather than at the pool size below.
+                max_connections=max(16 * max_connections, 1024),
+                # As for one server below: never time out a script the server then applies.
+                socket_timeout=120,
+                socket_connect_timeout=5,
+            )
+            return cls(cluster, wait_replicas, wait_timeout_ms)
         # A blocking pool: under a burst, a request waits for a free connection (up to
         # `timeout` seconds) instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -571,14 +706,83 @@ class Store:
         await self.client.aclose()
 
     async def ping(self) -> bool:
+        if isinstance(self.client, RedisCluster):
+            # One node, not all: while one shard fails over, the others still serve, and a
+            # worker that answered "not ready" would be taken out of the load balancer.
+            return bool(await self.client.ping(target_nodes=RedisCluster.DEFAULT_NODE))
         return bool(await self.client.ping())
+
+    async def wait_replicas(self) -> int:
+        """How many replicas an ingest write must reach before it is acknowledged: 0 on a
+        single server; on a cluster, as configured, else 1 if the cluster has replicas."""
+        if not isinstance(self.client, RedisCluster):
+            return 0
+        if self._wait_replicas is None:
+            await self.client.initialize()
+            self._wait_replicas = 1 if self.client.get_replicas() else 0
+        return self._wait_replicas
+
+    async def _replicated(
+        self,
+        script: AsyncScript,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        needs_replicas: Callable[[Any], bool] = lambda reply: True,
+    ) -> Any:
+        """Run a write script; on a cluster with `wait_replicas`, also WAIT for the replicas,
+        and raise `ReplicationTimeout` (answered 503) when `needs_replicas(reply)` and too few
+        got it. Replication is asynchronous: without this, a master that dies just after
+        answering takes the acknowledged write with it, and its promoted replica never had it.
+
+        WAIT covers the writes of its own connection, so the script and the WAIT go to the
+        slot's master as one pipeline on one connection (`ClusterNode.execute_pipeline`).
+        """
+        want = await self.wait_replicas()
+        if not want:
+            return await script(keys=keys, args=args)
+        cluster = cast(RedisCluster, self.client)
+        await cluster.initialize()  # a no-op unless a failed command asked for a refresh
+        ask: ClusterNode | None = None  # the slot is migrating: this node, after ASKING
+        for _ in range(4):
+            node = ask or cluster.get_node_from_key(keys[0])
+            if node is None:
+                raise SlotNotCoveredError(f"no master serves {keys[0]!r} now; not applied")
+            commands = [PipelineCommand(0, "ASKING")] if ask else []
+            commands += [
+                PipelineCommand(len(commands), "EVALSHA", script.sha, len(keys), *keys, *args),
+                PipelineCommand(len(commands) + 1, "WAIT", want, self._wait_timeout_ms),
+            ]
+            ask = None
+            await node.execute_pipeline(commands)
+            reply, acked = commands[-2].result, commands[-1].result
+            if isinstance(reply, NoScriptError):  # a new or restarted master: load it there
+                await node.execute_command("SCRIPT", "LOAD", script.script)
+                continue
+            if isinstance(reply, MovedError):  # the slot moved for good: follow it
+                await cluster.nodes_manager.move_slot(reply)
+                continue
+            if isinstance(reply, AskError):  # the slot is moving: ask its new node once
+                ask = cluster.get_node(host=reply.host, port=reply.port)
+                continue
+            if isinstance(reply, TryAgainError):  # a multi-key script mid-migration
+                await asyncio.sleep(0.05)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception):
+                raise acked
+            if needs_replicas(reply) and int(acked) < want:
+                raise ReplicationTimeout(
+                    f"the write reached {int(acked)} of {want} replicas in "
+                    f"{self._wait_timeout_ms} ms"
+                )
+            return reply
+        raise TryAgainError("the slot's master kept changing; not applied, retry")
 
     # --- rate cards ---------------------------------------------------------------------
 
     async def put_rate_card_version(self, name: str, version_json: bytes) -> int:
-        version = await self._put_card(
-            keys=[Keys.rate_card(name), Keys.rate_card_rev(name)], args=[version_json]
-        )
+        version = await self._put_card(keys=[Keys.rate_card(name)], args=[version_json])
         await self.client.sadd(Keys.rate_card_names(), name)
         return int(version)
 
@@ -588,8 +792,8 @@ class Store:
         return sorted((int(k), _bytes(v)) for k, v in raw.items())
 
     async def rate_card_revision(self, name: str) -> int:
-        raw = await self.client.get(Keys.rate_card_rev(name))
-        return int(raw) if raw is not None else 0
+        """The number of versions (0: no such card); it changes with every new version."""
+        return int(await self.client.hlen(Keys.rate_card(name)))
 
     async def rate_card_names(self) -> list[str]:
         names = await self.client.smembers(Keys.rate_card_names())
@@ -643,9 +847,9 @@ class Store:
         await pipe.execute()
         return True
 
-    async def count_request(self, token_id: str, second: int) -> int:
-        """Requests of this token so far in this (epoch) second, this one included."""
-        return int(await self._rate_window(keys=[Keys.rate_window(token_id, second)], args=[]))
+    async def count_request(self, token_id: str, second: int, count: int = 1) -> int:
+        """Requests of this token so far in this (epoch) second, these `count` included."""
+        return int(await self._rate_window(keys=[Keys.rate_window(token_id, second)], args=[count]))
 
     async def token_count(self) -> int:
         return int(await self.client.hlen(Keys.token_index()))
@@ -674,17 +878,46 @@ class Store:
                 i = key_index[key] = len(keys)  # Lua KEYS are 1-based
             return i
 
-        events: list[Any] = []
-        for event_id, shard, expiry in zip(
-            plan.event_ids, plan.seen_shards, plan.expiry_days, strict=True
+        # Events grouped by `seen` shard, increments by key: the script issues one command
+        # per hash. `order` maps the script's event positions back to the plan's.
+        if len(set(plan.event_ids)) != len(plan.event_ids):
+            raise ValueError("an ingest plan holds an event id twice")
+        by_shard: dict[int, tuple[list[Any], list[int]]] = {}
+        for position, (event_id, shard, expiry) in enumerate(
+            zip(plan.event_ids, plan.seen_shards, plan.expiry_days, strict=True)
         ):
-            events += (ref(Keys.seen(p, shard)), event_id, expiry)
+            group = by_shard.get(shard)
+            if group is None:
+                group = by_shard[shard] = ([], [])
+            group[0].extend((event_id, expiry))
+            group[1].append(position)
+        events: list[Any] = []
+        order: list[int] = []
+        for shard, (flat, positions) in by_shard.items():
+            events += (ref(Keys.seen(p, shard)), len(positions))
+            events += flat
+            order += positions
         tiers: list[Any] = []
         for month, sku, expected in plan.tier_checks:
             tiers += (ref(Keys.tier(p, month)), sku, str(expected))
-        increments: list[Any] = []
+        by_key: dict[str, list[Any]] = {}
         for key, field, delta in plan.increments:
-            increments += (ref(key), field, str(delta))
+            flat_inc = by_key.get(key)
+            if flat_inc is None:
+                flat_inc = by_key[key] = []
+            flat_inc += (field, str(delta))
+        increments: list[Any] = []
+        for key, flat_inc in by_key.items():
+            increments += (ref(key), len(flat_inc) // 2)
+            increments += flat_inc
+        card_key = 0
+        if plan.rate_card_revision:
+            if isinstance(self.client, RedisCluster):
+                # The card lives in another slot: checked just before, not inside, the script.
+                if await self.rate_card_revision(plan.rate_card) != plan.rate_card_revision:
+                    return IngestOutcome(4)
+            else:
+                card_key = ref(Keys.rate_card(plan.rate_card))
         counters: list[Any] = []
         for counter in plan.counters:
             key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
@@ -705,17 +938,25 @@ class Store:
                 counters,
                 ref(Keys.alerts(p)),
                 plan.budgets_rev,
+                ["\0" if v is None else v for v in plan.expected_meta],
+                card_key,
+                plan.rate_card_revision,
             ]
         )
         args = [payload, plan.log_blob]
-        reply = await self._ingest(keys=keys, args=args)
+        # Only an applied batch (status 0) needs its replicas before it is acknowledged.
+        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
         status = int(reply[0])
         if status == 0:
             return IngestOutcome(0, log_entry=_text(reply[1]))
         if status == 1:
-            return IngestOutcome(1, duplicate_positions=tuple(int(i) - 1 for i in reply[1:]))
+            return IngestOutcome(
+                1, duplicate_positions=tuple(sorted(order[int(i) - 1] for i in reply[1:]))
+            )
         if status == 3:
             return IngestOutcome(3, budgets_rev=_text(reply[1]))
+        if status == 4:
+            return IngestOutcome(4)
         return IngestOutcome(2)
 
     async def sweep_seen(self, project: str, today: int) -> int:
@@ -740,7 +981,9 @@ class Store:
 
     async def count_duplicates(self, project: str, count: int) -> None:
         if count:
-            await self._count_dups(keys=[Keys.meta(project)], args=[count])
+            # Replicated before the duplicates are acknowledged: this write follows, on the
+            # same master, any earlier write of these events whose answer was lost.
+            await self._replicated(self._count_dups, [Keys.meta(project)], [count])
 
     # --- budgets and alerts ------------------------------------------------------------
 
@@ -905,6 +1148,63 @@ class Store:
         for day in days:
             pipe.hgetall(Keys.totals(project, day))
         return cast(list[dict[bytes, bytes]], await pipe.execute())
+
+    async def totals_state(
+        self, project: str, rollup_field: str
+    ) -> tuple[dict[str, int], int, int]:
+        """The daily index, the accepted counter and the events the roll-ups hold.
+
+        The roll-up counter is read before `accepted` (both move in the same script): a batch
+        landing in between can make them differ, never make incomplete roll-ups look complete.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(Keys.rollup_count(project), rollup_field)
+        pipe.hget(Keys.meta(project), "accepted")
+        pipe.hgetall(Keys.daily(project))
+        covered, accepted, daily = await pipe.execute()
+        return (
+            {_text(k): int(v) for k, v in daily.items()},
+            int(accepted or 0),
+            int(covered or 0),
+        )
+
+    def _totals_key(self, project: str, source: str, period: str) -> str:
+        if source == "tot":
+            return Keys.totals(project, period)
+        return Keys.rollup(project, source, period)
+
+    async def totals_hashes(
+        self, project: str, source: str, periods: Sequence[str], kinds: str = "cqn"
+    ) -> list[dict[bytes, bytes]]:
+        """The hashes of the finest totals (`source` "tot", days) or of roll-up `source` (days
+        yyyymmdd or months yyyymm). With `kinds` short of "cqn", only the fields of those kinds
+        (``c|``, ``q|``, ``n|``): HSCAN with MATCH, one call per hash as a rule; should a scan
+        take several calls, a field returned twice is taken once."""
+        keys = [self._totals_key(project, source, p) for p in periods]
+        pipe = self.client.pipeline(transaction=False)
+        if kinds == "cqn":
+            for key in keys:
+                pipe.hgetall(key)
+            return cast(list[dict[bytes, bytes]], await pipe.execute())
+        match = f"[{kinds}]|*"
+        for key in keys:
+            pipe.hscan(key, 0, match=match, count=1_000_000)
+        out: list[dict[bytes, bytes]] = []
+        for key, (cursor, fields) in zip(keys, await pipe.execute(), strict=True):
+            while int(cursor):
+                cursor, more = await self.client.hscan(key, cursor, match=match, count=1_000_000)
+                fields.update(more)
+            out.append(cast(dict[bytes, bytes], fields))
+        return out
+
+    async def totals_fields(
+        self, project: str, source: str, reads: Sequence[tuple[str, Sequence[bytes]]]
+    ) -> list[list[bytes | None]]:
+        """HMGET of the given fields, per (period, fields) of `source` (as `totals_hashes`)."""
+        pipe = self.client.pipeline(transaction=False)
+        for period, fields in reads:
+            pipe.hmget(self._totals_key(project, source, period), list(fields))
+        return cast(list[list[bytes | None]], await pipe.execute())
 
     # --- log and rebuild ----------------------------------------------------------------
 
