@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from costcore._version import KERNEL_VERSION
+from costcore.columns import ScanResult, scan_events_reference
 from costcore.money import (
     INT64_MAX,
     MONEY_SCALE,
@@ -28,6 +29,7 @@ from costcore.reference import price_batch_reference
 from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
 
 if TYPE_CHECKING:
+    from costcore._columns import scan_events
     from costcore._kernel import price_batch
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "BatchResult",
     "RateRow",
     "RateTable",
+    "ScanResult",
     "format_money",
     "format_quantity",
     "kernel_build_info",
@@ -49,6 +52,8 @@ __all__ = [
     "price_batch",
     "price_batch_reference",
     "round_half_even_div",
+    "scan_events",
+    "scan_events_reference",
 ]
 
 
@@ -87,4 +92,16 @@ def __getattr__(name: str) -> Any:
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
+    if name == "scan_events":
+        _load_kernel()  # the same build; a stale one says so
+        try:
+            from costcore import _columns
+        except ImportError as exc:
+            raise ImportError(
+                "costcore.scan_events needs the compiled extension costcore._columns, which "
+                f"could not be imported ({exc}). Build it with `pip install -e .`; the plain "
+                "reference is costcore.scan_events_reference."
+            ) from exc
+        globals()["scan_events"] = _columns.scan_events
+        return _columns.scan_events
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

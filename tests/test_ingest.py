@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import msgspec
-import redis
 
 from service.storage.redis_store import IngestPlan, Keys, Store
-from tests.conftest import TEST_CARD, Api, ServerThread, event
+from tests.conftest import TEST_CARD, Api, ServerThread, event, sync_client
 
 
 async def put_card(api: Api, name: str = "default", card: dict[str, object] | None = None) -> None:
@@ -167,7 +166,7 @@ async def test_identifiers_cannot_escape_their_key_space(api: Api) -> None:
         6: "$[6].id",
     }
     assert report["accepted"] == 1
-    client = redis.Redis.from_url(api.redis_url)
+    client = sync_client(api.redis_url)
     assert [k for k in client.keys("*") if b"llm}:x" in k or b"\n" in k or b"other" in k] == []
 
 
@@ -266,7 +265,7 @@ async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store
     """The ingest script finds an id already seen: it must undo its own marks and write nothing."""
     await put_card(api)
     await post(api, [event("seen", "1")])
-    client = redis.Redis.from_url(api.redis_url)
+    client = sync_client(api.redis_url)
     before = {k: client.dump(k) for k in client.keys("tl:{p:llm}:*")}
     plan = IngestPlan(
         project="llm",

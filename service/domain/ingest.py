@@ -10,20 +10,21 @@ keeps graduated prices exact when several workers post for one project at once.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import random
 import time
 import zlib
 from array import array
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
 
 import msgspec
 
-from costcore import price_batch
+from costcore import price_batch, scan_events
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
@@ -34,11 +35,15 @@ from service.domain.events import (
     DecodedItem,
     EventIn,
     identifier_problem,
+    known_valid,
     valid_project,
 )
+from service.domain.rollups import rollup_increments
 from service.storage.redis_store import (
     FIELD_SEP,
+    SEEN_SHARDS,
     TAG_SEP,
+    BudgetCounter,
     IngestPlan,
     Keys,
     Store,
@@ -90,12 +95,6 @@ class PendingEvent:
     expiry_day: int
 
 
-@dataclass
-class _ProjectBatch:
-    project: str
-    events: list[PendingEvent] = field(default_factory=list)
-
-
 @functools.lru_cache(maxsize=4096)
 def _day_name(days_since_epoch: int) -> str:
     return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
@@ -115,7 +114,7 @@ def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
 
 
 def encode_log(
-    events: Sequence[PendingEvent],
+    events: Sequence[PendingEvent] | PendingBatch,
     costs: Sequence[int],
     versions: Sequence[int],
     categories: Sequence[str],
@@ -125,21 +124,30 @@ def encode_log(
     Row: id, time (µs since epoch), stage, experiment, owner, sku, quantity (micro), tags,
     cost (nano), rate-card version number, category.
     """
+    batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
     rows = [
         (
-            e.event.id,
-            e.epoch_us,
-            e.event.stage,
-            e.event.experiment,
-            e.event.owner,
-            e.event.sku,
-            e.quantity_micro,
-            e.event.tags or None,
+            ev.id,
+            epoch_us,
+            ev.stage,
+            ev.experiment,
+            ev.owner,
+            ev.sku,
+            quantity,
+            ev.tags or None,
             cost,
             version,
             category,
         )
-        for e, cost, version, category in zip(events, costs, versions, categories, strict=True)
+        for ev, epoch_us, quantity, cost, version, category in zip(
+            batch.events,
+            batch.epoch_us,
+            batch.quantity_micro,
+            costs,
+            versions,
+            categories,
+            strict=True,
+        )
     ]
     return zlib.compress(msgspec.msgpack.encode(rows), 1)
 
@@ -202,142 +210,363 @@ async def read_log(
 
 
 @dataclass
+class PendingBatch:
+    """One project's events ready to be priced, as parallel columns (no object per event).
+
+    `rows` (rate-table row per event) is filled by `resolve_rows` once the project's catalog
+    is known; pricing computes it itself when it is missing.
+    """
+
+    events: list[EventIn]
+    index: list[int]  # position in the request body
+    quantity_micro: list[int]
+    epoch_us: list[int]
+    day: list[int]  # days since 1970-01-01 (UTC)
+    shard: list[int]  # `seen` shard of the id
+    rows: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def take(self, keep: Sequence[int]) -> PendingBatch:
+        """The events at these positions (in this order)."""
+        rows = self.rows
+        return PendingBatch(
+            [self.events[i] for i in keep],
+            [self.index[i] for i in keep],
+            [self.quantity_micro[i] for i in keep],
+            [self.epoch_us[i] for i in keep],
+            [self.day[i] for i in keep],
+            [self.shard[i] for i in keep],
+            None if rows is None else [rows[i] for i in keep],
+        )
+
+    def pending(self) -> list[PendingEvent]:
+        """The same events as `PendingEvent`s (expiry day left 0)."""
+        out = []
+        for ev, index, quantity, epoch_us, day in zip(
+            self.events, self.index, self.quantity_micro, self.epoch_us, self.day, strict=True
+        ):
+            name = _day_name(day)
+            out.append(PendingEvent(index, ev, quantity, epoch_us, name, name[:6], 0))
+        return out
+
+    @classmethod
+    def of(cls, events: Sequence[PendingEvent]) -> PendingBatch:
+        return cls(
+            [e.event for e in events],
+            [e.index for e in events],
+            [e.quantity_micro for e in events],
+            [e.epoch_us for e in events],
+            [e.epoch_us // 86_400_000_000 for e in events],
+            [seen_shard(e.event.id) for e in events],
+        )
+
+
+@dataclass
 class PricedBatch:
     """The result of pricing one project's events against one catalog."""
 
-    events: list[PendingEvent]
+    batch: PendingBatch  # the priced events (the overflowed ones left out)
     costs: array[int]
     versions: list[int]  # rate-card version numbers
     categories: list[str]
-    overflowed: list[PendingEvent]
+    overflowed_batch: PendingBatch
     increments: list[tuple[str, str, int]]
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
 
+    @property
+    def events(self) -> list[PendingEvent]:
+        return self.batch.pending()
+
+    @property
+    def overflowed(self) -> list[PendingEvent]:
+        return self.overflowed_batch.pending()
+
+
+def _to_epoch_us(when: datetime) -> int:
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+class _Rows:
+    """(epoch µs, SKU) -> rate-table row of a catalog, resolved per batch without a bisect or
+    a tuple per event: the version in effect is found once per run of events in its span."""
+
+    def __init__(self, catalog: PricingCatalog) -> None:
+        self.starts, self.tables = _version_index(catalog)
+        self.lo = self.hi = 0
+        self.vi = -1
+        self.table: dict[str, int] = {}
+
+    def version_index(self, epoch_us: int) -> int:
+        if not self.lo <= epoch_us < self.hi:
+            starts = self.starts
+            vi = bisect.bisect_right(starts, epoch_us) - 1
+            self.lo = starts[vi] if vi >= 0 else -(2**63)
+            self.hi = starts[vi + 1] if vi + 1 < len(starts) else 2**63
+            self.vi = vi
+            self.table = self.tables[vi] if vi >= 0 else {}
+        return self.vi
+
+
+_VersionIndex = tuple[list[int], list[dict[str, int]]]
+_version_cache: dict[int, tuple[PricingCatalog, _VersionIndex]] = {}
+
+
+def _version_index(catalog: PricingCatalog) -> _VersionIndex:
+    """Start (epoch µs) and SKU -> row table of every version (once per catalog)."""
+    hit = _version_cache.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    versions = catalog.history.versions
+    tables: list[dict[str, int]] = [{} for _ in versions]
+    for (vi, code), row in catalog.row_of.items():
+        tables[vi][code] = row
+    index = ([_to_epoch_us(v.effective_from) for v in versions], tables)
+    if len(_version_cache) >= 64:
+        _version_cache.clear()
+    _version_cache[id(catalog)] = (catalog, index)
+    return index
+
+
+_RowFacts = tuple[list[bool], list[str], list[str], list[int]]
+_row_facts_cache: dict[int, tuple[PricingCatalog, _RowFacts]] = {}
+
+
+def _row_facts(catalog: PricingCatalog) -> _RowFacts:
+    """Per rate-table row: tiered, category, "f"/"e", version number (once per catalog)."""
+    hit = _row_facts_cache.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    skus = catalog.sku_of_row
+    version = [0] * len(skus)
+    for (vi, _code), row in catalog.row_of.items():
+        version[row] = catalog.history.versions[vi].version
+    facts = (
+        [bool(s.tiers) for s in skus],
+        [s.category for s in skus],
+        ["f" if s.fixed else "e" for s in skus],
+        version,
+    )
+    if len(_row_facts_cache) >= 64:
+        _row_facts_cache.clear()
+    _row_facts_cache[id(catalog)] = (catalog, facts)
+    return facts
+
+
+def resolve_rows(batch: PendingBatch, catalog: PricingCatalog) -> list[int]:
+    """Rate-table row of every event, -1 where its time or SKU has no price (the same answer
+    as `catalog.row_of[(catalog.history.index_at(time), sku)]`)."""
+    finder = _Rows(catalog)
+    rows = []
+    for ev, epoch_us in zip(batch.events, batch.epoch_us, strict=True):
+        finder.version_index(epoch_us)
+        rows.append(finder.table.get(ev.sku, -1))
+    return rows
+
 
 def tier_keys_needed(
-    events: Sequence[PendingEvent], catalog: PricingCatalog
+    events: Sequence[PendingEvent] | PendingBatch, catalog: PricingCatalog
 ) -> list[tuple[str, str]]:
     """The (month, sku) tier counters that pricing these events reads."""
+    batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
+    rows = batch.rows if batch.rows is not None else resolve_rows(batch, catalog)
+    tiered = _row_facts(catalog)[0]
     keys = set()
-    for e in events:
-        vi = catalog.history.index_at(e.event.time)
-        if catalog.sku_of_row[catalog.row_of[(vi, e.event.sku)]].tiers:
-            keys.add((e.month, e.event.sku))
+    for ev, day, row in zip(batch.events, batch.day, rows, strict=True):
+        if tiered[row]:
+            keys.add((_day_name(day)[:6], ev.sku))
     return sorted(keys)
 
 
 def price_events(
     project: str,
-    events: list[PendingEvent],
+    events: Sequence[PendingEvent] | PendingBatch,
     catalog: PricingCatalog,
-    tier_reader: dict[tuple[str, str], int],
+    tier_reader: Mapping[tuple[str, str], int],
     tag_keys: frozenset[str] = DEFAULT_ATTRIBUTION_TAGS,
 ) -> PricedBatch:
     """Price events in order with the compiled kernel; build the total increments.
 
     `tier_reader` maps (month, sku) -> cumulative quantity before this batch; `tag_keys` are
-    the tags the project attributes costs by (they become part of the totals' keys).
+    the tags the project attributes costs by (they become part of the totals' keys). Every
+    event must have a price (see `resolve_rows`).
     """
-    n = len(events)
-    quantity = array("q", [e.quantity_micro for e in events])
-    rate_row = array("i", bytes(4 * n))
-    group = array("i", bytes(4 * n))
-    tier_slot = array("i", bytes(4 * n))
-    versions: list[int] = []
-    categories: list[str] = []
+    batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
+    rows = batch.rows if batch.rows is not None else resolve_rows(batch, catalog)
+    n = len(batch)
+    skus = catalog.sku_of_row
+    row_tiered, row_category, row_fixed, row_version = _row_facts(catalog)
+    day_names: dict[int, str] = {}
+
+    # One pass: provisional keys interned as tuples (no string built per event); each new
+    # key is mapped to its totals cell (day, dims) and its hour cell once.
     slots: dict[tuple[str, str], int] = {}
-    groups: dict[tuple[str, str], int] = {}
-    group_keys: list[tuple[str, str]] = []
-    history = catalog.history
-    for i, e in enumerate(events):
-        ev = e.event
-        vi = history.index_at(ev.time)
-        versions.append(history.versions[vi].version)
-        row = catalog.row_of[(vi, ev.sku)]
-        rate_row[i] = row
-        sku = catalog.sku_of_row[row]
-        categories.append(sku.category)
-        if sku.tiers:
-            slot_key = (e.month, ev.sku)
+    tier_slot = array("i", bytes(4 * n))
+    cells: dict[tuple[str, str], int] = {}
+    cell_keys: list[tuple[str, str]] = []
+    hours: dict[tuple[str, str], int] = {}
+    hour_keys: list[tuple[str, str]] = []
+    cell_of: dict[tuple[Any, ...], int] = {}
+    hour_of: dict[tuple[int, int, str], int] = {}
+    group = array("i", bytes(4 * n))
+    hour_group = array("i", bytes(4 * n))
+    for i, (ev, epoch_us, day, row) in enumerate(
+        zip(batch.events, batch.epoch_us, batch.day, rows, strict=True)
+    ):
+        name = day_names.get(day)
+        if name is None:
+            name = day_names[day] = _day_name(day)
+        tags = ev.tags
+        key = (
+            name,
+            row,
+            ev.stage,
+            ev.experiment,
+            ev.owner,
+            attributed_tags(tags, tag_keys) if tags else "",
+        )
+        g = cell_of.get(key)
+        if g is None:
+            cell = (
+                name,
+                _dims(
+                    key[2],
+                    key[3],
+                    row_category[row],
+                    skus[row].code,
+                    key[4],
+                    skus[row].fixed,
+                    key[5],
+                ),
+            )
+            g = cells.get(cell)
+            if g is None:
+                g = cells[cell] = len(cell_keys)
+                cell_keys.append(cell)
+            cell_of[key] = g
+        group[i] = g
+        hour_key = (epoch_us // 3_600_000_000, row, ev.stage)
+        h = hour_of.get(hour_key)
+        if h is None:
+            hour = hour_key[0] % 24
+            fixed = row_fixed[row]
+            hour_cell = (
+                name,
+                f"c|{hour:02d}|{ev.stage}{FIELD_SEP}{row_category[row]}{FIELD_SEP}{fixed}",
+            )
+            h = hours.get(hour_cell)
+            if h is None:
+                h = hours[hour_cell] = len(hour_keys)
+                hour_keys.append(hour_cell)
+            hour_of[hour_key] = h
+        hour_group[i] = h
+        if row_tiered[row]:
+            slot_key = (name[:6], ev.sku)
             slot = slots.get(slot_key)
             if slot is None:
                 slot = slots[slot_key] = len(slots)
             tier_slot[i] = slot
         else:
             tier_slot[i] = -1
-        tags = attributed_tags(ev.tags, tag_keys)
-        gkey = (
-            e.day,
-            _dims(ev.stage, ev.experiment, sku.category, ev.sku, ev.owner, sku.fixed, tags),
-        )
-        g = groups.get(gkey)
-        if g is None:
-            g = groups[gkey] = len(group_keys)
-            group_keys.append(gkey)
-        group[i] = g
     slot_keys = list(slots)
     before = array("q", [tier_reader[k] for k in slot_keys])
     cumulative = array("q", before)
+    quantity = array("q", batch.quantity_micro)
+    rate_row = array("i", rows)
     result = price_batch(
-        quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(groups)
+        quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(cell_keys)
     )
+    # Hourly totals (a coarser grain: stage, category, fixed): for a large batch, the same
+    # pricing summed by hour cell. Pricing again from the same counters gives the same costs;
+    # only an event refused because its *group* total overflows could differ, and then (as
+    # for a small batch, where a second kernel call costs more than it saves) the sums are
+    # made in Python from the first pricing.
+    hour_costs: Sequence[int] = ()
+    if n > 64:
+        by_hour = price_batch(
+            quantity, rate_row, hour_group, tier_slot, catalog.table, array("q", before), len(hours)
+        )
+        if by_hour.status == result.status and by_hour.cost_nano == result.cost_nano:
+            hour_costs = by_hour.group_cost_nano
+    if len(hour_costs) != len(hour_keys):
+        sums = [0] * len(hour_keys)
+        for i in range(n):
+            if result.status[i] == STATUS_PRICED:
+                sums[hour_group[i]] += result.cost_nano[i]
+        hour_costs = sums
 
     increments: list[tuple[str, str, int]] = []
     daily: dict[str, int] = {}
-    for g, (day, dims) in enumerate(group_keys):
+    totals_key: dict[str, str] = {}
+    for g, (day_name, dims) in enumerate(cell_keys):
         count = result.group_events[g]
         if count == 0:
             continue
-        key = Keys.totals(project, day)
-        increments.append((key, "c|" + dims, result.group_cost_nano[g]))
-        increments.append((key, "q|" + dims, result.group_quantity_micro[g]))
-        increments.append((key, "n|" + dims, count))
-        daily[day] = daily.get(day, 0) + result.group_cost_nano[g]
-    for day, cost in daily.items():
-        increments.append((Keys.daily(project), day, cost))
+        key_name = totals_key.get(day_name)
+        if key_name is None:
+            key_name = totals_key[day_name] = Keys.totals(project, day_name)
+        cost = result.group_cost_nano[g]
+        increments.append((key_name, "c|" + dims, cost))
+        increments.append((key_name, "q|" + dims, result.group_quantity_micro[g]))
+        increments.append((key_name, "n|" + dims, count))
+        daily[day_name] = daily.get(day_name, 0) + cost
+    for day_name, cost in daily.items():
+        increments.append((Keys.daily(project), day_name, cost))
     # Hourly totals at a coarser grain (stage, category, fixed): peaks and hour granularity.
-    hourly: dict[tuple[str, str], int] = {}
-    for i, e in enumerate(events):
-        if result.status[i] != STATUS_PRICED or result.cost_nano[i] == 0:
+    hourly_key: dict[str, str] = {}
+    for h, (day_name, field_name) in enumerate(hour_keys):
+        cost = hour_costs[h]
+        if cost == 0:
             continue
-        hour = (e.epoch_us // 3_600_000_000) % 24
-        fixed = "f" if catalog.sku_of_row[rate_row[i]].fixed else "e"
-        field = f"c|{hour:02d}|{e.event.stage}{FIELD_SEP}{categories[i]}{FIELD_SEP}{fixed}"
-        hourly[(e.day, field)] = hourly.get((e.day, field), 0) + result.cost_nano[i]
-    for (day, field), cost in hourly.items():
-        increments.append((Keys.hourly(project, day), field, cost))
+        key_name = hourly_key.get(day_name)
+        if key_name is None:
+            key_name = hourly_key[day_name] = Keys.hourly(project, day_name)
+        increments.append((key_name, field_name, cost))
+    # Roll-ups (service/domain/rollups.py) derive from these cells: here, so a rebuild does too.
+    increments += rollup_increments(
+        project,
+        cell_keys,
+        result.group_cost_nano,
+        result.group_quantity_micro,
+        result.group_events,
+    )
     tier_checks: list[tuple[str, str, int]] = []
     for s, (month, sku_code) in enumerate(slot_keys):
         tier_checks.append((month, sku_code, before[s]))
         if cumulative[s] != before[s]:
             increments.append((Keys.tier(project, month), sku_code, cumulative[s] - before[s]))
 
-    priced: list[PendingEvent] = []
-    costs = array("q")
-    priced_versions: list[int] = []
-    priced_categories: list[str] = []
-    overflowed: list[PendingEvent] = []
-    for i, e in enumerate(events):
-        if result.status[i] == STATUS_PRICED:
-            priced.append(e)
-            costs.append(result.cost_nano[i])
-            priced_versions.append(versions[i])
-            priced_categories.append(categories[i])
-        else:
-            overflowed.append(e)
+    if result.accepted == n:
+        priced, costs, overflowed = batch, result.cost_nano, batch.take(())
+        versions = [row_version[r] for r in rows]
+        categories = [row_category[r] for r in rows]
+    else:
+        keep = [i for i in range(n) if result.status[i] == STATUS_PRICED]
+        priced = batch.take(keep)
+        costs = array("q", [result.cost_nano[i] for i in keep])
+        versions = [row_version[rows[i]] for i in keep]
+        categories = [row_category[rows[i]] for i in keep]
+        overflowed = batch.take([i for i in range(n) if result.status[i] != STATUS_PRICED])
     return PricedBatch(
         priced,
         costs,
-        priced_versions,
-        priced_categories,
+        versions,
+        categories,
         overflowed,
         increments,
         tier_checks,
         {k: cumulative[s] for s, k in enumerate(slot_keys)},
         sum(daily.values()),
     )
+
+
+_QUANTITY_MEMO_LIMIT = 100_000
+_CACHE_LIMIT = 10_000  # projects whose settings a worker keeps
+MAX_SETTINGS_ATTEMPTS = 5
 
 
 class Ingestor:
@@ -355,11 +584,24 @@ class Ingestor:
         self.window_days = dedup_window_days
         self.future_skew = timedelta(hours=max_future_skew_hours)
         self.log_retention_ms = log_retention_days * 86_400_000
-        # Batches that move tier counters queue per project inside this process, so the
-        # optimistic check only ever races batches of other processes.
+        # Batches that move tier counters are priced one at a time per project inside this
+        # process (the lock covers pricing, not the script's round trip), so the optimistic
+        # check only races batches of other processes.
         self._tier_locks: dict[str, asyncio.Lock] = {}
+        # (month, sku) -> cumulative after the last batch this process priced for a project:
+        # the next batch is priced against it while that batch's script is still running.
+        # A wrong hint costs one "counter moved" answer and a fresh read, never a wrong price.
+        self._tier_hints: dict[str, dict[tuple[str, str], int]] = {}
+        # The answer of the batch last sent per project: the next one is sent after it.
+        self._in_flight: dict[str, asyncio.Future[None]] = {}
         self._budgets: dict[str, tuple[str, list[Budget]]] = {}
         self._known_projects: set[str] = set()
+        # Quantity text -> micro-units, for the compiled pass (quantities repeat).
+        self._quantities: dict[str, int] = {}
+        # Project settings and pricing catalogs as last read; see `ingest` for why a stale
+        # entry can cost a retry but never a wrong total.
+        self._meta: dict[str, dict[str, str]] = {}
+        self._catalogs: dict[str, PricingCatalog] = {}
 
     async def ingest(
         self, items: list[DecodedItem], principal: Principal, batch: bool = True
@@ -369,18 +611,16 @@ class Ingestor:
         Rejections name their field as a JSON path into the body (`$[3].quantity`, or
         `$.quantity` when the body was a single event).
         """
-        for item in items:
-            project = item.event.project if item.event else _raw_project(item.raw)
-            if project is not None and not principal.can_access(project):
-                raise ForbiddenProject(project, item.index)
+        if principal.projects is not None:
+            for item in items:
+                project = item.event.project if item.event else _raw_project(item.raw)
+                if project is not None and not principal.can_access(project):
+                    raise ForbiddenProject(project, item.index)
 
         now = datetime.now(UTC)
         rejected: list[RejectedEvent] = []
         dead_letters: dict[str, list[tuple[str, bytes, int]]] = {}
         duplicates = 0
-        batches: dict[str, _ProjectBatch] = {}
-        seen_in_batch: set[tuple[str, str]] = set()
-        quantities: dict[Decimal, int] = {}
 
         def reject(item: DecodedItem, reason: str, where: str) -> None:
             ev = item.event
@@ -407,82 +647,64 @@ class Ingestor:
                     (event_id, record, int(now.timestamp() * 1000))
                 )
 
-        for item in items:
-            ev = item.event
-            if ev is None:
-                reject(item, item.reason, item.field)
-                continue
-            problem = identifier_problem(ev)
-            if problem is not None:
-                reject(item, problem[1], problem[0])
-                continue
-            # Quantities repeat within a batch: parse each distinct value once.
-            try:  # (hashing a signalling NaN raises, hence inside the try)
-                quantity = quantities.get(ev.quantity)
-                if quantity is None:
-                    quantity = quantities[ev.quantity] = parse_quantity(ev.quantity)
-            except (ValueError, TypeError) as exc:
-                reject(item, str(exc), "quantity")
-                continue
-            if ev.time < now - self.window:
-                reject(
-                    item,
-                    f"event time is older than the deduplication window ({self.window_days} days)",
-                    "time",
-                )
-                continue
-            if ev.time > now + self.future_skew:
-                reject(item, "event time is too far in the future", "time")
-                continue
-            key = (ev.project, ev.id)
-            if key in seen_in_batch:
-                duplicates += 1
-                continue
-            seen_in_batch.add(key)
-            delta = ev.time - _EPOCH  # aware datetimes subtract in UTC
-            epoch_us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-            day = _day_name(delta.days)
-            batches.setdefault(ev.project, _ProjectBatch(ev.project)).events.append(
-                PendingEvent(
-                    item.index,
-                    ev,
-                    quantity,
-                    epoch_us,
-                    day,
-                    day[:6],
-                    delta.days + self.window_days + 1,
-                )
-            )
+        batches, duplicates = self._columns(items, now, reject)
 
         accepted = 0
         cost_by_project: dict[str, int] = {}
-        by_index = {it.index: it for it in items}
+        by_index: dict[int, DecodedItem] = {}
         for project, pending in batches.items():
-            meta = await self.store.project_meta(project)
-            card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
-            catalog = await self.rate_cards.catalog(card_name)
-            priceable: list[PendingEvent] = []
-            for e in pending.events:
-                reason = _unpriceable(e.event, catalog, card_name, meta.get("currency"))
-                if reason:
-                    reject(by_index[e.index], reason[0], reason[1])
+            # Settings and rate card come from this worker's cache first; the ingest script
+            # refuses a batch priced with settings that moved (then they are read again).
+            # Events are only ever rejected as unpriceable on freshly read ones.
+            for attempt in range(MAX_SETTINGS_ATTEMPTS):
+                fresh = attempt > 0
+                meta = await self._meta_of(project, fresh)
+                card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
+                catalog = await self._catalog_of(card_name, fresh)
+                rows: list[int] = []
+                if catalog is not None:
+                    rows = resolve_rows(pending, catalog)
+                    usable = _usable_rows(catalog, meta.get("currency"))
+                    bad = [i for i, row in enumerate(rows) if row < 0 or not usable[row]]
                 else:
-                    priceable.append(e)
-            if not priceable or catalog is None:
-                continue
-            done, dups, cost, overflowed = await self._apply(
-                project, priceable, catalog, meta.get("budgets_rev", "0"), attribution_tags_of(meta)
-            )
-            for e in overflowed:
-                reject(
-                    by_index[e.index], "cost exceeds the largest representable amount", "quantity"
-                )
-            accepted += done
-            duplicates += dups
-            if done:
-                cost_by_project[project] = cost_by_project.get(project, 0) + cost
-            elif dups:
-                await self.store.count_duplicates(project, dups)
+                    bad = list(range(len(pending)))
+                pending.rows = rows
+                if bad:
+                    if not fresh:
+                        continue
+                    if not by_index:
+                        by_index = {it.index: it for it in items}
+                    for i in bad:
+                        ev = pending.events[i]
+                        reason = _unpriceable(ev, catalog, card_name, meta.get("currency"))
+                        assert reason is not None
+                        reject(by_index[pending.index[i]], reason[0], reason[1])
+                    bad_set = set(bad)
+                    pending = pending.take([i for i in range(len(pending)) if i not in bad_set])
+                if not len(pending) or catalog is None:
+                    break
+                applied = await self._apply(project, pending, catalog, meta)
+                if applied is None:
+                    continue  # settings or rate card moved: read them again
+                done, dups, cost, overflowed = applied
+                if len(overflowed):
+                    if not by_index:
+                        by_index = {it.index: it for it in items}
+                    for index in overflowed.index:
+                        reject(
+                            by_index[index],
+                            "cost exceeds the largest representable amount",
+                            "quantity",
+                        )
+                accepted += done
+                duplicates += dups
+                if done:
+                    cost_by_project[project] = cost_by_project.get(project, 0) + cost
+                elif dups:
+                    await self.store.count_duplicates(project, dups)
+                break
+            else:
+                raise IngestConflict(project)
 
         for project, records in dead_letters.items():
             await self.store.put_rejected(project, records)
@@ -493,23 +715,257 @@ class Ingestor:
             cost_by_project={p: format_money(c) for p, c in cost_by_project.items()},
         )
 
+    def _columns(
+        self,
+        items: list[DecodedItem],
+        now: datetime,
+        reject: Callable[[DecodedItem, str, str], None],
+    ) -> tuple[dict[str, PendingBatch], int]:
+        """Check every event and split the batch into per-project columns.
+
+        The compiled pass (`costcore.scan_events`) checks what it can from values known
+        valid; an event it does not pass goes through the exact checks here, which reject
+        it with its reason or accept it (and teach the caches its values).
+        """
+        now_us = _to_epoch_us(now)
+        min_us = now_us - self.window_days * 86_400_000_000
+        max_us = now_us + int(self.future_skew.total_seconds()) * 1_000_000
+        events = [item.event for item in items]
+        quantities = self._quantities
+        if len(quantities) > _QUANTITY_MEMO_LIMIT:
+            quantities.clear()
+        projects, labels, tag_keys, tag_values = known_valid()
+        scan = scan_events(
+            events, quantities, min_us, max_us, SEEN_SHARDS, projects, labels, tag_keys, tag_values
+        )
+        n = len(items)
+        if scan.passed == n and n:
+            # The usual batch: every event passed, one project, no id twice.
+            project = events[0].project  # type: ignore[union-attr]
+            ids = {ev.id for ev in events if ev.project == project}  # type: ignore[union-attr]
+            if len(ids) == n:
+                return {
+                    project: PendingBatch(
+                        events,  # type: ignore[arg-type]
+                        [item.index for item in items],
+                        scan.quantity_micro.tolist(),
+                        scan.epoch_us.tolist(),
+                        scan.day.tolist(),
+                        scan.shard.tolist(),
+                    )
+                }, 0
+        batches: dict[str, PendingBatch] = {}
+        seen_in_batch: set[tuple[str, str]] = set()
+        duplicates = 0
+        status = scan.status
+        for i, item in enumerate(items):
+            ev = item.event
+            if ev is None:
+                reject(item, item.reason, item.field)
+                continue
+            if status[i]:
+                checked = self._check_slowly(item, ev, now, reject)
+                if checked is None:
+                    continue
+                quantity, epoch_us, day, shard = checked
+            else:
+                quantity = scan.quantity_micro[i]
+                epoch_us = scan.epoch_us[i]
+                day = scan.day[i]
+                shard = scan.shard[i]
+            key = (ev.project, ev.id)
+            if key in seen_in_batch:
+                duplicates += 1
+                continue
+            seen_in_batch.add(key)
+            pb = batches.get(ev.project)
+            if pb is None:
+                pb = batches[ev.project] = PendingBatch([], [], [], [], [], [])
+            pb.events.append(ev)
+            pb.index.append(item.index)
+            pb.quantity_micro.append(quantity)
+            pb.epoch_us.append(epoch_us)
+            pb.day.append(day)
+            pb.shard.append(shard)
+        return batches, duplicates
+
+    def _check_slowly(
+        self,
+        item: DecodedItem,
+        ev: EventIn,
+        now: datetime,
+        reject: Callable[[DecodedItem, str, str], None],
+    ) -> tuple[int, int, int, int] | None:
+        """The exact per-event checks: (quantity, epoch µs, day, shard), or None if rejected."""
+        problem = identifier_problem(ev)
+        if problem is not None:
+            reject(item, problem[1], problem[0])
+            return None
+        try:
+            quantity = parse_quantity(ev.quantity)
+        except (ValueError, TypeError) as exc:
+            reject(item, str(exc), "quantity")
+            return None
+        self._quantities[str(ev.quantity)] = quantity
+        if ev.time < now - self.window:
+            reject(
+                item,
+                f"event time is older than the deduplication window ({self.window_days} days)",
+                "time",
+            )
+            return None
+        if ev.time > now + self.future_skew:
+            reject(item, "event time is too far in the future", "time")
+            return None
+        epoch_us = _to_epoch_us(ev.time)  # aware datetimes subtract in UTC
+        return quantity, epoch_us, epoch_us // 86_400_000_000, seen_shard(ev.id)
+
+    async def _meta_of(self, project: str, fresh: bool) -> dict[str, str]:
+        """The project's settings (meta hash), from this worker's cache unless `fresh`."""
+        meta = None if fresh else self._meta.get(project)
+        if meta is None:
+            if len(self._meta) >= _CACHE_LIMIT:
+                self._meta.clear()
+            meta = self._meta[project] = await self.store.project_meta(project)
+        return meta
+
+    async def _catalog_of(self, name: str, fresh: bool) -> PricingCatalog | None:
+        """The rate card's pricing catalog, from this worker's cache unless `fresh`."""
+        catalog = None if fresh else self._catalogs.get(name)
+        if catalog is None:
+            catalog = await self.rate_cards.catalog(name)
+            if catalog is not None:
+                self._catalogs[name] = catalog
+        return catalog
+
     async def _apply(
         self,
         project: str,
-        events: list[PendingEvent],
+        events: PendingBatch,
         catalog: PricingCatalog,
-        budgets_rev: str,
-        tag_keys: frozenset[str],
-    ) -> tuple[int, int, int, list[PendingEvent]]:
-        """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed)."""
+        meta: dict[str, str],
+    ) -> tuple[int, int, int, PendingBatch] | None:
+        """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed), or
+        None when the project's settings or rate card moved since `meta`/`catalog` were read."""
+        budgets_rev = meta.get("budgets_rev", "0")
+        tag_keys = attribution_tags_of(meta)
+        expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
         if project not in self._known_projects:
             await self.store.add_project(project)
             self._known_projects.add(project)
-        if not tier_keys_needed(events, catalog):
-            return await self._apply_unlocked(project, events, catalog, budgets_rev, tag_keys)
-        lock = self._tier_locks.setdefault(project, asyncio.Lock())
-        async with lock:
-            return await self._apply_unlocked(project, events, catalog, budgets_rev, tag_keys)
+        duplicates = 0
+        tier_keys = tier_keys_needed(events, catalog)
+        for attempt in range(MAX_APPLY_ATTEMPTS):
+            budgets = await self.budgets_of(project, budgets_rev)
+            if attempt:
+                # Another process moved a tier counter: back off a little, with jitter.
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+            if tier_keys:
+                # Priced one at a time per project in this process, each against the counters
+                # its predecessor leaves (the hint), and sent in that order once the
+                # predecessor's script answered: the next batch is priced while the script of
+                # the one before runs, instead of the two taking turns.
+                lock = self._tier_locks.setdefault(project, asyncio.Lock())
+                async with lock:
+                    before = self._in_flight.get(project)
+                    if attempt and before is not None:
+                        await before  # read the counters fresh once the batches ahead landed
+                        before = None
+                    # The hint only while the batch it comes from is still in flight: after
+                    # that the counters are read (another process may have moved them).
+                    hints = self._tier_hints.get(project, {}) if before is not None else {}
+                    missing = [k for k in tier_keys if k not in hints]
+                    values = await self.store.tier_cumulatives(project, missing)
+                    tiers = {**dict(zip(missing, values, strict=True)), **hints}
+                    priced = price_events(project, events, catalog, tiers, tag_keys)
+                    if not len(priced.batch):
+                        return 0, duplicates, 0, priced.overflowed_batch
+                    self._tier_hints[project] = {**hints, **priced.tier_after}
+                    plan = await self._plan(
+                        project, priced, catalog, budgets, budgets_rev, duplicates, expected
+                    )
+                    turn = self._in_flight[project] = asyncio.get_running_loop().create_future()
+                try:
+                    if before is not None:
+                        await asyncio.shield(before)
+                    outcome = await self.store.apply_batch(plan)
+                finally:
+                    turn.set_result(None)
+                    if self._in_flight.get(project) is turn:
+                        del self._in_flight[project]
+            else:
+                priced = price_events(project, events, catalog, {}, tag_keys)
+                if not len(priced.batch):
+                    return 0, duplicates, 0, priced.overflowed_batch
+                plan = await self._plan(
+                    project, priced, catalog, budgets, budgets_rev, duplicates, expected
+                )
+                outcome = await self.store.apply_batch(plan)
+            if outcome.status == 0:
+                # What the script's HSETNXs did to the settings, so the cache stays true.
+                meta.setdefault("currency", catalog.currency or "")
+                meta.setdefault("rate_card", catalog.name)
+                return len(priced.batch), duplicates, priced.total_cost, priced.overflowed_batch
+            self._tier_hints.pop(project, None)
+            if outcome.status == 4:
+                return None
+            if outcome.status == 1:
+                dup_ids = {priced.batch.events[i].id for i in outcome.duplicate_positions}
+                duplicates += len(dup_ids)
+                events = events.take(
+                    [i for i, ev in enumerate(events.events) if ev.id not in dup_ids]
+                )
+                if not len(events):
+                    return 0, duplicates, 0, events
+                tier_keys = tier_keys_needed(events, catalog)
+            if outcome.status == 3:
+                # The project's budgets changed since they were read: read them again.
+                budgets_rev = meta["budgets_rev"] = outcome.budgets_rev
+            # status 2: a tier counter moved under us; read it again and price again.
+        raise IngestConflict(project)
+
+    async def _plan(
+        self,
+        project: str,
+        priced: PricedBatch,
+        catalog: PricingCatalog,
+        budgets: list[Budget],
+        budgets_rev: str,
+        duplicates: int,
+        expected_meta: tuple[str | None, str | None, str | None],
+    ) -> IngestPlan:
+        batch = priced.batch
+        counters: list[BudgetCounter] = []
+        if budgets:
+            counters = await budget_counters(
+                self.store,
+                project,
+                budgets,
+                list(zip(batch.events, priced.categories, priced.costs, strict=True)),
+                catalog.currency or "",
+                datetime.now(UTC),
+            )
+        min_id = ""
+        if self.log_retention_ms:
+            min_id = str(int(time.time() * 1000) - self.log_retention_ms)
+        expiry = self.window_days + 1
+        return IngestPlan(
+            project=project,
+            event_ids=[ev.id for ev in batch.events],
+            seen_shards=batch.shard,
+            expiry_days=[day + expiry for day in batch.day],
+            tier_checks=priced.tier_checks,
+            increments=priced.increments,
+            log_blob=encode_log(batch, priced.costs, priced.versions, priced.categories),
+            currency=catalog.currency or "",
+            rate_card=catalog.name,
+            duplicates_seen=duplicates,
+            log_min_id=min_id,
+            counters=counters,
+            budgets_rev=budgets_rev,
+            expected_meta=expected_meta,
+            rate_card_revision=catalog.revision,
+        )
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:
         """The project's budgets, read again only when their revision moved."""
@@ -520,76 +976,15 @@ class Ingestor:
         self._budgets[project] = (revision, budgets)
         return budgets
 
-    async def _apply_unlocked(
-        self,
-        project: str,
-        events: list[PendingEvent],
-        catalog: PricingCatalog,
-        budgets_rev: str,
-        tag_keys: frozenset[str],
-    ) -> tuple[int, int, int, list[PendingEvent]]:
-        duplicates = 0
-        tier_keys = tier_keys_needed(events, catalog)
-        for attempt in range(MAX_APPLY_ATTEMPTS):
-            budgets = await self.budgets_of(project, budgets_rev)
-            if attempt:
-                # Another process moved a tier counter: back off a little, with jitter.
-                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
-            values = await self.store.tier_cumulatives(project, tier_keys)
-            priced = price_events(
-                project, events, catalog, dict(zip(tier_keys, values, strict=True)), tag_keys
-            )
-            if not priced.events:
-                return 0, duplicates, 0, priced.overflowed
-            counters = await budget_counters(
-                self.store,
-                project,
-                budgets,
-                [
-                    (e.event, c, cost)
-                    for e, c, cost in zip(
-                        priced.events, priced.categories, priced.costs, strict=True
-                    )
-                ],
-                catalog.currency or "",
-                datetime.now(UTC),
-            )
-            min_id = ""
-            if self.log_retention_ms:
-                min_id = str(int(time.time() * 1000) - self.log_retention_ms)
-            outcome = await self.store.apply_batch(
-                IngestPlan(
-                    project=project,
-                    event_ids=[e.event.id for e in priced.events],
-                    seen_shards=[seen_shard(e.event.id) for e in priced.events],
-                    expiry_days=[e.expiry_day for e in priced.events],
-                    tier_checks=priced.tier_checks,
-                    increments=priced.increments,
-                    log_blob=encode_log(
-                        priced.events, priced.costs, priced.versions, priced.categories
-                    ),
-                    currency=catalog.currency or "",
-                    rate_card=catalog.name,
-                    duplicates_seen=duplicates,
-                    log_min_id=min_id,
-                    counters=counters,
-                    budgets_rev=budgets_rev,
-                )
-            )
-            if outcome.status == 0:
-                return len(priced.events), duplicates, priced.total_cost, priced.overflowed
-            if outcome.status == 1:
-                dup_ids = {priced.events[i].event.id for i in outcome.duplicate_positions}
-                duplicates += len(dup_ids)
-                events = [e for e in events if e.event.id not in dup_ids]
-                if not events:
-                    return 0, duplicates, 0, []
-                tier_keys = tier_keys_needed(events, catalog)
-            if outcome.status == 3:
-                # The project's budgets changed since they were read: read them again.
-                budgets_rev = outcome.budgets_rev
-            # status 2: a tier counter moved under us; read it again and price again.
-        raise IngestConflict(project)
+
+def _usable_rows(catalog: PricingCatalog, currency: str | None) -> list[bool]:
+    """Per rate-table row: whether its version is priced in the project's currency."""
+    usable = [True] * len(catalog.sku_of_row)
+    if currency:
+        versions = catalog.history.versions
+        for (vi, _code), row in catalog.row_of.items():
+            usable[row] = versions[vi].currency == currency
+    return usable
 
 
 def attribution_tags_of(meta: dict[str, str]) -> frozenset[str]:

@@ -2,31 +2,106 @@
 
 Litestar's own rate-limit middleware keeps a per-client history that each worker reads and
 writes back (so concurrent workers can lose each other's counts) and answers without
-`Retry-After`; this one counts with one atomic `INCR` and says when to come back.
+`Retry-After`; this one counts with one atomic `INCRBY` and says when to come back.
+
+A worker claims its requests from the shared window in small grants (`grant_size`: 1 below
+200 requests a second, then up to 64, or as many as are waiting) and spends them locally, so
+a busy token costs one Redis round trip per grant instead of one per request. The shared
+counter only ever hands out `limit` requests a second in all, so the limit is never
+exceeded; a grant left unspent when its second ends is lost, so near the limit a token may
+get slightly fewer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
-from litestar.middleware import AbstractMiddleware
-from litestar.types import Receive, Scope, Send
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.domain.auth import Principal
 from service.http.problems import problem
+from service.storage.redis_store import Store
 
 
-class TokenRateLimitMiddleware(AbstractMiddleware):
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+def grant_size(limit: int) -> int:
+    """Requests a worker claims at once under a limit of `limit` a second (when alone)."""
+    return max(1, min(64, limit // 100))
+
+
+class _Grants:
+    """This worker's unspent requests per token, for the current second only.
+
+    One claim per token is in flight at a time; requests arriving meanwhile wait for it and
+    it claims enough for them too, so a burst neither queues claim after claim nor claims
+    more of the shared window than it uses (which other workers would then miss).
+    """
+
+    def __init__(self) -> None:
+        self.second = 0
+        self.left: dict[str, int] = {}
+        self.claiming: dict[str, asyncio.Event] = {}
+        self.waiting: dict[str, int] = {}
+
+    def take(self, token_id: str, second: int) -> bool:
+        if second > self.second:
+            self.second = second
+            self.left.clear()
+        elif second < self.second:
+            return False  # a grant of an earlier second is spent or lost
+        left = self.left.get(token_id, 0)
+        if left <= 0:
+            return False
+        self.left[token_id] = left - 1
+        return True
+
+    async def acquire(self, store: Store, token_id: str, limit: int) -> bool:
+        """Whether one more request of this token fits in this second's limit."""
+        while True:
+            second = int(time.time())
+            if self.take(token_id, second):
+                return True
+            claim = self.claiming.get(token_id)
+            if claim is None:
+                break
+            self.waiting[token_id] = self.waiting.get(token_id, 0) + 1
+            try:
+                await claim.wait()
+            finally:
+                self.waiting[token_id] -= 1
+        done = self.claiming[token_id] = asyncio.Event()
+        try:
+            want = min(limit, max(grant_size(limit), self.waiting.get(token_id, 0) + 1))
+            count = await store.count_request(token_id, second, want)
+            # Of the `want` just counted, those within the limit are ours to spend, in the
+            # second they were counted in.
+            granted = min(want, max(0, limit - (count - want)))
+            if second > self.second:
+                self.second = second
+                self.left.clear()
+            if second == self.second and granted > 1:
+                self.left[token_id] = self.left.get(token_id, 0) + granted - 1
+        finally:
+            del self.claiming[token_id]
+            done.set()
+        return granted > 0  # one of them is this request's, even if its second has passed
+
+
+class TokenRateLimitMiddleware(ASGIMiddleware):
+    scopes = (ScopeType.HTTP,)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         principal = scope.get("user")
         state: Any = scope["app"].state
         limit: int = state.settings.rate_limit_per_second
         if isinstance(principal, Principal) and limit > 0:
-            now = time.time()
-            second = int(now)
-            count = await state.services.store.count_request(principal.token_id, second)
-            if count > limit:
+            grants: _Grants | None = getattr(state, "rate_grants", None)
+            if grants is None:
+                grants = state.rate_grants = _Grants()
+            if not await grants.acquire(state.services.store, principal.token_id, limit):
                 raise problem(
                     429,
                     "Too many requests",
@@ -34,4 +109,4 @@ class TokenRateLimitMiddleware(AbstractMiddleware):
                     kind="rate-limited",
                     headers={"Retry-After": "1", "RateLimit-Limit": str(limit)},
                 )
-        await self.app(scope, receive, send)
+        await next_app(scope, receive, send)

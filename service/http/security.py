@@ -67,7 +67,10 @@ def forget_cached_tokens() -> None:
 def requires(action: str) -> Any:
     """Guard: the token's role grants `action`, and it may touch the project the route names."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    # async: Litestar runs a synchronous guard in a worker thread, for every request.
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if connection.scope.get("method") == "OPTIONS":
+            return  # Litestar's automatic OPTIONS answer (allowed methods) needs no token
         principal: Principal = connection.user
         if not principal.may(action):
             raise problem(
