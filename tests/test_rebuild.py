@@ -8,21 +8,21 @@ import random
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import redis
-
 from service.domain.ingest import decode_log
 from service.storage.redis_store import Store
-from tests.conftest import TEST_CARD, Api, event
+from tests.conftest import TEST_CARD, Api, event, sync_client
 from tests.test_ingest import post, put_card, total
 
 
 def snapshot(url: str, project: str = "llm") -> dict[bytes, dict[bytes, bytes]]:
-    """Every totals hash of the project (per-day totals, the daily index, tier counters)."""
-    client = redis.Redis.from_url(url)
+    """Every totals hash of the project (per-day totals, the daily index, tier counters,
+    hourly totals, roll-ups)."""
+    client = sync_client(url)
     keys = [
         k
         for k in client.keys(f"tl:{{p:{project}}}:*")
-        if b":tot:" in k or k.endswith(b":daily") or b":tier:" in k
+        if any(part in k for part in (b":tot:", b":tier:", b":hr:", b":ru:"))
+        or k.endswith(b":daily")
     ]
     return {k: client.hgetall(k) for k in sorted(keys)}
 
@@ -63,6 +63,10 @@ async def test_rebuild_reproduces_incremental_totals_exactly(api: Api, store: St
     assert sum(int(r["accepted"]) for r in results) == 600  # type: ignore[call-overload]
     before = snapshot(api.redis_url)
     assert any(b":tier:" in k for k in before)  # graduated tiers were exercised
+    # Roll-ups at day and month grain, and their coverage counter, were written too.
+    assert any(b":ru:exp:" in k and len(k.rsplit(b":", 1)[1]) == 6 for k in before)
+    assert any(b":ru:xsku:" in k and len(k.rsplit(b":", 1)[1]) == 8 for k in before)
+    assert any(k.endswith(b":ru:events") for k in before)
 
     # Each logged event carries its cost: their sum is the running total.
     logged = 0

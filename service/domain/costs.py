@@ -4,11 +4,17 @@ Totals are kept at two grains, both exact integer sums of the events:
 
 * per day × stage × experiment × category × SKU × owner × fixed/elastic × attributed tags —
   every coarser answer by day, week (ISO, Monday first) or month is a sum of these;
-* per hour × stage × category × fixed/elastic — for hour granularity and hourly peaks.
+* per hour × stage × category × fixed/elastic — for hour granularity and hourly peaks;
+
+plus roll-ups of the first onto a few dimensions, per day and per month (rollups.py). A
+query reads the smallest roll-up holding its group_by and filters — whole months from the
+month roll-ups, the other days from the day ones — and the finest totals only when none does
+or when the roll-ups do not yet hold every accepted event (`plan_reads`).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -17,13 +23,13 @@ from typing import Literal
 import msgspec
 
 from costcore.money import format_money, format_quantity
+from service.domain.rollups import FINE_DIMS, ROLLUP_VERSION, covering
 from service.storage.redis_store import FIELD_SEP, TAG_SEP, Store
 
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
 HOURLY_DIMENSIONS: tuple[str, ...] = ("stage", "category", "fixed")
 Granularity = Literal["hour", "day", "week", "month"]
 REWORK_VALUES = frozenset({"1", "true", "yes"})
-_POS = {"stage": 0, "experiment": 1, "category": 2, "sku": 3, "owner": 4, "fixed": 5}
 _HOURLY_POS = {"stage": 0, "category": 1, "fixed": 2}
 
 
@@ -170,10 +176,10 @@ def validate(query: CostQuery) -> None:
         raise QueryError("sort", "use cost, key or events, with '-' for descending")
 
 
-async def _days(store: Store, project: str, query: CostQuery) -> list[str]:
+def _in_range(daily: dict[str, int], query: CostQuery) -> list[str]:
     lo = day_key(query.from_day) if query.from_day else ""
     hi = day_key(query.to_day) if query.to_day else "99999999"
-    return sorted(d for d in await store.daily_costs(project) if lo <= d < hi)
+    return sorted(d for d in daily if lo <= d < hi)
 
 
 def _wanted(value: str, name: str, filters: dict[str, str]) -> bool:
@@ -185,10 +191,109 @@ def _wanted(value: str, name: str, filters: dict[str, str]) -> bool:
     return value == want
 
 
+@dataclass(frozen=True)
+class ReadPlan:
+    """What a query reads: one source (a roll-up, or the finest totals `tot`), at day grain
+    for `days` and at month grain for `months` (months the range covers whole)."""
+
+    source: str
+    dims: tuple[str, ...]  # the dimensions of the source's fields, in their order
+    days: list[str]  # yyyymmdd
+    months: list[str]  # yyyymm
+
+
+def _needed(query: CostQuery) -> set[str]:
+    needed = {"tags" if n.startswith("tag.") else n for n in query.group_by if n != "day"}
+    needed.update(query.filters)
+    if query.tag_filters:
+        needed.add("tags")
+    return needed
+
+
+def _whole_month(month: str, query: CostQuery) -> bool:
+    first = date(int(month[:4]), int(month[4:]), 1)
+    nxt = date(first.year + first.month // 12, first.month % 12 + 1, 1)
+    return (query.from_day is None or query.from_day <= first) and (
+        query.to_day is None or query.to_day >= nxt
+    )
+
+
+def plan_reads(query: CostQuery, days: Sequence[str], rollups_complete: bool) -> ReadPlan:
+    """The smallest source that covers the query's group_by and filters, and the periods to
+    read from it: whole months from month roll-ups, the other days from day roll-ups."""
+    rollup = covering(_needed(query), "sku" in query.group_by) if rollups_complete else None
+    if rollup is None:
+        return ReadPlan("tot", FINE_DIMS, list(days), [])
+    if not rollup.monthly or "day" in query.group_by or query.granularity in ("day", "week"):
+        return ReadPlan(rollup.name, rollup.dims, list(days), [])
+    whole = {m for m in {d[:6] for d in days} if _whole_month(m, query)}
+    return ReadPlan(
+        rollup.name, rollup.dims, [d for d in days if d[:6] not in whole], sorted(whole)
+    )
+
+
+# Sources whose hashes hold thousands of cells a day: there, fields a query does not need are
+# left on the server (HSCAN MATCH), and quantities are read for the rows of the page only.
+_BIG = frozenset({"tot", "xsku"})
+Quantities = Literal["all", "none", "later"]
+
+
+@dataclass
+class _Later:
+    """Quantities read after the rows are ranked (by cost or events), for one page's rows:
+    which cells (by raw dims) of which buckets made each row, and the periods of a bucket."""
+
+    source: str = ""
+    bucket_periods: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    origins: dict[tuple[str, ...], list[tuple[tuple[str, str], bytes]]] = field(
+        default_factory=dict
+    )
+
+    async def fill(self, store: Store, project: str, rows: Sequence[Row]) -> None:
+        if not self.source:
+            return  # quantities were read with everything else
+        targets: dict[tuple[str, bytes], list[int]] = {}
+        reads: dict[str, list[bytes]] = {}
+        for key, sums in rows:
+            for bucket_id, raw_dims in self.origins.get(key, ()):
+                name = b"q|" + raw_dims
+                for period in self.bucket_periods[bucket_id]:
+                    targets[(period, name)] = sums
+                    reads.setdefault(period, []).append(name)
+        if not reads:
+            return
+        values = await store.totals_fields(project, self.source, list(reads.items()))
+        for (period, names), got in zip(reads.items(), values, strict=True):
+            for name, value in zip(names, got, strict=True):
+                if value is not None:
+                    targets[(period, name)][1] += int(value)
+
+
+async def _state(store: Store, project: str) -> tuple[dict[str, int], bool]:
+    daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)
+    if covered != accepted:  # maybe a batch landed between the two reads: look once more
+        daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)
+    return daily, covered == accepted
+
+
 async def grouped(store: Store, query: CostQuery) -> dict[tuple[str, ...], list[int]]:
-    """Sum cost, quantity and events per group (quantity and events: day grain only)."""
+    """Sum cost, quantity and events per group (quantity: only with sku in group_by)."""
     validate(query)
-    days = await _days(store, query.project, query)
+    daily, complete = await _state(store, query.project)
+    return await _grouped(store, query, _in_range(daily, query), complete)
+
+
+async def _grouped(
+    store: Store,
+    query: CostQuery,
+    days: list[str],
+    rollups_complete: bool,
+    quantities: Quantities = "all",
+    later: _Later | None = None,
+) -> dict[tuple[str, ...], list[int]]:
+    """Sums per group. `quantities`: "all" sums them with the rest; "none" and "later" leave
+    them at 0 when the source is big ("later": `later` then knows how to read them for the
+    rows of a page)."""
     sums: dict[tuple[str, ...], list[int]] = {}
     if query.granularity == "hour":
         for day, fields in zip(days, await store.hour_totals(query.project, days), strict=True):
@@ -198,35 +303,125 @@ async def grouped(store: Store, query: CostQuery) -> dict[tuple[str, ...], list[
                 if not all(_wanted(dims[_HOURLY_POS[n]], n, query.filters) for n in query.filters):
                     continue
                 key = (f"{_iso(day)}T{hour}", *(dims[_HOURLY_POS[n]] for n in query.group_by))
-                acc = sums.setdefault(key, [0, 0, 0])
-                acc[0] += int(raw_value)
+                sums.setdefault(key, [0, 0, 0])[0] += int(raw_value)
         return sums
-    for day, fields in zip(days, await store.day_totals(query.project, days), strict=True):
-        period = _period(day, query.granularity)
-        for raw_field, raw_value in fields.items():
-            text = raw_field.decode()
-            kind = text[0]
-            dims = text[2:].split(FIELD_SEP)
-            if query.filters and not all(
-                _wanted(dims[_POS[n]], n, query.filters) for n in query.filters
-            ):
+    plan = plan_reads(query, days, rollups_complete)
+    periods = [*plan.days, *plan.months]
+    skip_q = quantities != "all" and plan.source in _BIG
+    hashes = await store.totals_hashes(
+        query.project, plan.source, periods, "cn" if skip_q else "cqn"
+    )
+    track = later if skip_q and quantities == "later" else None
+    if track is not None:
+        track.source = plan.source
+    by_day = "day" in query.group_by
+    granularity = query.granularity
+    # 1. Sum the raw fields per bucket (period and/or day): ints only, no parsing.
+    buckets: dict[tuple[str, str], dict[bytes, int]] = {}
+    for period, fields in zip(periods, hashes, strict=True):
+        if len(period) == 8:
+            label = _period(period, granularity) if granularity else ""
+            bucket_id = (label, period if by_day else "")
+        else:  # a whole month: never with day grouping or day/week granularity
+            bucket_id = (f"{period[:4]}-{period[4:]}" if granularity else "", "")
+        if track is not None:
+            track.bucket_periods.setdefault(bucket_id, []).append(period)
+        acc = buckets.get(bucket_id)
+        if acc is None:
+            acc = buckets[bucket_id] = {}
+        if not acc:
+            acc.update((f, int(v)) for f, v in fields.items())
+            continue
+        get = acc.get
+        for f, v in fields.items():
+            acc[f] = get(f, 0) + int(v)
+    # 2. Parse the dims of each distinct cell once (its c|, q| and n| fields share them): its
+    #    group key, or None when the filters drop it.
+    pos = {name: i for i, name in enumerate(plan.dims)}
+    tags_at = pos.get("tags")
+    filters = [(pos[n], n) for n in query.filters]
+    tag_filters = list(query.tag_filters.items())
+    names = list(query.group_by)
+    plain = [pos[n] for n in names] if all(n in pos for n in names) else None
+    parsed: dict[bytes, tuple[str, ...] | None] = {}
+
+    def parse(raw_dims: bytes) -> tuple[str, ...] | None:
+        dims = raw_dims.decode().split(FIELD_SEP)
+        if filters and not all(_wanted(dims[i], n, query.filters) for i, n in filters):
+            return None
+        if plain is not None and not tag_filters:  # only dimensions of the source: no tags
+            return tuple([dims[i] for i in plain])
+        tags = _tags(dims[tags_at]) if tags_at is not None and len(dims) > tags_at else {}
+        if tag_filters and any(tags.get(k) != v for k, v in tag_filters):
+            return None
+        return tuple(
+            ""  # the day: filled in per bucket
+            if name == "day"
+            else tags.get(name[4:], "")
+            if name.startswith("tag.")
+            else dims[pos[name]]
+            for name in names
+        )
+
+    day_at = names.index("day") if by_day else -1
+    kinds = {ord("c"): 0, ord("q"): 1, ord("n"): 2}
+    for (label, day), acc in buckets.items():
+        for raw, total in acc.items():
+            raw_dims = raw[2:]
+            if raw_dims in parsed:
+                hit = parsed[raw_dims]
+            else:
+                hit = parsed[raw_dims] = parse(raw_dims)
+            if hit is None:
                 continue
-            tags = _tags(dims[6]) if len(dims) > 6 else {}
-            if query.tag_filters and any(tags.get(k) != v for k, v in query.tag_filters.items()):
-                continue
-            key = tuple(
-                day
-                if name == "day"
-                else tags.get(name[4:], "")
-                if name.startswith("tag.")
-                else dims[_POS[name]]
-                for name in query.group_by
-            )
-            if query.granularity is not None:
-                key = (period, *key)
-            acc = sums.setdefault(key, [0, 0, 0])
-            acc["cqn".index(kind)] += int(raw_value)
+            key = hit
+            if day_at >= 0:
+                key = (*key[:day_at], day, *key[day_at + 1 :])
+            if granularity is not None:
+                key = (label, *key)
+            row = sums.get(key)
+            if row is None:
+                row = sums[key] = [0, 0, 0]
+            kind = kinds[raw[0]]
+            row[kind] += total
+            if track is not None and kind == 0:  # one c| field per cell and bucket
+                track.origins.setdefault(key, []).append(((label, day), raw_dims))
     return sums
+
+
+Row = tuple[tuple[str, ...], list[int]]
+
+
+def _order(
+    sums: dict[tuple[str, ...], list[int]], sort: str, top: int | None, needed: int, width: int
+) -> tuple[list[Row], int]:
+    """The first `needed` rows in `sort` order (after the `top` cut and its '(other)' row),
+    and how many rows there are in all. Only the rows shown are sorted fully."""
+    by = sort.lstrip("-")
+    descending = sort.startswith("-")
+    index = {"cost": 0, "events": 2}.get(by)
+    items = list(sums.items())
+
+    def first(n: int) -> list[Row]:
+        if index is None:
+            pick = heapq.nlargest if descending else heapq.nsmallest
+            return (
+                pick(n, items, key=lambda kv: kv[0])
+                if n < len(items)
+                else sorted(items, key=lambda kv: kv[0], reverse=descending)
+            )
+        sign = -1 if descending else 1
+        i = index
+        if n < len(items):
+            return heapq.nsmallest(n, items, key=lambda kv: (sign * kv[1][i], kv[0]))
+        return sorted(items, key=lambda kv: (sign * kv[1][i], kv[0]))
+
+    if top is not None and len(items) > top:
+        head = first(top)
+        other = [sum(v[k] for v in sums.values()) - sum(v[k] for _, v in head) for k in range(3)]
+        ordered = [*head, (tuple("(other)" for _ in range(width)), other)]
+        return ordered, len(ordered)
+    return first(needed), len(items)
 
 
 async def cost_report(
@@ -259,22 +454,17 @@ async def cost_report(
         limit,
     )
     meta = await store.project_meta(project)
-    sums = await grouped(store, query)
-    names = (["period"] if granularity else []) + list(group_by)
-    by = query.sort.lstrip("-")
-    descending = query.sort.startswith("-")
-    index = {"cost": 0, "events": 2}.get(by)
-    if index is None:
-        ordered = sorted(sums.items(), key=lambda kv: kv[0], reverse=descending)
-    else:
-        ordered = sorted(
-            sums.items(), key=lambda kv: ((-1 if descending else 1) * kv[1][index], kv[0])
-        )
-    if top is not None and len(ordered) > top:
-        rest = ordered[top:]
-        other = [sum(v[i] for _, v in rest) for i in range(3)]
-        ordered = [*ordered[:top], (tuple("(other)" for _ in names), other)]
+    validate(query)
+    daily, complete = await _state(store, project)
     split_by_sku = "sku" in group_by and granularity != "hour"
+    # Quantities are shown per SKU row only: read them for the page's rows, unless the rows
+    # left out are summed into '(other)'.
+    quantities: Quantities = "none" if not split_by_sku else "later" if top is None else "all"
+    later = _Later()
+    sums = await _grouped(store, query, _in_range(daily, query), complete, quantities, later)
+    names = (["period"] if granularity else []) + list(group_by)
+    ordered, total_rows = _order(sums, query.sort, top, offset + limit, len(names))
+    await later.fill(store, project, ordered[offset : offset + limit])
     rows = []
     for key, (cost, qty, events) in ordered[offset : offset + limit]:
         labels = dict(zip(names, key, strict=True))
@@ -306,8 +496,8 @@ async def cost_report(
         rows=rows,
         offset=offset,
         limit=limit,
-        total_rows=len(ordered),
-        next_offset=end if end < len(ordered) else None,
+        total_rows=total_rows,
+        next_offset=end if end < total_rows else None,
     )
 
 
@@ -338,7 +528,10 @@ async def cost_summary(
 ) -> CostSummary:
     meta = await store.project_meta(project)
     base = CostQuery(project, from_day, to_day, ("category", "stage", "fixed", "tag.rework"))
-    sums = await grouped(store, base)
+    validate(base)
+    daily_all, complete = await _state(store, project)
+    days = _in_range(daily_all, base)
+    sums = await _grouped(store, base, days, complete, "none")
     total = sum(v[0] for v in sums.values())
     by_category: dict[str, int] = {}
     by_stage: dict[str, int] = {}
@@ -359,8 +552,6 @@ async def cost_summary(
         ]
 
     # Peaks: over the requested range, or from the first to the last day with spend.
-    days = await _days(store, project, base)
-    daily_all = await store.daily_costs(project)
     daily = {_iso(d): daily_all[d] for d in days}
     first = from_day or (date.fromisoformat(_iso(days[0])) if days else None)
     last = (

@@ -21,6 +21,7 @@ from service.domain.ingest import (
     read_log,
     tier_keys_needed,
 )
+from service.domain.rollups import live_keys as rollup_keys
 from service.storage.redis_store import Keys, Store
 
 _budget_decoder = msgspec.json.Decoder(Budget)
@@ -96,8 +97,9 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
             f"the log holds {events} events but {accepted} were accepted: it was trimmed by "
             "its retention, so the totals cannot be re-derived from it"
         )
-    before = sum((await store.daily_costs(project)).values())
-    live = await store.live_total_keys(project)
+    daily_before = await store.daily_costs(project)
+    before = sum(daily_before.values())
+    live = await store.live_total_keys(project) + rollup_keys(project, daily_before)
     replace = [k for k, v in hashes.items() if v]
     drop = [k for k in live if k not in hashes]
     await store.write_staging(project, {k: hashes[k] for k in replace})
