@@ -154,6 +154,32 @@ async def test_growth_alert_on_an_abnormal_day_only(api: Api) -> None:
     assert len(await alerts(api, kind="growth")) == 1
 
 
+async def test_growth_alerts_do_not_depend_on_how_days_are_batched(api: Api) -> None:
+    """The same days posted as one batch and one by one, in two projects with the same
+    rule, raise growth alerts on the same days (a batch's earlier days are its history)."""
+    await put_card(api)
+    rule = {"multiple": "2", "trailing_days": 3}
+    for project in ("one-batch", "day-by-day"):
+        await make_budget(api, project=project, name=project, amount="1000000", growth=rule)
+    today = datetime.now(UTC).replace(hour=0, minute=30, second=0, microsecond=0)
+    hours = ["4", "4", "4", "4", "12", "4", "4", "4", "20", "4"]  # spikes on days 5 and 9
+    days = [today - timedelta(days=len(hours) - i) for i in range(len(hours))]
+
+    def usage(project: str, i: int) -> dict[str, object]:
+        return event(f"{project}-{i}", hours[i], project=project, time=days[i].isoformat())
+
+    await post(api, [usage("one-batch", i) for i in range(len(hours))])
+    for i in range(len(hours)):
+        await post(api, [usage("day-by-day", i)])
+    fired = {}
+    for project in ("one-batch", "day-by-day"):
+        found = await alerts(api, project=project, kind="growth")
+        fired[project] = sorted(a["period"] for a in found)
+    assert fired["one-batch"] == fired["day-by-day"]
+    spikes = {days[4].strftime("%Y%m%d"), days[8].strftime("%Y%m%d")}
+    assert spikes <= set(fired["one-batch"])
+
+
 async def test_alert_history_filters_and_pages(api: Api) -> None:
     await put_card(api)
     await make_budget(api, thresholds=[10, 20, 30, 40])

@@ -102,8 +102,11 @@ async def budget_counters(
             budget = by_id[budget_id]
             rule = budget.growth
             assert rule is not None
+            # The batch's own spend on earlier days counts as history too, so a batch that
+            # spans days raises the same growth alerts as its days posted one by one in order.
             trailing = [
-                history[day_field(budget_id, day - k)] for k in range(1, rule.trailing_days + 1)
+                history[day_field(budget_id, day - k)] + daily.get((budget_id, day - k), 0)
+                for k in range(1, rule.trailing_days + 1)
             ]
             limit = growth_limit(rule.multiple, trailing)
             checks = []

@@ -204,12 +204,19 @@ def forecast_limit(amount: int, bounds: PeriodBounds, now: datetime, min_pct: in
 
 
 def growth_limit(multiple: str, trailing: Sequence[int]) -> int | None:
-    """A day's spend strictly above this is abnormal growth (None: no history yet)."""
-    if not any(trailing):
+    """A day's spend strictly above this is abnormal growth (None: no history yet).
+
+    `trailing` holds the spend of the days before, most recent first. Days before the first
+    one with spend are left out of the average, so a new project's second day is compared
+    with its first, not with a week of zeros; a quiet day after that counts as zero.
+    """
+    history = list(trailing)
+    while history and history[-1] == 0:
+        history.pop()
+    if not history:
         return None
-    m = Decimal(multiple)
-    num, den = m.as_integer_ratio()
-    return sum(trailing) * num // (den * len(trailing))
+    num, den = Decimal(multiple).as_integer_ratio()
+    return sum(history) * num // (den * len(history))
 
 
 def day_number(when: datetime) -> int:
