@@ -249,18 +249,10 @@ class WebhookView(msgspec.Struct, kw_only=True):
     description: str
 
 
-class WebhookCreated(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The answer to a registration: the URL as listings show it, and the signing secret of
-    a `standard` webhook, this one time."""
+class WebhookCreated(WebhookView, kw_only=True, omit_defaults=True):
+    """The answer to a registration: the webhook as listed, and the signing secret of a
+    `standard` webhook, this one time."""
 
-    id: str
-    url: str
-    format: WebhookFormat
-    has_secret: bool
-    projects: list[str] | None
-    kinds: list[str] | None
-    created_at: datetime
-    description: str
     secret: str | None = None
 
 
@@ -337,17 +329,8 @@ def webhook_view(record: WebhookRecord) -> WebhookView:
 
 
 def created_view(record: WebhookRecord) -> WebhookCreated:
-    return WebhookCreated(
-        id=record.id,
-        url=redacted_url(record.url, record.format),  # the caller has it; never echo a secret
-        format=record.format,
-        has_secret=record.secret is not None,
-        projects=record.projects,
-        kinds=record.kinds,
-        created_at=record.created_at,
-        description=record.description,
-        secret=record.secret if record.format == "standard" else None,
-    )
+    secret = record.secret if record.format == "standard" else None
+    return WebhookCreated(**msgspec.structs.asdict(webhook_view(record)), secret=secret)
 
 
 async def create_webhook(

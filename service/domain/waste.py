@@ -445,6 +445,29 @@ def _claim_by_day(
     return by_day_q, by_day_c, lines
 
 
+def _claim_share(
+    ctx: _Ctx,
+    indexes: Sequence[int],
+    day: int,
+    waste: int,
+    excess: int,
+    expected: int,
+    actual: int,
+) -> tuple[int, int, DayLine]:
+    """Claim `waste` of these events' cost (spread by their unclaimed cost), for a day whose
+    quantity `actual` ran `excess` over `expected`; the evidence line of that day."""
+    for i, share in zip(indexes, _allocate(waste, [ctx.net(i) for i in indexes]), strict=True):
+        ctx.claimed[i] += share
+    line = DayLine(
+        day=_date(day),
+        quantity=format_quantity(excess),
+        cost=format_money(waste),
+        expected=format_quantity(expected),
+        actual=format_quantity(actual),
+    )
+    return day, waste, line
+
+
 def _finding(
     ctx: _Ctx,
     kind: Kind,
@@ -688,25 +711,11 @@ def _checkpoint_growth(ctx: _Ctx) -> list[_Found]:
         day_cost = sum(ctx.net(i) for i in idx)
         excess = stored - expected
         waste = round_half_even_div(day_cost * excess, stored)
-        for i, share in zip(idx, _allocate(waste, [ctx.net(i) for i in idx]), strict=True):
-            ctx.claimed[i] += share
+        lines.append(_claim_share(ctx, idx, day, waste, excess, expected, stored))
         by_day[day] = waste
         flagged.extend(idx)
         if stored > peak:
             peak_day, peak = day, stored
-        lines.append(
-            (
-                day,
-                waste,
-                DayLine(
-                    day=_date(day),
-                    quantity=format_quantity(excess),
-                    cost=format_money(waste),
-                    expected=format_quantity(expected),
-                    actual=format_quantity(stored),
-                ),
-            )
-        )
     total = sum(by_day.values())
     if total <= 0:
         return []
@@ -849,24 +858,10 @@ def _log_ingest(ctx: _Ctx) -> list[_Found]:
         idx = members[day]
         excess = total_q - cap
         waste = round_half_even_div(sum(ctx.net(i) for i in idx) * excess, total_q)
-        for i, share in zip(idx, _allocate(waste, [ctx.net(i) for i in idx]), strict=True):
-            ctx.claimed[i] += share
+        lines.append(_claim_share(ctx, idx, day, waste, excess, cap, total_q))
         by_day[day] = waste
         flagged.extend(idx)
         peak = max(peak, total_q)
-        lines.append(
-            (
-                day,
-                waste,
-                DayLine(
-                    day=_date(day),
-                    quantity=format_quantity(excess),
-                    cost=format_money(waste),
-                    expected=format_quantity(cap),
-                    actual=format_quantity(total_q),
-                ),
-            )
-        )
     total = sum(by_day.values())
     if total <= 0:
         return []
