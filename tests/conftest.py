@@ -13,9 +13,10 @@ import asyncio
 import os
 import socket
 import ssl
+import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -133,6 +134,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until_ready(
+    proc: subprocess.Popen[bytes], base_url: str, log: Callable[[], str] = lambda: ""
+) -> None:
+    """Wait until a `trainledger serve` process answers 200 on /readyz; fail with its log if
+    it exits first or never gets there (about a minute: a bound, not a speed assertion)."""
+    with httpx.Client(base_url=base_url, timeout=5) as client:
+        for _ in range(1200):
+            if proc.poll() is not None:
+                raise AssertionError(f"serve exited early:\n{log()}")
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+    raise AssertionError(f"serve did not become ready:\n{log()}")
 
 
 class ServerThread:

@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ import uvicorn
 from service.alerts.delivery import DeliveryConfig
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
-from tests.conftest import TEST_CARD, event, free_port, make_admin_token
+from tests.conftest import TEST_CARD, event, free_port, make_admin_token, wait_until_ready
 from tests.test_budgets import this_month
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,17 +127,8 @@ class Service:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        with httpx.Client(base_url=self.base_url, timeout=5) as c:
-            for _ in range(MAX_POLLS):
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"serve exited early:\n{self.log()}")
-                try:
-                    if c.get("/readyz").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                time.sleep(POLL_INTERVAL)
-        raise AssertionError(f"serve did not become ready:\n{self.log()}")
+        wait_until_ready(self.proc, self.base_url, self.log)
+        return self
 
     def sigkill(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, "not running"

@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.http.observability import JsonFormatter, request_id
 from service.metrics import rejection_reason
 
-from .conftest import TEST_CARD, Api, event, free_port, make_admin_token
+from .conftest import TEST_CARD, Api, event, free_port, make_admin_token, wait_until_ready
 from .test_ingest import post, put_card
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,14 +138,7 @@ async def test_two_workers_share_metrics_and_log_json(clean_redis: str, tmp_path
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):  # a bound on waiting, not a speed assertion
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
+        wait_until_ready(proc, base, log_path.read_text)
         token = await make_admin_token(clean_redis)
         # A new connection per request: each is accepted by whichever worker is free.
         headers = {

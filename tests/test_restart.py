@@ -30,7 +30,14 @@ from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
-from tests.conftest import TEST_CARD, ServerThread, event, free_port, make_admin_token
+from tests.conftest import (
+    TEST_CARD,
+    ServerThread,
+    event,
+    free_port,
+    make_admin_token,
+    wait_until_ready,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 POLL_INTERVAL = 0.05
@@ -95,17 +102,8 @@ class Serve:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        with http(self.base_url) as c:
-            for _ in range(MAX_POLLS):
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"serve exited early:\n{self.log()}")
-                try:
-                    if c.get("/readyz").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                time.sleep(POLL_INTERVAL)
-        raise AssertionError(f"serve did not become ready:\n{self.log()}")
+        wait_until_ready(self.proc, self.base_url, self.log)
+        return self
 
     def stop(self) -> int:
         """SIGTERM, and wait for a clean exit."""

@@ -10,13 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import Api, event, free_port
+from tests.conftest import Api, event, free_port, wait_until_ready
 from tests.test_budgets import alerts, make_budget, this_month
 from tests.test_ingest import post, put_card
 
@@ -50,17 +48,12 @@ def start_workers(
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):  # a bound on waiting, not a speed assertion
-        if proc.poll() is not None:
-            raise AssertionError("serve exited early")
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("workers did not become ready")
+    try:
+        wait_until_ready(proc, base)
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, base
 
 
 async def test_two_worker_processes_count_exactly_and_alert_once(api: Api, tmp_path: Path) -> None:
