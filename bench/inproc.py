@@ -30,6 +30,7 @@ from bench.server import process_cpu_seconds
 from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.events import decode_events
+from service.domain.folding import settle
 from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.storage.embedded import EmbeddedValkey
@@ -53,7 +54,8 @@ async def _run(args: argparse.Namespace, url: str) -> None:
     valkey_pid = int((await store.client.info("server"))["process_id"])
     valkey_cpu = process_cpu_seconds([valkey_pid])
     profiler = cProfile.Profile() if args.profile else None
-    t_decode = t_ingest = 0.0
+    t_decode = t_ingest = t_fold = 0.0
+    folds = 0
     accepted = 0
     increments = 0
     apply_batch = store.apply_batch
@@ -64,7 +66,7 @@ async def _run(args: argparse.Namespace, url: str) -> None:
         return await apply_batch(plan)
 
     store.apply_batch = counting  # type: ignore[method-assign]
-    for body in bodies[1:]:
+    for b, body in enumerate(bodies[1:], 1):
         t0 = time.process_time()
         items, _ = decode_events(body, media)
         t1 = time.process_time()
@@ -78,15 +80,24 @@ async def _run(args: argparse.Namespace, url: str) -> None:
         t_ingest += t2 - t1
         accepted += report.accepted
         assert not report.rejected, report.rejected[:3]
+        if b % args.fold_every == 0 or b == args.batches:
+            # What a worker's background fold does every second: the queued batches' totals.
+            if profiler:
+                profiler.enable()
+            folds += await settle(store, Workload().project)
+            if profiler:
+                profiler.disable()
+            t_fold += time.process_time() - t2
     valkey_cpu = process_cpu_seconds([valkey_pid]) - valkey_cpu
     stats = await store.client.info("commandstats")
     await store.close()
     n = args.batches * args.size
     print(f"{args.batches} batches of {args.size} {args.format} events, {accepted} accepted")
-    print(f"totals fields incremented per batch (script payload): {increments / args.batches:,.0f}")
+    print(f"immediate increments per batch (tier counters): {increments / args.batches:,.0f}")
+    print(f"batches folded: {folds}, one fold per {args.fold_every} batches")
     print(
         f"worker CPU per event: decode {1e6 * t_decode / n:6.2f} µs, "
-        f"ingest {1e6 * t_ingest / n:6.2f} µs (incl. redis-py)"
+        f"ingest {1e6 * t_ingest / n:6.2f} µs (incl. redis-py), fold {1e6 * t_fold / n:6.2f} µs"
     )
     print(
         f"valkey CPU per event: {1e6 * valkey_cpu / n:6.2f} µs (process time; the figures "
@@ -111,15 +122,21 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument(
+        "--fold-every",
+        type=int,
+        default=16,
+        help="fold the queued totals after every N batches (the server folds every second)",
+    )
+    parser.add_argument(
         "--no-rollups",
         action="store_true",
         help="leave the query roll-ups out (to tell their cost apart; the totals stay exact)",
     )
     args = parser.parse_args()
     if args.no_rollups:
-        import service.domain.ingest as ingest_module
+        import service.domain.folding as folding_module
 
-        ingest_module.rollup_increments = lambda *a, **k: []  # type: ignore[assignment]
+        folding_module.rollup_increments = lambda *a, **k: []  # type: ignore[assignment]
     data_dir = Path(tempfile.mkdtemp(prefix="tl-bench-inproc-"))
     valkey = EmbeddedValkey(data_dir, appendfsync="no")
     try:

@@ -12,7 +12,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from costcore._version import KERNEL_VERSION
-from costcore.columns import ScanResult, scan_events_reference
+from costcore.columns import (
+    GroupResult,
+    ScanResult,
+    group_events_reference,
+    scan_events_reference,
+)
 from costcore.money import (
     INT64_MAX,
     MONEY_SCALE,
@@ -29,7 +34,7 @@ from costcore.reference import price_batch_reference
 from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
 
 if TYPE_CHECKING:
-    from costcore._columns import scan_events
+    from costcore._columns import group_events, scan_events
     from costcore._kernel import price_batch
 
 __all__ = [
@@ -41,11 +46,14 @@ __all__ = [
     "STATUS_OVERFLOW",
     "STATUS_PRICED",
     "BatchResult",
+    "GroupResult",
     "RateRow",
     "RateTable",
     "ScanResult",
     "format_money",
     "format_quantity",
+    "group_events",
+    "group_events_reference",
     "kernel_build_info",
     "parse_price",
     "parse_quantity",
@@ -92,7 +100,7 @@ def __getattr__(name: str) -> Any:
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
-    if name == "scan_events":
+    if name in ("scan_events", "group_events"):
         _load_kernel()  # the same build; a stale one says so
         try:
             from costcore import _columns
@@ -103,5 +111,6 @@ def __getattr__(name: str) -> Any:
                 "reference is costcore.scan_events_reference."
             ) from exc
         globals()["scan_events"] = _columns.scan_events
-        return _columns.scan_events
+        globals()["group_events"] = _columns.group_events
+        return globals()[name]
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

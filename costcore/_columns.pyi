@@ -1,9 +1,9 @@
 """Type stub for the compiled ingest pass ``costcore/_columns.pyx``."""
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
-from costcore.columns import ScanResult
+from costcore.columns import GroupResult, ScanResult
 
 def scan_events(
     events: Sequence[Any],
@@ -16,3 +16,10 @@ def scan_events(
     tag_keys: Container[str],
     tag_values: Container[str],
 ) -> ScanResult: ...
+def group_events(
+    events: Sequence[Any],
+    rows: Sequence[int],
+    day: Sequence[int],
+    epoch_us: Sequence[int],
+    tag_text: Callable[[dict[str, str]], str],
+) -> GroupResult: ...

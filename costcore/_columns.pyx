@@ -22,7 +22,7 @@ from cpython.datetime cimport (
 )
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
-from costcore.columns import ScanResult
+from costcore.columns import GroupResult, ScanResult
 
 import_datetime()
 
@@ -184,3 +184,42 @@ def scan_events(
         shard_v[i] = crc % <uint32_t>shards
         passed += 1
     return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
+
+
+def group_events(events, rows, day, epoch_us, tag_text):
+    """Compiled `costcore.columns.group_events_reference` (same contract)."""
+    cdef Py_ssize_t n = len(events)
+    if len(rows) != n or len(day) != n or len(epoch_us) != n:
+        raise ValueError("events, rows, day and epoch_us must have the same length")
+    group_arr = array("i", bytes(4 * n))
+    hour_arr = array("i", bytes(4 * n))
+    cdef int[::1] group_v = group_arr
+    cdef int[::1] hour_v = hour_arr
+    cdef dict key_index = {}
+    cdef dict hour_index = {}
+    cdef list keys = []
+    cdef list hour_keys = []
+    cdef Py_ssize_t i
+    cdef object ev, tags, key, hour_key, found, row, stage
+    cdef int64_t us
+    for i in range(n):
+        ev = events[i]
+        row = rows[i]
+        stage = ev.stage
+        tags = ev.tags
+        key = (day[i], row, stage, ev.experiment, ev.owner, tag_text(tags) if tags else "")
+        found = key_index.get(key)
+        if found is None:
+            found = len(keys)
+            key_index[key] = found
+            keys.append(key)
+        group_v[i] = found
+        us = epoch_us[i]
+        hour_key = (_floor_div(us, 3600000000), row, stage)
+        found = hour_index.get(hour_key)
+        if found is None:
+            found = len(hour_keys)
+            hour_index[hour_key] = found
+            hour_keys.append(hour_key)
+        hour_v[i] = found
+    return GroupResult(group_arr, keys, hour_arr, hour_keys)

@@ -1,4 +1,6 @@
-"""One pass over a decoded ingest batch: the per-event checks and columns (pure computation).
+"""Passes over a decoded ingest batch: the per-event checks and columns, and the grouping of
+events by totals key (pure computation). `group_events` is described at its reference,
+`group_events_reference`; the rest of this docstring is `scan_events`'s contract.
 
 `scan_events` (compiled, ``costcore/_columns.pyx``) and `scan_events_reference` (this plain
 Python) have one contract, checked equal by tests/test_costcore.py. For every event they
@@ -24,12 +26,18 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["EventLike", "ScanResult", "scan_events_reference"]
+__all__ = [
+    "EventLike",
+    "GroupResult",
+    "ScanResult",
+    "group_events_reference",
+    "scan_events_reference",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -111,3 +119,39 @@ def scan_events_reference(
         shard[i] = zlib.crc32(ev.id.encode()) % shards
         passed += 1
     return ScanResult(status, epoch_us, day, quantity, shard, passed)
+
+
+class GroupResult(NamedTuple):
+    group: array[int]  # 'i': per event, its index in `keys`
+    keys: list[tuple[int, int, str, str, str, str]]  # (day, row, stage, experiment, owner, tags)
+    hour_group: array[int]  # 'i': per event, its index in `hour_keys`
+    hour_keys: list[tuple[int, int, str]]  # (hours since 1970-01-01, row, stage)
+
+
+def group_events_reference(
+    events: Sequence[Any],
+    rows: Sequence[int],
+    day: Sequence[int],
+    epoch_us: Sequence[int],
+    tag_text: Callable[[dict[str, str]], str],
+) -> GroupResult:
+    """Plain-Python reference of `costcore.group_events`: intern every event's totals key and
+    hour key, numbering distinct keys in order of first appearance.
+
+    An event's key is (day, rate-table row, stage, experiment, owner, tag text), where the tag
+    text is ``tag_text(event.tags)`` for an event with tags and "" otherwise; its hour key is
+    (epoch_us // 3,600,000,000 floored, row, stage). Pricing aggregates by these keys; the
+    caller maps each distinct key (not each event) to its totals cell.
+    """
+    n = len(events)
+    group = array("i", bytes(4 * n))
+    hour_group = array("i", bytes(4 * n))
+    key_index: dict[tuple[int, int, str, str, str, str], int] = {}
+    hour_index: dict[tuple[int, int, str], int] = {}
+    for i, ev in enumerate(events):
+        tags = ev.tags
+        key = (day[i], rows[i], ev.stage, ev.experiment, ev.owner, tag_text(tags) if tags else "")
+        group[i] = key_index.setdefault(key, len(key_index))
+        hour_key = (epoch_us[i] // 3_600_000_000, rows[i], ev.stage)
+        hour_group[i] = hour_index.setdefault(hour_key, len(hour_index))
+    return GroupResult(group, list(key_index), hour_group, list(hour_index))

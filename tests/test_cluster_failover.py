@@ -24,6 +24,7 @@ import httpx
 import pytest
 from redis.cluster import key_slot
 
+from service.domain.folding import settle
 from service.domain.ingest import decode_log
 from service.storage.redis_store import Keys, Store, cluster_options
 from tests.cluster import ClusterNode, ValkeyCluster
@@ -139,6 +140,7 @@ async def counted(url: str, project: str) -> tuple[int, list[str], int]:
             for entry_id, blob in page:
                 after = entry_id
                 ids += [row.id for row in decode_log(blob)]
+        await settle(store, project)
         cost = sum((await store.daily_costs(project)).values())
         return int(meta.get("accepted", "0")), ids, cost
     finally:

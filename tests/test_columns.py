@@ -202,7 +202,7 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
             priced = price_events("p", part, catalog, tiers)
             tiers.update(priced.tier_after)
             costs += list(priced.costs)
-            for key, field, delta in priced.increments:
+            for key, field, delta in [*priced.increments, *priced.sums.increments("p")]:
                 sums[(key, field)] = sums.get((key, field), 0) + delta
         return sums, costs
 
@@ -214,7 +214,77 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     assert {k: v for k, v in big_sums.items() if ":hr:" in k[0]} == {
         k: v for k, v in small_sums.items() if ":hr:" in k[0]
     }
-    # Every total except the roll-up event counter (one per batch) agrees.
-    assert {k: v for k, v in big_sums.items() if ":hr:" in k[0] or ":tot:" in k[0]} == {
-        k: v for k, v in small_sums.items() if ":hr:" in k[0] or ":tot:" in k[0]
-    }
+    # Every total agrees: cells, hours, the daily index, tiers and roll-ups.
+    assert any(":ru:" in k[0] for k in big_sums) and any(":tier:" in k[0] for k in big_sums)
+    assert big_sums == small_sums
+
+
+# --- group_events: events interned by totals key and hour key ---------------------------------
+
+try:
+    from costcore import group_events as _compiled_group
+except ImportError as _group_exc:  # pragma: no cover - only when the build is missing
+    _GROUP_ERROR: str | None = str(_group_exc)
+else:
+    _GROUP_ERROR = None
+
+
+class _Ev:
+    def __init__(self, stage: str, experiment: str, owner: str, tags: dict[str, str]) -> None:
+        self.stage, self.experiment, self.owner, self.tags = stage, experiment, owner, tags
+
+
+def _tag_text(tags: dict[str, str]) -> str:
+    return ";".join(f"{k}={v}" for k, v in sorted(tags.items()))
+
+
+grouped_events = st.lists(
+    st.tuples(
+        st.sampled_from(["pretrain", "eval"]),
+        st.sampled_from(["", "exp-a", "exp-b"]),
+        st.sampled_from(["", "alice"]),
+        st.dictionaries(st.sampled_from(["team", "rework"]), st.sampled_from(["a", "b"])),
+        st.integers(0, 3),  # rate-table row
+        # Times around the epoch and far from it: hours and days floor for negative µs too.
+        st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000)
+        | st.integers(NOW_US - 86_400_000_000, NOW_US + 86_400_000_000),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(grouped_events)
+def test_compiled_group_events_equals_the_reference(rows: list[Any]) -> None:
+    if _GROUP_ERROR is not None:
+        pytest.fail(f"compiled group_events unavailable: {_GROUP_ERROR}")
+    from costcore import group_events_reference
+
+    events = [_Ev(s, e, o, t) for s, e, o, t, _, _ in rows]
+    table_rows = [r[4] for r in rows]
+    epoch_us = [r[5] for r in rows]
+    day = [us // 86_400_000_000 for us in epoch_us]
+    got = _compiled_group(events, table_rows, day, epoch_us, _tag_text)
+    want = group_events_reference(events, table_rows, day, epoch_us, _tag_text)
+    assert got == want
+    # The reference's meaning: equal keys share a group, numbered by first appearance.
+    for i, ev in enumerate(events):
+        key = want.keys[want.group[i]]
+        tag_text = _tag_text(ev.tags) if ev.tags else ""
+        assert key == (day[i], table_rows[i], ev.stage, ev.experiment, ev.owner, tag_text)
+        assert want.hour_keys[want.hour_group[i]] == (
+            epoch_us[i] // 3_600_000_000,
+            table_rows[i],
+            ev.stage,
+        )
+    assert sorted(set(want.group)) == list(range(len(want.keys)))
+    assert [want.group.index(g) for g in range(len(want.keys))] == sorted(
+        want.group.index(g) for g in range(len(want.keys))
+    )
+
+
+def test_group_events_refuses_columns_of_different_lengths() -> None:
+    if _GROUP_ERROR is not None:
+        pytest.fail(f"compiled group_events unavailable: {_GROUP_ERROR}")
+    with pytest.raises(ValueError):
+        _compiled_group([_Ev("a", "", "", {})], [0, 1], [0], [0], _tag_text)

@@ -11,6 +11,7 @@ import pytest
 
 from service.domain import costs
 from service.domain.costs import CostQuery, _grouped, _in_range, cost_report, plan_reads
+from service.domain.folding import settle
 from service.domain.rollups import ROLLUP_VERSION, ROLLUPS, covering
 from service.storage.redis_store import Keys, Store
 from tests.conftest import Api, event, sync_client
@@ -30,6 +31,7 @@ def tagged_events(rng: random.Random, n: int) -> list[dict[str, object]]:
 
 async def both_ways(store: Store, query: CostQuery) -> tuple[dict[object, list[int]], str]:
     """The query's sums from the roll-ups the planner picks and from the finest totals."""
+    await settle(store, query.project)
     daily, accepted, covered = await store.totals_state(query.project, ROLLUP_VERSION)
     assert covered == accepted > 0
     days = _in_range(daily, query)
@@ -94,6 +96,7 @@ async def test_queries_fall_back_until_a_rebuild_completes_the_rollups(
     await put_card(api)
     await post(api, [event(f"e{i}", "2", stage="eval", experiment="x") for i in range(5)])
     query = CostQuery("llm", None, None, ("stage",))
+    await settle(store, "llm")
     daily, accepted, covered = await store.totals_state("llm", ROLLUP_VERSION)
     assert (accepted, covered) == (5, 5)
     assert plan_reads(query, sorted(daily), covered == accepted).source == "sku"

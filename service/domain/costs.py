@@ -23,6 +23,7 @@ from typing import Literal
 import msgspec
 
 from costcore.money import format_money, format_quantity
+from service.domain.folding import settle
 from service.domain.rollups import FINE_DIMS, ROLLUP_VERSION, covering
 from service.storage.redis_store import FIELD_SEP, TAG_SEP, Store
 
@@ -270,6 +271,9 @@ class _Later:
 
 
 async def _state(store: Store, project: str) -> tuple[dict[str, int], bool]:
+    # Every read of the totals starts here: fold the batches still queued, so the answer
+    # holds every batch accepted before the request.
+    await settle(store, project)
     daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)
     if covered != accepted:  # maybe a batch landed between the two reads: look once more
         daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)

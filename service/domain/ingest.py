@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from costcore import price_batch, scan_events
+from costcore import group_events, price_batch, scan_events
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
@@ -38,7 +38,7 @@ from service.domain.events import (
     known_valid,
     valid_project,
 )
-from service.domain.rollups import rollup_increments
+from service.domain.folding import CellSums, Folder
 from service.storage.redis_store import (
     FIELD_SEP,
     SEEN_SHARDS,
@@ -272,10 +272,11 @@ class PricedBatch:
     versions: list[int]  # rate-card version numbers
     categories: list[str]
     overflowed_batch: PendingBatch
-    increments: list[tuple[str, str, int]]
+    increments: list[tuple[str, str, int]]  # applied at once: the graduated-tier counters
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
+    sums: CellSums  # the totals, folded in after the batch is accepted
 
     @property
     def events(self) -> list[PendingEvent]:
@@ -357,6 +358,24 @@ def _row_facts(catalog: PricingCatalog) -> _RowFacts:
     return facts
 
 
+_KeyMemo = dict[tuple[int, int, str, str, str, str], tuple[tuple[str, str], tuple[str, str] | None]]
+_key_memo_cache: dict[int, tuple[PricingCatalog, _KeyMemo]] = {}
+_KEY_MEMO_LIMIT = 200_000
+
+
+def _key_memo(catalog: PricingCatalog) -> _KeyMemo:
+    """Per catalog: grouping key -> (totals cell, tier counter or None). Batches of a busy
+    project repeat the same keys, so each is spelled out once per worker, not once per batch."""
+    hit = _key_memo_cache.get(id(catalog))
+    if hit is not None and hit[0] is catalog:
+        return hit[1]
+    if len(_key_memo_cache) >= 64:
+        _key_memo_cache.clear()
+    memo: _KeyMemo = {}
+    _key_memo_cache[id(catalog)] = (catalog, memo)
+    return memo
+
+
 def resolve_rows(batch: PendingBatch, catalog: PricingCatalog) -> list[int]:
     """Rate-table row of every event, -1 where its time or SKU has no price (the same answer
     as `catalog.row_of[(catalog.history.index_at(time), sku)]`)."""
@@ -402,138 +421,119 @@ def price_events(
     row_tiered, row_category, row_fixed, row_version = _row_facts(catalog)
     day_names: dict[int, str] = {}
 
-    # One pass: provisional keys interned as tuples (no string built per event); each new
-    # key is mapped to its totals cell (day, dims) and its hour cell once.
-    slots: dict[tuple[str, str], int] = {}
-    tier_slot = array("i", bytes(4 * n))
+    # Events interned by totals key and hour key in one compiled pass; then each distinct key
+    # (not each event) is mapped to its totals cell, hourly cell and tier counter.
+    grouped = group_events(
+        batch.events,
+        rows,
+        batch.day,
+        batch.epoch_us,
+        functools.partial(attributed_tags, keys=tag_keys),
+    )
     cells: dict[tuple[str, str], int] = {}
     cell_keys: list[tuple[str, str]] = []
-    hours: dict[tuple[str, str], int] = {}
-    hour_keys: list[tuple[str, str]] = []
-    cell_of: dict[tuple[Any, ...], int] = {}
-    hour_of: dict[tuple[int, int, str], int] = {}
-    group = array("i", bytes(4 * n))
-    hour_group = array("i", bytes(4 * n))
-    for i, (ev, epoch_us, day, row) in enumerate(
-        zip(batch.events, batch.epoch_us, batch.day, rows, strict=True)
-    ):
-        name = day_names.get(day)
-        if name is None:
-            name = day_names[day] = _day_name(day)
-        tags = ev.tags
-        key = (
-            name,
-            row,
-            ev.stage,
-            ev.experiment,
-            ev.owner,
-            attributed_tags(tags, tag_keys) if tags else "",
-        )
-        g = cell_of.get(key)
+    cell_of_key: list[int] = []
+    slots: dict[tuple[str, str], int] = {}
+    slot_of_key: list[int] = []
+    memo = _key_memo(catalog)
+    for key in grouped.keys:
+        known = memo.get(key)
+        if known is None:
+            day, row, stage, experiment, owner, tags = key
+            name = day_names.get(day)
+            if name is None:
+                name = day_names[day] = _day_name(day)
+            sku = skus[row]
+            dims = _dims(stage, experiment, row_category[row], sku.code, owner, sku.fixed, tags)
+            known = ((name, dims), (name[:6], sku.code) if row_tiered[row] else None)
+            if len(memo) >= _KEY_MEMO_LIMIT:
+                memo.clear()
+            memo[key] = known
+        cell, slot_key = known
+        g = cells.get(cell)
         if g is None:
-            cell = (
-                name,
-                _dims(
-                    key[2],
-                    key[3],
-                    row_category[row],
-                    skus[row].code,
-                    key[4],
-                    skus[row].fixed,
-                    key[5],
-                ),
-            )
-            g = cells.get(cell)
-            if g is None:
-                g = cells[cell] = len(cell_keys)
-                cell_keys.append(cell)
-            cell_of[key] = g
-        group[i] = g
-        hour_key = (epoch_us // 3_600_000_000, row, ev.stage)
-        h = hour_of.get(hour_key)
-        if h is None:
-            hour = hour_key[0] % 24
-            fixed = row_fixed[row]
-            hour_cell = (
-                name,
-                f"c|{hour:02d}|{ev.stage}{FIELD_SEP}{row_category[row]}{FIELD_SEP}{fixed}",
-            )
-            h = hours.get(hour_cell)
-            if h is None:
-                h = hours[hour_cell] = len(hour_keys)
-                hour_keys.append(hour_cell)
-            hour_of[hour_key] = h
-        hour_group[i] = h
-        if row_tiered[row]:
-            slot_key = (name[:6], ev.sku)
-            slot = slots.get(slot_key)
-            if slot is None:
-                slot = slots[slot_key] = len(slots)
-            tier_slot[i] = slot
-        else:
-            tier_slot[i] = -1
+            g = cells[cell] = len(cell_keys)
+            cell_keys.append(cell)
+        cell_of_key.append(g)
+        slot_of_key.append(-1 if slot_key is None else slots.setdefault(slot_key, len(slots)))
+    tier_slot = (
+        array("i", [slot_of_key[g] for g in grouped.group]) if slots else array("i", [-1]) * n
+    )
     slot_keys = list(slots)
     before = array("q", [tier_reader[k] for k in slot_keys])
     cumulative = array("q", before)
     quantity = array("q", batch.quantity_micro)
     rate_row = array("i", rows)
     result = price_batch(
-        quantity, rate_row, group, tier_slot, catalog.table, cumulative, len(cell_keys)
+        quantity, rate_row, grouped.group, tier_slot, catalog.table, cumulative, len(grouped.keys)
     )
     # Hourly totals (a coarser grain: stage, category, fixed): for a large batch, the same
-    # pricing summed by hour cell. Pricing again from the same counters gives the same costs;
+    # pricing summed by hour key. Pricing again from the same counters gives the same costs;
     # only an event refused because its *group* total overflows could differ, and then (as
     # for a small batch, where a second kernel call costs more than it saves) the sums are
     # made in Python from the first pricing.
+    hour_keys = grouped.hour_keys
     hour_costs: Sequence[int] = ()
     if n > 64:
         by_hour = price_batch(
-            quantity, rate_row, hour_group, tier_slot, catalog.table, array("q", before), len(hours)
+            quantity,
+            rate_row,
+            grouped.hour_group,
+            tier_slot,
+            catalog.table,
+            array("q", before),
+            len(hour_keys),
         )
         if by_hour.status == result.status and by_hour.cost_nano == result.cost_nano:
             hour_costs = by_hour.group_cost_nano
     if len(hour_costs) != len(hour_keys):
-        sums = [0] * len(hour_keys)
+        by_hour_sums = [0] * len(hour_keys)
+        hour_group = grouped.hour_group
         for i in range(n):
             if result.status[i] == STATUS_PRICED:
-                sums[hour_group[i]] += result.cost_nano[i]
-        hour_costs = sums
+                by_hour_sums[hour_group[i]] += result.cost_nano[i]
+        hour_costs = by_hour_sums
 
-    increments: list[tuple[str, str, int]] = []
-    daily: dict[str, int] = {}
-    totals_key: dict[str, str] = {}
-    for g, (day_name, dims) in enumerate(cell_keys):
-        count = result.group_events[g]
+    # The totals: one sum per cell, queued by the ingest script and folded in later
+    # (service/domain/folding.py). Keys differing only in rate-table row share a cell.
+    sums = CellSums()
+    cell_sums = sums.cells
+    group_cost = result.group_cost_nano
+    group_quantity = result.group_quantity_micro
+    group_events_count = result.group_events
+    total_cost = 0
+    for k, g in enumerate(cell_of_key):
+        count = group_events_count[k]
         if count == 0:
             continue
-        key_name = totals_key.get(day_name)
-        if key_name is None:
-            key_name = totals_key[day_name] = Keys.totals(project, day_name)
-        cost = result.group_cost_nano[g]
-        increments.append((key_name, "c|" + dims, cost))
-        increments.append((key_name, "q|" + dims, result.group_quantity_micro[g]))
-        increments.append((key_name, "n|" + dims, count))
-        daily[day_name] = daily.get(day_name, 0) + cost
-    for day_name, cost in daily.items():
-        increments.append((Keys.daily(project), day_name, cost))
+        cost = group_cost[k]
+        have = cell_sums.get(cell_keys[g])
+        if have is None:
+            cell_sums[cell_keys[g]] = [cost, group_quantity[k], count]
+        else:
+            have[0] += cost
+            have[1] += group_quantity[k]
+            have[2] += count
+        total_cost += cost
+        sums.events += count
     # Hourly totals at a coarser grain (stage, category, fixed): peaks and hour granularity.
-    hourly_key: dict[str, str] = {}
-    for h, (day_name, field_name) in enumerate(hour_keys):
+    hour_sums = sums.hourly
+    for h, (hours_since_epoch, row, stage) in enumerate(hour_keys):
         cost = hour_costs[h]
-        if cost == 0:
+        if not cost:
             continue
-        key_name = hourly_key.get(day_name)
-        if key_name is None:
-            key_name = hourly_key[day_name] = Keys.hourly(project, day_name)
-        increments.append((key_name, field_name, cost))
-    # Roll-ups (service/domain/rollups.py) derive from these cells: here, so a rebuild does too.
-    increments += rollup_increments(
-        project,
-        cell_keys,
-        result.group_cost_nano,
-        result.group_quantity_micro,
-        result.group_events,
-    )
+        day = hours_since_epoch // 24
+        name = day_names.get(day)
+        if name is None:
+            name = day_names[day] = _day_name(day)
+        field = (
+            f"c|{hours_since_epoch % 24:02d}|{stage}{FIELD_SEP}{row_category[row]}"
+            f"{FIELD_SEP}{row_fixed[row]}"
+        )
+        hour_sums[(name, field)] = hour_sums.get((name, field), 0) + cost
+    # Immediate increments: only the graduated-tier counters (the next batch is priced
+    # against them).
+    increments: list[tuple[str, str, int]] = []
     tier_checks: list[tuple[str, str, int]] = []
     for s, (month, sku_code) in enumerate(slot_keys):
         tier_checks.append((month, sku_code, before[s]))
@@ -560,7 +560,8 @@ def price_events(
         increments,
         tier_checks,
         {k: cumulative[s] for s, k in enumerate(slot_keys)},
-        sum(daily.values()),
+        total_cost,
+        sums,
     )
 
 
@@ -577,9 +578,13 @@ class Ingestor:
         dedup_window_days: int = 35,
         max_future_skew_hours: int = 24,
         log_retention_days: int = 0,
+        folder: Folder | None = None,
     ) -> None:
         self.store = store
         self.rate_cards = rate_cards
+        # Told of every accepted batch, so its queued totals are folded in soon (without one,
+        # they are folded by the next read of the project's totals).
+        self.folder = folder
         self.window = timedelta(days=dedup_window_days)
         self.window_days = dedup_window_days
         self.future_skew = timedelta(hours=max_future_skew_hours)
@@ -902,6 +907,8 @@ class Ingestor:
                 )
                 outcome = await self.store.apply_batch(plan)
             if outcome.status == 0:
+                if self.folder is not None:
+                    self.folder.touched(project)
                 # What the script's HSETNXs did to the settings, so the cache stays true.
                 meta.setdefault("currency", catalog.currency or "")
                 meta.setdefault("rate_card", catalog.name)
@@ -965,6 +972,8 @@ class Ingestor:
             budgets_rev=budgets_rev,
             expected_meta=expected_meta,
             rate_card_revision=catalog.revision,
+            pending_blob=priced.sums.encode(),
+            pending_events=priced.sums.events,
         )
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:

@@ -15,6 +15,7 @@ from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field
 from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
+from service.domain.folding import CellSums, settle
 from service.domain.ingest import (
     attribution_tags_of,
     price_events,
@@ -60,6 +61,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     tag_keys = attribution_tags_of(meta)
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
+    sums = CellSums()
     events = batches = 0
     if last and catalog is None:
         raise RebuildError("the project's rate card no longer exists")
@@ -78,8 +80,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         if priced.overflowed:
             raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
         tiers.update(priced.tier_after)
-        for key, field, delta in priced.increments:
-            _add(hashes.setdefault(key, {}), field, delta)
+        sums.add(priced.sums)
         costed = list(
             zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
         )
@@ -91,12 +92,19 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
             _add(daily, day_field(budget_id, day_number), delta)
         events += len(batch)
         batches += 1
+    # Tier counters as they stand after the last batch; the totals from every batch's sums.
+    for (month, sku), cumulative in tiers.items():
+        if cumulative:
+            _add(hashes.setdefault(Keys.tier(project, month), {}), sku, cumulative)
+    for key, field, delta in sums.increments(project):
+        _add(hashes.setdefault(key, {}), field, delta)
     accepted = int(meta.get("accepted", "0"))
     if events != accepted:
         raise RebuildError(
             f"the log holds {events} events but {accepted} were accepted: it was trimmed by "
             "its retention, so the totals cannot be re-derived from it"
         )
+    await settle(store, project)  # the figure before includes batches still queued
     daily_before = await store.daily_costs(project)
     before = sum(daily_before.values())
     live = await store.live_total_keys(project) + rollup_keys(project, daily_before)

@@ -28,6 +28,7 @@ from service import __version__
 from service.alerts.delivery import DeliveryConfig, DeliveryWorker
 from service.config import Settings
 from service.domain.catalog import RateCards
+from service.domain.folding import Folder
 from service.domain.ingest import Ingestor
 from service.http.deps import Services
 from service.http.observability import (
@@ -61,14 +62,16 @@ log = logging.getLogger("trainledger")
 
 def build_services(settings: Settings, store: Store) -> Services:
     rate_cards = RateCards(store)
+    folder = Folder(store)
     ingestor = Ingestor(
         store,
         rate_cards,
         dedup_window_days=settings.dedup_window_days,
         max_future_skew_hours=settings.max_future_skew_hours,
         log_retention_days=settings.log_retention_days,
+        folder=folder,
     )
-    return Services(settings, store, rate_cards, ingestor)
+    return Services(settings, store, rate_cards, ingestor, folder)
 
 
 SWEEP_INTERVAL_SECONDS = 3600.0
@@ -105,7 +108,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             )
         store = Store.from_url(url)
         time_redis_commands(store.client)
-        app.state.services = build_services(settings, store)
+        services = app.state.services = build_services(settings, store)
         app.state.store = store
         app.state.settings = settings
         worker = DeliveryWorker(
@@ -118,6 +121,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         background = [
             asyncio.create_task(sweep_forever(store)),
             asyncio.create_task(worker.run()),
+            asyncio.create_task(services.folder.run()),
         ]
         try:
             yield

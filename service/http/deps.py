@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from service.config import Settings
 from service.domain.catalog import RateCards
+from service.domain.folding import Folder
 from service.domain.ingest import Ingestor
 from service.storage.redis_store import Store
 
@@ -16,3 +17,4 @@ class Services:
     store: Store
     rate_cards: RateCards
     ingestor: Ingestor
+    folder: Folder

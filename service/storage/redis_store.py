@@ -6,8 +6,12 @@ project lands in one cluster slot and one Lua script can change them together):
 ==============================  ======  =====================================================
 key                             type    holds
 ==============================  ======  =====================================================
-tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters
+tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
+                                        ``pend_head`` (sequence number of the first pending
+                                        blob) and ``pend_events`` (events pending a fold)
 tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
+tl:P:pend                       list    accepted batches' cell sums not yet in tot/hr/daily/
+                                        ru (oldest first), folded in by service/domain/folding
 tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
                                         ``n|dims`` events, dims = stage,experiment,category,
                                         sku,owner,fixed,tags joined by \\x1f (tags: the
@@ -19,7 +23,8 @@ tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions,
                                         (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
                                         + the projected dims (service/domain/rollups.py)
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
-                                        use them only when it equals meta ``accepted``)
+                                        use them only when it equals meta ``accepted`` less
+                                        ``pend_events``)
 tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
 tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
@@ -133,6 +138,11 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:log"
 
     @staticmethod
+    def pending(project: str) -> str:
+        """Accepted batches' cell sums not yet folded into the totals (a list, oldest first)."""
+        return f"{NAMESPACE}:{project_tag(project)}:pend"
+
+    @staticmethod
     def rejected(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:rej"
 
@@ -230,7 +240,8 @@ class Keys:
 # and one HSET of many fields, not an HSETNX per event); totals stay one HINCRBY per field
 # (exact int64 arithmetic in Valkey: adding in Lua, in two limbs, then HSET per hash, costed
 # more instructions than it saved; measured with callgrind, see bench/README.md).
-#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
+#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5] pending,
+#   KEYS[6..] keys referenced by index
 #   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
 #                     log_min_id ("" = keep all), counters, alerts key#, budgets revision]:
 #           events, grouped by `seen` shard: flat (key#, n, id1, expiry day1, …, idn, dayn)…;
@@ -242,8 +253,11 @@ class Keys:
 #           to at or above it, 'a' when it ends strictly above; each alert id fires once.
 #           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
 #           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
-#           as priced (the number of versions, as `Store.rate_card_revision` counts them).
-#   ARGV[2] the log blob
+#           as priced (the number of versions, as `Store.rate_card_revision` counts them);
+#           p[14] the events the pending blob sums.
+#   ARGV[2] the log blob, ARGV[3] the batch's cell sums for the totals ("": none), queued on
+#   the pending list for a fold (service/domain/folding.py), not applied here: a fold sums
+#   many batches and writes each totals cell once.
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
 # event order, of events already seen), {2, j} (tier counter j changed since it was read:
 # price again), {3, revision} (the project's budgets changed: read them again, so no
@@ -365,6 +379,10 @@ end
 call('HSETNX', KEYS[1], 'currency', p[4])
 call('HSETNX', KEYS[1], 'rate_card', p[5])
 call('HINCRBY', KEYS[1], 'accepted', n_events)
+if #ARGV[3] > 0 then
+  call('RPUSH', KEYS[5], ARGV[3])
+  call('HINCRBY', KEYS[1], 'pend_events', p[14])
+end
 if p[6] ~= '0' then
   call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
@@ -375,6 +393,50 @@ else
   entry = call('XADD', KEYS[2], '*', 'b', ARGV[2])
 end
 return {0, entry}
+"""
+
+# Fold the oldest `count` pending blobs: apply their summed increments, drop them, and move the
+# head's sequence number, unless another fold moved it since they were read (then nothing is
+# written and the caller reads again). The sequence number only grows (a rebuild that
+# discards the list advances it too), so a stale fold can never apply blobs twice.
+#   KEYS[1] meta, KEYS[2] pending, KEYS[3..] keys referenced by index
+#   ARGV[1] msgpack [head, count, events, increments]: head and events as strings, increments
+#   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the head moved.
+FOLD_LUA = r"""
+local call = redis.call
+local p = cmsgpack.unpack(ARGV[1])
+if (call('HGET', KEYS[1], 'pend_head') or '0') ~= p[1] then
+  return 0
+end
+local inc = p[4]
+local l = 1
+while l <= #inc do
+  local key, n = KEYS[inc[l]], inc[l + 1]
+  for j = l + 2, l + 1 + 2 * n, 2 do
+    call('HINCRBY', key, inc[j], inc[j + 1])
+  end
+  l = l + 2 + 2 * n
+end
+call('LTRIM', KEYS[2], p[2], -1)
+call('HINCRBY', KEYS[1], 'pend_head', p[2])
+call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+return 1
+"""
+
+# Read the pending list's head sequence number, its length and its first blobs together.
+#   KEYS[1] meta, KEYS[2] pending; ARGV[1] how many blobs at most
+READ_PENDING_LUA = r"""
+local head = redis.call('HGET', KEYS[1], 'pend_head') or '0'
+return {head, redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)}
+"""
+
+# What a query needs to know before it reads the totals, read together: the events the
+# roll-ups hold, the events the totals hold (accepted less those pending a fold), the daily
+# index. KEYS[1] roll-up counter, KEYS[2] meta, KEYS[3] daily; ARGV[1] roll-up version
+TOTALS_STATE_LUA = r"""
+local covered = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
+local counts = redis.call('HMGET', KEYS[2], 'accepted', 'pend_events')
+return {covered, counts[1] or '0', counts[2] or '0', redis.call('HGETALL', KEYS[3])}
 """
 
 # Set a new budget's counters from the log, if no batch was accepted since it was read, and
@@ -442,7 +504,8 @@ return version
 """
 
 # Swap a rebuild's staging keys in, if no batch was accepted since the rebuild read the log.
-#   KEYS[1] log, then pairs (staging, live) for every key to replace, then live keys to drop.
+#   KEYS[1] log, KEYS[2] meta, KEYS[3] pending, then pairs (staging, live) for every key to
+#   replace, then live keys to drop.
 #   ARGV[1] last log entry id the rebuild saw ("" if the log was empty), ARGV[2] pair count
 SWAP_REBUILD_LUA = r"""
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
@@ -451,11 +514,16 @@ if #last > 0 then last_id = last[1][1] end
 if last_id ~= ARGV[1] then
   return 0
 end
+-- The rebuilt totals hold every logged batch: their pending sums are dropped unapplied.
+local queued = redis.call('LLEN', KEYS[3])
+redis.call('DEL', KEYS[3])
+redis.call('HINCRBY', KEYS[2], 'pend_head', queued)
+redis.call('HSET', KEYS[2], 'pend_events', 0)
 local pairs_n = tonumber(ARGV[2])
 for i = 1, pairs_n do
-  redis.call('RENAME', KEYS[1 + 2 * i - 1], KEYS[1 + 2 * i])
+  redis.call('RENAME', KEYS[3 + 2 * i - 1], KEYS[3 + 2 * i])
 end
-for i = 2 + 2 * pairs_n, #KEYS do
+for i = 4 + 2 * pairs_n, #KEYS do
   redis.call('DEL', KEYS[i])
 end
 return 1
@@ -566,6 +634,9 @@ class IngestPlan:
     # currency and attribution_tags (None: unset) and the rate card's revision (0: no check).
     expected_meta: Sequence[str | None] = ()
     rate_card_revision: int = 0
+    # The batch's cell sums for the totals, queued for a fold (b"": none), and their events.
+    pending_blob: bytes = b""
+    pending_events: int = 0
 
 
 @dataclass(frozen=True)
@@ -662,6 +733,9 @@ class Store:
         self._count_dups = client.register_script(COUNT_DUPLICATES_LUA)
         self._put_card = client.register_script(PUT_RATE_CARD_LUA)
         self._swap = client.register_script(SWAP_REBUILD_LUA)
+        self._fold = client.register_script(FOLD_LUA)
+        self._read_pending = client.register_script(READ_PENDING_LUA)
+        self._totals_state = client.register_script(TOTALS_STATE_LUA)
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
         self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
         self._rate_window = client.register_script(RATE_WINDOW_LUA)
@@ -868,7 +942,13 @@ class Store:
 
     async def apply_batch(self, plan: IngestPlan) -> IngestOutcome:
         p = plan.project
-        keys: list[str] = [Keys.meta(p), Keys.log(p), Keys.rejected(p), Keys.rejected_index(p)]
+        keys: list[str] = [
+            Keys.meta(p),
+            Keys.log(p),
+            Keys.rejected(p),
+            Keys.rejected_index(p),
+            Keys.pending(p),
+        ]
         key_index: dict[str, int] = {}
 
         def ref(key: str) -> int:
@@ -941,9 +1021,10 @@ class Store:
                 ["\0" if v is None else v for v in plan.expected_meta],
                 card_key,
                 plan.rate_card_revision,
+                str(plan.pending_events),
             ]
         )
-        args = [payload, plan.log_blob]
+        args = [payload, plan.log_blob, plan.pending_blob]
         # Only an applied batch (status 0) needs its replicas before it is acknowledged.
         reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
         status = int(reply[0])
@@ -958,6 +1039,42 @@ class Store:
         if status == 4:
             return IngestOutcome(4)
         return IngestOutcome(2)
+
+    async def pending_batches(self, project: str, limit: int) -> tuple[int, int, list[bytes]]:
+        """The head's sequence number, the list's length and up to `limit` pending blobs from
+        the head, read together (one script: a fold in between cannot pair a head with other
+        blobs)."""
+        head, length, blobs = await self._read_pending(
+            keys=[Keys.meta(project), Keys.pending(project)], args=[limit]
+        )
+        return int(head), int(length), [_bytes(b) for b in blobs]
+
+    async def fold_batches(
+        self,
+        project: str,
+        head: int,
+        count: int,
+        events: int,
+        increments: Iterable[tuple[str, str, int]],
+    ) -> bool:
+        """Apply the summed increments of the `count` blobs read at `head` and drop them.
+        False (nothing written) when another fold took them first."""
+        keys: list[str] = [Keys.meta(project), Keys.pending(project)]
+        key_index: dict[str, int] = {}
+        by_key: dict[int, list[Any]] = {}
+        for key, field, delta in increments:
+            i = key_index.get(key)
+            if i is None:
+                keys.append(key)
+                i = key_index[key] = len(keys)
+                by_key[i] = []
+            by_key[i] += (field, str(delta))
+        flat: list[Any] = []
+        for i, pairs in by_key.items():
+            flat += (i, len(pairs) // 2)
+            flat += pairs
+        payload = msgspec.msgpack.encode([str(head), count, str(events), flat])
+        return bool(await self._fold(keys=keys, args=[payload]))
 
     async def sweep_seen(self, project: str, today: int) -> int:
         """Forget event ids whose window has passed (expiry day < today). Returns how many.
@@ -1154,19 +1271,15 @@ class Store:
     ) -> tuple[dict[str, int], int, int]:
         """The daily index, the accepted counter and the events the roll-ups hold.
 
-        The roll-up counter is read before `accepted` (both move in the same script): a batch
-        landing in between can make them differ, never make incomplete roll-ups look complete.
+        `accepted` counts the events the totals hold: accepted, less those still pending a fold.
+        Read in one script, so a fold or a batch landing meanwhile cannot make them differ.
         """
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hget(Keys.rollup_count(project), rollup_field)
-        pipe.hget(Keys.meta(project), "accepted")
-        pipe.hgetall(Keys.daily(project))
-        covered, accepted, daily = await pipe.execute()
-        return (
-            {_text(k): int(v) for k, v in daily.items()},
-            int(accepted or 0),
-            int(covered or 0),
+        covered, accepted, pending, flat = await self._totals_state(
+            keys=[Keys.rollup_count(project), Keys.meta(project), Keys.daily(project)],
+            args=[rollup_field],
         )
+        daily = {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return daily, int(accepted) - int(pending), int(covered)
 
     def _totals_key(self, project: str, source: str, period: str) -> str:
         if source == "tot":
@@ -1249,7 +1362,7 @@ class Store:
     async def swap_rebuild(
         self, project: str, last_seen_entry: str, replace: Sequence[str], drop: Sequence[str]
     ) -> bool:
-        keys = [Keys.log(project)]
+        keys = [Keys.log(project), Keys.meta(project), Keys.pending(project)]
         for live in replace:
             keys += [Keys.staging(project, live), live]
         keys += list(drop)
