@@ -2,10 +2,15 @@
 
 Server: `trainledger serve --workers 1` in a subprocess with its own embedded Valkey
 (bench/server.py), the benchmark rate card, and nothing else. Load: wrk (one thread, four
-keep-alive connections, closed loop) posting one pre-encoded 5,000-event body whose ids are
-made fresh for every request by splicing in an 8-byte prefix (bench/loadgen.py); without wrk
-on the machine, the same with the lean asyncio client. JSON and msgpack are run one after the
-other for `seconds` each, after two untimed warm-up posts.
+keep-alive connections, closed loop) posting `templates` (8) pre-encoded 5,000-event bodies
+in turn, whose ids are made fresh for every request by splicing in an 8-byte prefix
+(bench/loadgen.py); without wrk on the machine, the same with the lean asyncio client. The
+bodies are different random draws over the same day (each touches ~4,400 of the day's 12,000
+totals cells), so the totals fold of the server (service/domain/folding.py) merges no more than
+it would for a scheduler's stream; one body posted again and again would let it merge more.
+JSON and msgpack are run one after the other for `seconds` each, after two untimed warm-up
+posts. After each run, one `GET /v1/costs` folds whatever is still queued: its time
+(`drain_seconds`) and a check that the totals hold every accepted event are recorded.
 
 Figure: 2xx answers x 5,000 / elapsed seconds, as wrk counts them (batches still in flight
 when wrk stops are not counted); the accepted counter the server keeps in Valkey is read
@@ -18,13 +23,17 @@ Target (issue): >= 250,000 events/s on this 2-core machine, and >= 30 % of the d
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import loadgen
 from bench.common import BENCH_CARD, CONTENT_TYPE, EventFactory, Workload, encode, result, row
 from bench.decode import decode_rate
 from bench.server import Server, process_cpu_seconds
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 DEFAULTS: dict[str, Any] = {
     "batch": 5_000,
@@ -34,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "formats": ("json", "msgpack"),
     "tool": "auto",
     "decode_repeat": 10,
+    "templates": 8,
 }
 QUICK: dict[str, Any] = {**DEFAULTS, "seconds": 6.0, "decode_repeat": 5}
 TINY: dict[str, Any] = {
@@ -42,6 +52,7 @@ TINY: dict[str, Any] = {
     "seconds": 1.0,
     "connections": 2,
     "decode_repeat": 2,
+    "templates": 2,
 }
 
 TARGET_RATE = 250_000.0
@@ -66,14 +77,31 @@ class IngestRun:
     # Valkey's own account of the load: microseconds per accepted event, by command
     # (EVALSHA is the ingest script, everything it runs included).
     valkey_us_per_event: dict[str, float]
+    # After the load: how long one query took to fold what was still queued, and whether the
+    # totals then held every accepted event.
+    drain_seconds: float = 0.0
+    totals_match: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def template(workload: Workload, batch: int) -> list[dict[str, Any]]:
-    """A batch whose ids all start with loadgen.MARKER (replaced per request)."""
-    return EventFactory(workload, tag=loadgen.MARKER.decode()).batch(0, batch)
+def template(workload: Workload, batch: int, count: int = 1) -> list[list[dict[str, Any]]]:
+    """`count` different batches whose ids all start with loadgen.MARKER (replaced per
+    request)."""
+    factory = EventFactory(workload, tag=loadgen.MARKER.decode())
+    return [factory.batch(b, batch) for b in range(count)]
+
+
+def _drain(server: Server, project: str) -> tuple[float, bool]:
+    """Time one cost query (it folds every queued batch first); whether its events equal the
+    accepted counter."""
+    t0 = time.perf_counter()
+    status, answer = server.request("GET", f"/v1/costs?project={project}&group_by=stage")
+    seconds = time.perf_counter() - t0
+    if status != 200:
+        raise RuntimeError(f"cost query failed: {status} {str(answer)[:300]}")
+    return seconds, int(answer["total_events"]) == _accepted(server, project)
 
 
 def _commandstats(server: Server, reset: bool = False) -> dict[str, dict[str, float]]:
@@ -107,7 +135,7 @@ def _accepted(server: Server, project: str) -> int:
 
 def post_load(
     server: Server,
-    body: bytes,
+    body: bytes | Sequence[bytes],
     fmt: str,
     *,
     batch: int,
@@ -117,7 +145,9 @@ def post_load(
     project: str = "bench",
 ) -> IngestRun:
     """Closed-loop batch posting against a running server; see the module docstring."""
-    make = loadgen.spliced(body)
+    bodies = [body] if isinstance(body, bytes) else list(body)
+    makers = [loadgen.spliced(b) for b in bodies]
+    make = makers[0]
     tag = loadgen.run_tag()
     # Warm-up: caches (token, rate card catalog, budgets) and connections of the server.
     for i in range(2):
@@ -138,7 +168,7 @@ def post_load(
             server.host,
             server.port,
             "/v1/events",
-            body,
+            bodies,
             CONTENT_TYPE[fmt],
             server.token,
             connections=connections,
@@ -150,7 +180,11 @@ def post_load(
 
         def make_request(i: int) -> bytes:
             return loadgen.request_bytes(
-                "POST", "/v1/events", server.host, make(f"{run_tag}{i:06d}"), headers
+                "POST",
+                "/v1/events",
+                server.host,
+                makers[i % len(makers)](f"{run_tag}{i:06d}"),
+                headers,
             )
 
         res = asyncio.run(
@@ -169,6 +203,7 @@ def post_load(
     }
     if res.requests == 0:
         raise RuntimeError(f"no batch was accepted in {seconds} s ({res.errors} errors)")
+    drain_seconds, totals_match = _drain(server, project)
     return IngestRun(
         fmt=fmt,
         batch=batch,
@@ -182,8 +217,10 @@ def post_load(
         server_cpu=cpu / res.seconds,
         valkey_cpu=vcpu / res.seconds,
         tool=res.tool,
-        body_bytes=len(body),
+        body_bytes=len(bodies[0]),
         valkey_us_per_event=per_event,
+        drain_seconds=drain_seconds,
+        totals_match=totals_match,
     )
 
 
@@ -191,9 +228,9 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
     p = {**DEFAULTS, **(params or {})}
     batch = int(p["batch"])
     workload = Workload(days=1)
-    events = template(workload, batch)
-    bodies = {fmt: encode(events, fmt) for fmt in p["formats"]}
-    del events
+    batches = template(workload, batch, int(p["templates"]))
+    bodies = {fmt: [encode(events, fmt) for events in batches] for fmt in p["formats"]}
+    del batches
     runs: dict[str, IngestRun] = {}
     with Server(workers=int(p["workers"])) as server:
         server.put_card(BENCH_CARD)
@@ -210,7 +247,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
     # The ceiling, measured in this run on the very same bodies (server stopped: no contention).
     decode_rates = {
         fmt: decode_rate(
-            loadgen.spliced(body)("dc000000"), fmt, batch, int(p["decode_repeat"]), 1.0
+            loadgen.spliced(body[0])("dc000000"), fmt, batch, int(p["decode_repeat"]), 1.0
         )
         for fmt, body in bodies.items()
     }
@@ -247,6 +284,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
             "workers": p["workers"],
             "connections": p["connections"],
             "seconds": p["seconds"],
+            "templates": p["templates"],
             "runs": {fmt: r.as_dict() for fmt, r in runs.items()},
             "decode_events_per_s": decode_rates,
         },

@@ -24,7 +24,7 @@ import string
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,11 @@ def request_bytes(method: str, path: str, host: str, body: bytes, headers: dict[
 # --- wrk ------------------------------------------------------------------------------------
 
 WRK_LUA = r"""
--- trainledger bench: POST a body template with a fresh 8-byte id prefix per request.
--- args: template file, marker, content type, bearer token, run tag (2 chars)
+-- trainledger bench: POST body templates in turn, each with a fresh 8-byte id prefix.
+-- args: template file prefix (files <prefix>0 ... <prefix>N-1), marker, content type,
+-- bearer token, run tag (2 chars), N
 local counter = 0
-local parts = {}
+local templates = {}
 local tag = "xx"
 local next_thread = 0
 
@@ -87,10 +88,11 @@ local function split(s, sep)
 end
 
 function init(args)
-  local f = assert(io.open(args[1], "rb"))
-  local template = f:read("*a")
-  f:close()
-  parts = split(template, args[2])
+  for k = 0, tonumber(args[6]) - 1 do
+    local f = assert(io.open(args[1] .. k, "rb"))
+    templates[k + 1] = split(f:read("*a"), args[2])
+    f:close()
+  end
   wrk.method = "POST"
   wrk.headers["Content-Type"] = args[3]
   wrk.headers["Authorization"] = "Bearer " .. args[4]
@@ -99,6 +101,7 @@ end
 
 function request()
   counter = counter + 1
+  local parts = templates[counter % #templates + 1]
   local body = table.concat(parts, string.format("%s%05d", tag, counter))
   return wrk.format(nil, nil, nil, body)
 end
@@ -130,7 +133,7 @@ def wrk_post(
     host: str,
     port: int,
     path: str,
-    template: bytes,
+    template: bytes | Sequence[bytes],
     content_type: str,
     token: str,
     *,
@@ -139,14 +142,15 @@ def wrk_post(
     threads: int = 1,
 ) -> LoadResult:
     """Closed-loop load with wrk: `connections` keep-alive connections, each posting the
-    template with fresh ids as soon as its previous answer arrived, for `seconds`."""
-    if template.count(MARKER) == 0:
-        raise ValueError("template has no id marker")
+    templates in turn with fresh ids as soon as its previous answer arrived, for `seconds`."""
+    templates = [template] if isinstance(template, bytes) else list(template)
+    if not templates or any(t.count(MARKER) == 0 for t in templates):
+        raise ValueError("a template has no id marker")
     with tempfile.TemporaryDirectory(prefix="tl-bench-wrk-") as tmp:
         script = Path(tmp) / "post.lua"
         script.write_text(WRK_LUA)
-        body_file = Path(tmp) / "body.bin"
-        body_file.write_bytes(template)
+        for k, body in enumerate(templates):
+            (Path(tmp) / f"body-{k}").write_bytes(body)
         cmd = [
             "wrk",
             f"-t{threads}",
@@ -158,11 +162,12 @@ def wrk_post(
             str(script),
             f"http://{host}:{port}{path}",
             "--",
-            str(body_file),
+            str(Path(tmp) / "body-"),
             MARKER.decode(),
             content_type,
             token,
             run_tag(),
+            str(len(templates)),
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 300)
     line = next((x for x in out.stdout.splitlines() if x.startswith("WRKJSON ")), None)

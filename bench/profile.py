@@ -78,7 +78,7 @@ def _profile_ingest(spy: str, out: Path, args: argparse.Namespace) -> None:
             time.sleep(1.0)
             asyncio.run(loadgen.open_loop(server.host, server.port, requests, rate=1000.0))
         else:
-            body = encode(template(Workload(days=1), args.batch), args.what)
+            body = [encode(t, args.what) for t in template(Workload(days=1), args.batch, 8)]
             spy_proc = subprocess.Popen(record)
             time.sleep(1.0)
             r = post_load(

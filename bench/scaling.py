@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "workers": (1, 2),
     "connections_per_worker": 2,
     "tool": "auto",
+    "templates": 8,  # different bodies posted in turn, as in ingest_http
 }
 QUICK: dict[str, Any] = {**DEFAULTS, "seconds": 4.0}
 TINY: dict[str, Any] = {
@@ -39,6 +40,7 @@ TINY: dict[str, Any] = {
     "batch": 50,
     "batch_sizes": (20,),
     "key_shapes": ((1, 1, 1),),
+    "templates": 2,
 }
 
 
@@ -59,7 +61,9 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
     by_workers: dict[int, dict[str, Any]] = {}
     by_batch: dict[int, dict[str, Any]] = {}
     by_keys: dict[int, dict[str, Any]] = {}
-    body = encode(template(base, batch), "json")
+    # As in ingest_http: several different bodies posted in turn (see its docstring).
+    n_bodies = int(p["templates"])
+    body = [encode(t, "json") for t in template(base, batch, n_bodies)]
     for workers in sorted(p["workers"]):
         with Server(workers=workers) as server:
             server.put_card(BENCH_CARD)
@@ -77,18 +81,18 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
                 continue
             # The batch-size and key-count curves, on the same 1-worker server.
             for size in p["batch_sizes"]:
-                b = encode(template(base, int(size)), "json")
+                b = [encode(t, "json") for t in template(base, int(size), n_bodies)]
                 r = post_load(
                     server, b, "json", batch=int(size), seconds=seconds, connections=cpw, tool=tool
                 )
                 by_batch[int(size)] = r.as_dict()
             for experiments, skus, stages in p["key_shapes"]:
                 w = Workload(days=1, experiments=experiments, skus=skus, stages=stages)
-                events = template(w, batch)
-                cells = _cells(events)
+                drawn = template(w, batch, n_bodies)
+                cells = _cells(drawn[0])
                 r = post_load(
                     server,
-                    encode(events, "json"),
+                    [encode(events, "json") for events in drawn],
                     "json",
                     batch=batch,
                     seconds=seconds,

@@ -163,6 +163,16 @@ def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
     return sums, len(blobs)
 
 
+# Summing blobs is CPU work in Python: beyond this many bytes of blobs it runs in a thread, so
+# the event loop keeps answering requests meanwhile (it still shares the GIL, in slices).
+_THREAD_ABOVE_BYTES = 256 * 1024
+
+
+def _fold_plan(project: str, blobs: Sequence[bytes]) -> tuple[int, int, list[tuple[str, str, int]]]:
+    sums, count = _sums_of(blobs)
+    return count, sums.events, sums.increments(project)
+
+
 async def settle(store: Store, project: str) -> int:
     """Fold what is pending for the project, so that a read of its totals that follows sees
     every batch accepted before this call. Returns the batches this call folded (others may
@@ -172,8 +182,11 @@ async def settle(store: Store, project: str) -> int:
     folded = 0
     # Each round's head is further on (this fold or another one moved it), so this ends.
     while blobs and head < target:
-        sums, count = _sums_of(blobs)
-        if await store.fold_batches(project, head, count, sums.events, sums.increments(project)):
+        if sum(map(len, blobs)) > _THREAD_ABOVE_BYTES:
+            count, events, increments = await asyncio.to_thread(_fold_plan, project, blobs)
+        else:
+            count, events, increments = _fold_plan(project, blobs)
+        if await store.fold_batches(project, head, count, events, increments):
             folded += count
         head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES)
     return folded

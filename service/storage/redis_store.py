@@ -666,6 +666,27 @@ class IngestOutcome:
     budgets_rev: str = "0"  # with status 3: the current revision
 
 
+def _fold_args(
+    project: str, head: int, count: int, events: int, increments: Iterable[tuple[str, str, int]]
+) -> tuple[list[str], bytes]:
+    """KEYS and ARGV[1] of FOLD_LUA."""
+    keys: list[str] = [Keys.meta(project), Keys.pending(project)]
+    key_index: dict[str, int] = {}
+    by_key: dict[int, list[Any]] = {}
+    for key, field, delta in increments:
+        i = key_index.get(key)
+        if i is None:
+            keys.append(key)
+            i = key_index[key] = len(keys)
+            by_key[i] = []
+        by_key[i] += (field, str(delta))
+    flat: list[Any] = []
+    for i, pairs in by_key.items():
+        flat += (i, len(pairs) // 2)
+        flat += pairs
+    return keys, msgspec.msgpack.encode([str(head), count, str(events), flat])
+
+
 def seen_shard(event_id: str) -> int:
     # CRC-32 (in C): stable across processes and versions, unlike hash().
     return zlib.crc32(event_id.encode()) % SEEN_SHARDS
@@ -1055,25 +1076,16 @@ class Store:
         head: int,
         count: int,
         events: int,
-        increments: Iterable[tuple[str, str, int]],
+        increments: Sequence[tuple[str, str, int]],
     ) -> bool:
         """Apply the summed increments of the `count` blobs read at `head` and drop them.
         False (nothing written) when another fold took them first."""
-        keys: list[str] = [Keys.meta(project), Keys.pending(project)]
-        key_index: dict[str, int] = {}
-        by_key: dict[int, list[Any]] = {}
-        for key, field, delta in increments:
-            i = key_index.get(key)
-            if i is None:
-                keys.append(key)
-                i = key_index[key] = len(keys)
-                by_key[i] = []
-            by_key[i] += (field, str(delta))
-        flat: list[Any] = []
-        for i, pairs in by_key.items():
-            flat += (i, len(pairs) // 2)
-            flat += pairs
-        payload = msgspec.msgpack.encode([str(head), count, str(events), flat])
+        if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
+            keys, payload = await asyncio.to_thread(
+                _fold_args, project, head, count, events, increments
+            )
+        else:
+            keys, payload = _fold_args(project, head, count, events, increments)
         return bool(await self._fold(keys=keys, args=[payload]))
 
     async def sweep_seen(self, project: str, today: int) -> int:
