@@ -39,6 +39,7 @@ from bench.common import BENCH_CARD, EventFactory, Workload
 from service.domain.auth import Principal, mint
 from service.domain.catalog import RateCards
 from service.domain.events import MSGPACK, decode_events
+from service.domain.folding import Folder, settle
 from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.storage.embedded import EmbeddedValkey
@@ -181,7 +182,9 @@ async def _load(ds: Dataset, progress: Callable[[int, int], None] | None) -> Non
         await store.put_token(digest, record["id"], record)
         ds.admin_token = token
         w = ds.workload
-        ingestor = Ingestor(store, rate_cards, dedup_window_days=w.days + 2)
+        # The server's background fold runs beside the load, as in `trainledger serve`.
+        folder = Folder(store)
+        ingestor = Ingestor(store, rate_cards, dedup_window_days=w.days + 2, folder=folder)
         n_batches = -(-ds.events // LOAD_BATCH)
         span = timedelta(days=w.days)
         start = datetime.now(UTC) - timedelta(hours=1) - span
@@ -247,7 +250,13 @@ async def _load(ds: Dataset, progress: Callable[[int, int], None] | None) -> Non
 
         paused = [0.0]
         t0 = time.perf_counter()
-        await asyncio.gather(producer(), consumer(), consumer())
+        folding = asyncio.create_task(folder.run())
+        try:
+            await asyncio.gather(producer(), consumer(), consumer())
+            await settle(store, w.project)  # what is still queued: part of the load
+        finally:
+            folding.cancel()
+            await asyncio.wait([folding], timeout=10)
         ds.load_seconds = time.perf_counter() - t0 - paused[0]
         point = structure_bytes(ds.url, w.project)
         point["events"] = done

@@ -21,7 +21,7 @@ from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.costs import cost_report
 from service.domain.events import JSON, decode_events
-from service.domain.folding import CellSums, _sums_of, settle
+from service.domain.folding import FOLD_MAX_CELLS, CellSums, Folder, _sums_of, settle
 from service.domain.ingest import Ingestor, decode_log
 from service.domain.ratecards import RateCardIn
 from service.domain.rebuild import rebuild_project
@@ -223,3 +223,55 @@ async def test_a_read_right_after_an_answer_sees_the_batch(store: Store) -> None
     accepted = await _ingest_batches(store, 2)
     report = await cost_report(store, "llm", None, None, ["stage"], {})
     assert report.total_events == accepted
+
+
+async def _until_folded(url: str, project: str = "llm") -> None:
+    for _ in range(400):  # a bound on waiting, never an assertion about speed
+        if _pending(url, project)[0] == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the background fold did not run")
+
+
+async def test_the_background_folder_folds_without_any_read(store: Store, clean_redis: str) -> None:
+    # Queued before the folder starts (as if left by a stopped worker): folded at start-up.
+    left = await _ingest_batches(store, 2, seed=5)
+    folder = Folder(store, interval=0.02)
+    task = asyncio.create_task(folder.run())
+    try:
+        await _until_folded(clean_redis)
+        # Then every batch an ingestor tells it about.
+        cards = RateCards(store)
+        ingestor = Ingestor(store, cards, folder=folder)
+        events = random_events(random.Random(8), 80)
+        for e in events:
+            e["id"] = f"bg-{e['id']}"
+        items, _ = decode_events(msgspec.json.encode(events), JSON)
+        assert (await ingestor.ingest(items, ADMIN)).accepted == 80
+        await _until_folded(clean_redis)
+    finally:
+        task.cancel()
+        await asyncio.wait([task], timeout=10)
+    daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    assert folded == covered == left + 80
+    assert sum(daily.values()) == await _logged_cost(store)
+
+
+def test_one_fold_writes_a_bounded_number_of_cells() -> None:
+    """Valkey runs a script alone: a fold takes blobs until it holds FOLD_MAX_CELLS cells."""
+
+    def blob(first: int, n: int) -> bytes:
+        sums = CellSums()
+        for i in range(first, first + n):
+            sums.cells[("20261130", f"cell-{i}")] = [1, 1, 1]
+        sums.events = n
+        return sums.encode()
+
+    half = FOLD_MAX_CELLS // 2 + 1
+    blobs = [blob(k * half, half) for k in range(4)]
+    sums, count = _sums_of(blobs)
+    assert count == 2 and len(sums.cells) == 2 * half
+    # Blobs over the same cells merge: all of them fit in one fold.
+    same = [blob(0, half)] * 4
+    sums, count = _sums_of(same)
+    assert count == 4 and len(sums.cells) == half and sums.events == 4 * half
