@@ -17,11 +17,12 @@ Figure: p99 over all timed queries. Ceiling: the storage floor of each query: th
 hashes the query planner reads for it (`service.domain.costs.plan_reads`: month roll-ups
 for whole months, day roll-ups for the rest, or the finest per-day totals; from the big ones,
 `xsku` and the finest totals, only their `c|`/`n|` fields, by HSCAN MATCH, as the server
-does), fetched straight from Valkey with redis-py/hiredis after the same state read (roll-up
-counter, `accepted`, daily index), no summing; the server's follow-up HMGET of the page's
-quantities is not in it. Also reported: GET /healthz over the same connection (the HTTP
-floor), the floor of the finest layout alone (HGETALL of every per-day totals hash: what every
-query read before roll-ups), and the memory the roll-ups take.
+does — only `c|` when grouped by SKU, the event total then coming from the smallest roll-up
+by day), fetched straight from Valkey with redis-py/hiredis after the same state read
+(roll-up counter, `accepted`, daily index), no summing; the server's follow-up HMGET of the
+page's quantities and event counts is not in it. Also reported: GET /healthz over the same
+connection (the HTTP floor), the floor of the finest layout alone (HGETALL of every per-day
+totals hash: what every query read before roll-ups), and the memory the roll-ups take.
 Target (issue): p99 < 50 ms.
 """
 
@@ -81,6 +82,36 @@ def _cost_query(project: str, query: str) -> Any:
     )
 
 
+def wait_for_background_writes(url: str, limit: float = 300.0) -> float:
+    """Seconds waited until Valkey runs no AOF rewrite or RDB save (at most `limit`).
+
+    The first read after the load folds the batches it left queued (folding.py), and that
+    burst of writes can start an AOF rewrite: its fork competes with the queries for the 2
+    cores for seconds (`stage` went from ~2 to 30-100 ms meanwhile at 300 k events). A fold
+    script still running answers BUSY: waited for too."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < limit:
+            try:
+                info = client.info("persistence")
+            except redis.exceptions.BusyLoadingError:
+                info = {"loading": 1}
+            except redis.exceptions.ResponseError as exc:  # BUSY: a long script (a fold)
+                if not str(exc).startswith("BUSY"):
+                    raise
+                info = {"script": 1}
+            busy = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
+            if not any(int(info.get(name, 0)) for name in (*busy, "loading", "script")):
+                break
+            time.sleep(0.2)
+    finally:
+        client.close()
+    return time.perf_counter() - started
+
+
 class _Client:
     def __init__(self, port: int, token: str) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -102,6 +133,8 @@ def storage_floor(
 ) -> tuple[dict[str, list[float]], dict[str, dict[str, Any]]]:
     """Seconds to fetch what each query reads (as `costs.grouped` does, minus the sums), and
     per query the source, the hashes and the fields read."""
+    from dataclasses import replace
+
     import redis
 
     from service.domain.costs import _BIG, _in_range, plan_reads
@@ -123,18 +156,27 @@ def storage_floor(
                 pipe.hgetall(Keys.daily(project))
                 covered, accepted, daily = pipe.execute()
                 days = _in_range({k.decode(): 0 for k in daily}, cq)
-                plan = plan_reads(cq, days, int(covered or 0) == int(accepted or 0))
+                complete = int(covered or 0) == int(accepted or 0)
+                plan = plan_reads(cq, days, complete)
                 pipe = client.pipeline(transaction=False)
                 if plan.source == "tot":
                     keys = [Keys.totals(project, d) for d in plan.days]
                 else:
                     periods = [*plan.days, *plan.months]
                     keys = [Keys.rollup(project, plan.source, p) for p in periods]
+                # As the server reads them (no top= nor sort= here): grouped by SKU, the big
+                # sources' event counts are read for the page only, their total by day from
+                # the smallest roll-up (`costs._grouped`).
+                events = plan_reads(replace(cq, group_by=(), granularity="day"), days, complete)
+                lean = plan.source in _BIG and "sku" in cq.group_by and events.source not in _BIG
                 for key in keys:
-                    if plan.source in _BIG:  # as the server reads them (no top= here)
-                        pipe.hscan(key, 0, match="[cn]|*", count=1_000_000)
+                    if plan.source in _BIG:
+                        pipe.hscan(key, 0, match="c|*" if lean else "[cn]|*", count=1_000_000)
                     else:
                         pipe.hgetall(key)
+                if lean:
+                    for d in events.days:
+                        pipe.hgetall(Keys.rollup(project, events.source, d))
                 hashes = [h[1] if isinstance(h, tuple) else h for h in pipe.execute()]
                 samples[label].append(time.perf_counter() - t0)
             plans[label] = {
@@ -187,6 +229,10 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
     with Server(workers=1, redis_url=ds.url, token=ds.admin_token) as server:
         client = _Client(server.port, server.token)
         try:
+            # One read first (it folds what the load left queued), then no timing while
+            # Valkey rewrites its append-only file.
+            client.get(f"/v1/costs?project={project}&group_by=stage")
+            quiesce_seconds = wait_for_background_writes(ds.url)
             health = []
             for _ in range(max(20, repeat)):
                 status, _, dt = client.get("/healthz")
@@ -290,6 +336,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
             "finest_totals_bytes": finest_bytes,
             "load_seconds": ds.load_seconds,
             "load_events_per_s": ds.load_rate,
+            "quiesce_seconds": quiesce_seconds,
             "per_query": per_query,
         },
         notes=[

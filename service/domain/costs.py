@@ -14,10 +14,13 @@ or when the roll-ups do not yet hold every accepted event (`plan_reads`).
 
 from __future__ import annotations
 
+import asyncio
 import heapq
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
+from itertools import chain
+from operator import itemgetter
 from typing import Literal
 
 import msgspec
@@ -234,17 +237,22 @@ def plan_reads(query: CostQuery, days: Sequence[str], rollups_complete: bool) ->
 
 
 # Sources whose hashes hold thousands of cells a day: there, fields a query does not need are
-# left on the server (HSCAN MATCH), and quantities are read for the rows of the page only.
+# left on the server (HSCAN MATCH), and quantities (and event counts, when the rows are not
+# ranked by them) are read for the rows of the page only.
 _BIG = frozenset({"tot", "xsku"})
 Quantities = Literal["all", "none", "later"]
+Events = Literal["all", "later"]
 
 
 @dataclass
 class _Later:
-    """Quantities read after the rows are ranked (by cost or events), for one page's rows:
-    which cells (by raw dims) of which buckets made each row, and the periods of a bucket."""
+    """Sums read after the rows are ranked, for one page's rows: quantities, and event counts
+    when the ranking did not need them (`events_total` then holds all rows' total); which
+    cells (by raw dims) of which buckets made each row, and the periods of a bucket."""
 
     source: str = ""
+    events_later: bool = False
+    events_total: int | None = None
     bucket_periods: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     origins: dict[tuple[str, ...], list[tuple[tuple[str, str], bytes]]] = field(
         default_factory=dict
@@ -253,21 +261,32 @@ class _Later:
     async def fill(self, store: Store, project: str, rows: Sequence[Row]) -> None:
         if not self.source:
             return  # quantities were read with everything else
-        targets: dict[tuple[str, bytes], list[int]] = {}
-        reads: dict[str, list[bytes]] = {}
+        kinds = ((b"q|", 1), (b"n|", 2)) if self.events_later else ((b"q|", 1),)
+        # Per bucket: the fields its page cells need, and the row sum each one adds to; the
+        # same fields are read from each period of the bucket.
+        wanted: dict[tuple[str, str], tuple[list[bytes], list[tuple[list[int], int]]]] = {}
         for key, sums in rows:
             for bucket_id, raw_dims in self.origins.get(key, ()):
-                name = b"q|" + raw_dims
-                for period in self.bucket_periods[bucket_id]:
-                    targets[(period, name)] = sums
-                    reads.setdefault(period, []).append(name)
-        if not reads:
+                names, slots = wanted.setdefault(bucket_id, ([], []))
+                for prefix, index in kinds:
+                    names.append(prefix + raw_dims)
+                    slots.append((sums, index))
+        if not wanted:
             return
-        values = await store.totals_fields(project, self.source, list(reads.items()))
-        for (period, names), got in zip(reads.items(), values, strict=True):
-            for name, value in zip(names, got, strict=True):
-                if value is not None:
-                    targets[(period, name)][1] += int(value)
+        reads = [
+            (period, names)
+            for bucket_id, (names, _) in wanted.items()
+            for period in self.bucket_periods[bucket_id]
+        ]
+        values = iter(await store.totals_fields(project, self.source, reads))
+        for bucket_id, (_, slots) in wanted.items():
+            columns = [  # a field missing from a period adds 0
+                _ints([b"0" if value is None else value for value in next(values)])
+                for _ in self.bucket_periods[bucket_id]
+            ]
+            totals = map(sum, zip(*columns, strict=True))
+            for (sums, index), total in zip(slots, totals, strict=True):
+                sums[index] += total
 
 
 async def _state(store: Store, project: str) -> tuple[dict[str, int], bool]:
@@ -294,10 +313,12 @@ async def _grouped(
     rollups_complete: bool,
     quantities: Quantities = "all",
     later: _Later | None = None,
+    events: Events = "all",
 ) -> dict[tuple[str, ...], list[int]]:
     """Sums per group. `quantities`: "all" sums them with the rest; "none" and "later" leave
     them at 0 when the source is big ("later": `later` then knows how to read them for the
-    rows of a page)."""
+    rows of a page). `events` "later", with quantities "later": the event counts too, if a
+    small roll-up gives their total (`later.events_total`)."""
     sums: dict[tuple[str, ...], list[int]] = {}
     if query.granularity == "hour":
         for day, fields in zip(days, await store.hour_totals(query.project, days), strict=True):
@@ -312,16 +333,32 @@ async def _grouped(
     plan = plan_reads(query, days, rollups_complete)
     periods = [*plan.days, *plan.months]
     skip_q = quantities != "all" and plan.source in _BIG
-    hashes = await store.totals_hashes(
-        query.project, plan.source, periods, "cn" if skip_q else "cqn"
-    )
     track = later if skip_q and quantities == "later" else None
+    # Event counts left for the page's rows too (half the fields of a big read): their total
+    # is then summed from the smallest roll-up holding the filters, over the same days (every
+    # roll-up holds every event of each day once they are complete), read alongside.
+    by_days = replace(query, group_by=(), granularity="day")
+    skip_n = (
+        track is not None
+        and events == "later"
+        and plan_reads(by_days, days, rollups_complete).source not in _BIG
+    )
+    wanted_kinds = "c" + ("" if skip_q else "q") + ("" if skip_n else "n")
+    if skip_n and track is not None:
+        hashes, by_day_sums = await asyncio.gather(
+            store.totals_hashes(query.project, plan.source, periods, wanted_kinds),
+            _grouped(store, by_days, days, rollups_complete, "none"),
+        )
+        track.events_later = True
+        track.events_total = sum(v[2] for v in by_day_sums.values())
+    else:
+        hashes = await store.totals_hashes(query.project, plan.source, periods, wanted_kinds)
     if track is not None:
         track.source = plan.source
     by_day = "day" in query.group_by
     granularity = query.granularity
     # 1. Sum the raw fields per bucket (period and/or day): ints only, no parsing.
-    buckets: dict[tuple[str, str], dict[bytes, int]] = {}
+    in_bucket: dict[tuple[str, str], list[dict[bytes, bytes]]] = {}
     for period, fields in zip(periods, hashes, strict=True):
         if len(period) == 8:
             label = _period(period, granularity) if granularity else ""
@@ -330,15 +367,8 @@ async def _grouped(
             bucket_id = (f"{period[:4]}-{period[4:]}" if granularity else "", "")
         if track is not None:
             track.bucket_periods.setdefault(bucket_id, []).append(period)
-        acc = buckets.get(bucket_id)
-        if acc is None:
-            acc = buckets[bucket_id] = {}
-        if not acc:
-            acc.update((f, int(v)) for f, v in fields.items())
-            continue
-        get = acc.get
-        for f, v in fields.items():
-            acc[f] = get(f, 0) + int(v)
+        in_bucket.setdefault(bucket_id, []).append(fields)
+    buckets = {bucket_id: _sum_fields(group) for bucket_id, group in in_bucket.items()}
     # 2. Parse the dims of each distinct cell once (its c|, q| and n| fields share them): its
     #    group key, or None when the filters drop it.
     pos = {name: i for i, name in enumerate(plan.dims)}
@@ -367,15 +397,26 @@ async def _grouped(
             for name in names
         )
 
+    if plain is not None and not filters and not tag_filters:
+        # Keys are picked straight from the split dims, in C loops (thousands of cells).
+        pick = _picker(plain)
+
+        def parse_all(many: Iterable[bytes]) -> Iterable[tuple[str, ...] | None]:
+            return map(pick, map(_split_dims, map(bytes.decode, many)))
+
+    else:
+
+        def parse_all(many: Iterable[bytes]) -> Iterable[tuple[str, ...] | None]:
+            return map(parse, many)
+
     day_at = names.index("day") if by_day else -1
     kinds = {ord("c"): 0, ord("q"): 1, ord("n"): 2}
-    for (label, day), acc in buckets.items():
-        for raw, total in acc.items():
+    for (label, day), (raws, totals) in buckets.items():
+        unseen = list({raw[2:] for raw in raws}.difference(parsed))
+        parsed.update(zip(unseen, parse_all(unseen), strict=True))
+        for raw, total in zip(raws, totals, strict=True):
             raw_dims = raw[2:]
-            if raw_dims in parsed:
-                hit = parsed[raw_dims]
-            else:
-                hit = parsed[raw_dims] = parse(raw_dims)
+            hit = parsed[raw_dims]
             if hit is None:
                 continue
             key = hit
@@ -391,6 +432,61 @@ async def _grouped(
             if track is not None and kind == 0:  # one c| field per cell and bucket
                 track.origins.setdefault(key, []).append(((label, day), raw_dims))
     return sums
+
+
+def _split_dims(text: str) -> list[str]:
+    return text.split(FIELD_SEP)
+
+
+def _picker(positions: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:
+    """A function returning the items at `positions` as a tuple (`itemgetter` returns a bare
+    item for one position)."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    if len(positions) == 1:
+        (at,) = positions
+        return lambda items: (items[at],)
+    return lambda items: ()
+
+
+_INT_LIST = msgspec.json.Decoder(list[int])
+
+
+def _ints(values: Sequence[bytes]) -> list[int]:
+    """`int(v)` of each value, parsed in one C call: the values joined as a JSON array of
+    integers (~2x faster than one `int()` each). Each value must then be exactly one JSON
+    integer (a comma inside one would add an element, an empty one is malformed), which
+    `int()` reads the same; anything else (never written by HINCRBY) falls back to `int()`."""
+    try:
+        out = _INT_LIST.decode(b"[" + b",".join(values) + b"]")
+    except msgspec.DecodeError:
+        out = []
+    return out if len(out) == len(values) else [int(v) for v in values]
+
+
+def _sum_fields(hashes: Sequence[dict[bytes, bytes]]) -> tuple[list[bytes], list[int]]:
+    """Each field of `hashes` (first-seen order) and its total over them (0 where absent).
+
+    Hot on the big sources (a week of `xsku` is 7 hashes of 4,000 fields): the values of
+    every field are picked from all hashes at once (`itemgetter`, after filling in the
+    fields a hash lacks), converted in bulk (`_ints`) and summed in C loops (`zip`, `sum`)
+    rather than one Python step per field and hash.
+    """
+    present = [h for h in hashes if h]
+    if len(present) == 1:
+        return list(present[0]), _ints(list(present[0].values()))
+    fields = list(dict.fromkeys(chain.from_iterable(present)))
+    if not fields:
+        return [], []
+    if len(fields) == 1:  # every hash holds just it (itemgetter of one field returns no tuple)
+        return fields, [sum(_ints([v for h in present for v in h.values()]))]
+    pick = itemgetter(*fields)
+    zeros = dict.fromkeys(fields, b"0")
+    columns = [
+        _ints(pick(h if len(h) == len(fields) else {**zeros, **h}))  # same length: same fields
+        for h in present
+    ]
+    return fields, list(map(sum, zip(*columns, strict=True)))
 
 
 Row = tuple[tuple[str, ...], list[int]]
@@ -464,8 +560,12 @@ async def cost_report(
     # Quantities are shown per SKU row only: read them for the page's rows, unless the rows
     # left out are summed into '(other)'.
     quantities: Quantities = "none" if not split_by_sku else "later" if top is None else "all"
+    # Ranked by cost or key, the rows' event counts are read for the page too.
+    events_read: Events = "all" if query.sort.lstrip("-") == "events" else "later"
     later = _Later()
-    sums = await _grouped(store, query, _in_range(daily, query), complete, quantities, later)
+    sums = await _grouped(
+        store, query, _in_range(daily, query), complete, quantities, later, events_read
+    )
     names = (["period"] if granularity else []) + list(group_by)
     ordered, total_rows = _order(sums, query.sort, top, offset + limit, len(names))
     await later.fill(store, project, ordered[offset : offset + limit])
@@ -496,7 +596,11 @@ async def cost_report(
         group_by=list(group_by),
         granularity=granularity,
         total_cost=format_money(sum(v[0] for v in sums.values())),
-        total_events=sum(v[2] for v in sums.values()),
+        total_events=(
+            later.events_total
+            if later.events_total is not None
+            else sum(v[2] for v in sums.values())
+        ),
         rows=rows,
         offset=offset,
         limit=limit,
