@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +31,14 @@ from litestar.exceptions import (
 from litestar.logging.config import LoggingConfig
 from litestar.middleware import ASGIMiddleware
 from litestar.plugins.problem_details import ProblemDetailsException
-from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.plugins.prometheus import (
+    PrometheusConfig,
+    PrometheusController,
+    PrometheusMiddleware,
+)
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUEST_ID_HEADER = "x-request-id"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -63,7 +69,8 @@ class RequestIdMiddleware(ASGIMiddleware):
             if name == b"x-request-id":
                 incoming = value.decode("latin-1")
                 break
-        rid = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+        # 32 hex characters from the OS's random source, as uuid4().hex gave (5x cheaper).
+        rid = incoming if _SAFE_ID.match(incoming) else os.urandom(16).hex()
         # Errors raised by inner middleware (a 401 from auth, a 503 when Redis is away) are
         # answered by Litestar outside this middleware, so the id and the start time travel in
         # the scope and `answer_started` (a `before_send` hook, which sees every answer)
@@ -85,6 +92,8 @@ async def answer_started(message: Message, scope: Scope) -> None:
         return
     rid, started = seen
     MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = rid
+    if not access_log.isEnabledFor(logging.INFO):
+        return  # (the level `serve --log-level warning` runs at): skip building the line
     method, path, status = scope.get("method", ""), scope.get("path", ""), message["status"]
     access_log.info(
         "%s %s %d",
@@ -157,12 +166,106 @@ def logging_config(fmt: str, level: str = "info") -> LoggingConfig:
     )
 
 
+class LeanPrometheusMiddleware(PrometheusMiddleware):
+    """Litestar's Prometheus middleware with the same metrics, names and labels (method, path
+    template, status code, app name), for less work per request.
+
+    Litestar's middleware builds a `Request` and parses its URL (only to replace the path by the
+    template), looks each labelled series up through `labels()` four times, and wraps `send`
+    with `functools.wraps`: ~125k instructions of a one-event post's ~2M. Here the series
+    of each (method, path, status) are looked up once and kept. Configurations this does not
+    cover (extra labels, exemplars, excluded methods, raw paths) use Litestar's code.
+    """
+
+    def __init__(self, app: ASGIApp, config: PrometheusConfig) -> None:
+        super().__init__(app, config)
+        self._lean = (
+            config.group_path
+            and not config.labels
+            and config.exemplars is None
+            and not config.excluded_http_methods
+        )
+        # (method, path template) -> its in-progress gauge; (method, path template, status)
+        # -> its request counter, duration histogram and error counter (None below 500).
+        self._in_progress: dict[tuple[str, str], Gauge] = {}
+        self._finished: dict[tuple[str, str, int], tuple[Counter, Histogram, Counter | None]] = {}
+
+    def _labels(self, method: str, path: str, status: int) -> dict[str, str | int | float]:
+        # The order of Litestar's default labels: it names the series' label names.
+        return {
+            "method": method,
+            "path": path,
+            "status_code": status,
+            "app_name": self._config.app_name,
+        }
+
+    def _gauge(self, method: str, path: str) -> Gauge:
+        gauge = self._in_progress.get((method, path))
+        if gauge is None:
+            labels = self._labels(method, path, 200)
+            gauge = self.requests_in_progress(labels).labels(*labels.values())
+            self._in_progress[(method, path)] = gauge
+        return gauge
+
+    def _series(
+        self, method: str, path: str, status: int
+    ) -> tuple[Counter, Histogram, Counter | None]:
+        series = self._finished.get((method, path, status))
+        if series is None:
+            labels = self._labels(method, path, status)
+            values = labels.values()
+            errors = None
+            if status >= HTTP_500_INTERNAL_SERVER_ERROR:
+                errors = self.requests_error_count(labels).labels(*values)
+            series = (
+                self.request_count(labels).labels(*values),
+                self.request_time(labels).labels(*values),
+                errors,
+            )
+            self._finished[(method, path, status)] = series
+        return series
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._lean:
+            await super().__call__(scope, receive, send)
+            return
+        method: str = scope["method"] if scope["type"] == ScopeType.HTTP else scope["type"]
+        path: str = scope["path_template"]
+        started = time.perf_counter()
+        # As Litestar's: the status of the answer sent through here (200 when the answer
+        # goes out from further out, e.g. after a 401 raised by auth), and the duration up
+        # to the last body message (0 when none went through here).
+        status = 200
+        duration = 0.0
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status, duration
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                duration = time.perf_counter() - started
+            await send(message)
+
+        in_progress = self._gauge(method, path)
+        in_progress.inc()
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            in_progress.dec()
+            count, seconds, errors = self._series(method, path, status)
+            if errors is not None:
+                errors.inc()
+            count.inc()
+            seconds.observe(duration)
+
+
 PROMETHEUS = PrometheusConfig(
     app_name="trainledger",
     prefix="trainledger",
     # Path templates (/v1/budgets/{budget_id}), not raw paths: bounded label values.
     group_path=True,
     exclude=["^/metrics"],
+    middleware_class=LeanPrometheusMiddleware,
 )
 
 

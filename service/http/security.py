@@ -13,6 +13,7 @@ from typing import Any
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.types import Scope
 
 from service.domain.auth import Principal, digest, principal_from_record
 from service.http.problems import problem
@@ -35,8 +36,7 @@ class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
     async def authenticate_request(
         self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
-        header = connection.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+        scheme, _, token = _authorization(connection.scope).partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise unauthorized("send an 'Authorization: Bearer <token>' header")
         state = connection.app.state
@@ -44,6 +44,15 @@ class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
         if principal is None:
             raise unauthorized("the bearer token is unknown or revoked")
         return AuthenticationResult(user=principal, auth=token)
+
+
+def _authorization(scope: Scope) -> str:
+    """The first Authorization header, read from the raw headers: building Litestar's
+    `Headers` for it cost more than the rest of the check."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"authorization":
+            return value.decode("latin-1")
+    return ""
 
 
 async def _resolve(store: Store, token: str, ttl: float) -> Principal | None:
@@ -71,23 +80,32 @@ def requires(action: str) -> Any:
     async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         if connection.scope.get("method") == "OPTIONS":
             return  # Litestar's automatic OPTIONS answer (allowed methods) needs no token
-        principal: Principal = connection.user
-        if not principal.may(action):
-            raise problem(
-                403,
-                "Forbidden",
-                f"a token with role {principal.role!r} may not {action}",
-                kind="forbidden",
-            )
-        project = connection.path_params.get("project") or connection.query_params.get("project")
-        if project is not None and not principal.can_access(str(project)):
-            raise problem(
-                403,
-                "Forbidden",
-                f"this token may not access project {project!r}",
-                kind="forbidden",
-                field="project",
-            )
+        authorize(connection, action)
 
     guard.__name__ = f"requires_{action}"
     return guard
+
+
+def authorize(connection: ASGIConnection[Any, Any, Any, Any], action: str) -> None:
+    """The check of `requires(action)`, for a handler that makes it itself instead of through
+    a guard (Litestar copies the handler object for every guard call: see `post_events`)."""
+    principal: Principal = connection.user
+    if not principal.may(action):
+        raise problem(
+            403,
+            "Forbidden",
+            f"a token with role {principal.role!r} may not {action}",
+            kind="forbidden",
+        )
+    query = connection.scope["query_string"]  # parsed only when there is one
+    project = connection.path_params.get("project") or (
+        connection.query_params.get("project") if query else None
+    )
+    if project is not None and not principal.can_access(str(project)):
+        raise problem(
+            403,
+            "Forbidden",
+            f"this token may not access project {project!r}",
+            kind="forbidden",
+            field="project",
+        )
