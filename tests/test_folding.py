@@ -275,3 +275,13 @@ def test_one_fold_writes_a_bounded_number_of_cells() -> None:
     same = [blob(0, half)] * 4
     sums, count = _sums_of(same)
     assert count == 4 and len(sums.cells) == half and sums.events == 4 * half
+
+
+async def test_a_fold_reads_a_bounded_number_of_bytes(store: Store) -> None:
+    await _ingest_batches(store, 3)
+    _, length, everything = await store.pending_batches("llm", 10)
+    assert length == 3 and len(everything) == 3
+    assert (await store.pending_batches("llm", 10, max_bytes=1))[2] == everything[:1]
+    two = await store.pending_batches("llm", 10, max_bytes=len(everything[0]) + 1)
+    assert two == (0, 3, everything[:2])
+    assert (await store.pending_batches("llm", 2))[2] == everything[:2]

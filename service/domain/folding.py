@@ -34,9 +34,12 @@ log = logging.getLogger("trainledger")
 # A fold's cost grows with the cells its batches touch, not with their events, so folding
 # less often costs less per event; reads fold first, so this does not delay any answer.
 FOLD_INTERVAL_SECONDS = 1.0
-# Blobs read per fold, and the cells one fold script may write: Valkey runs a script alone, so
-# a fold is kept to ~8,000 cells (tens of milliseconds); more queued batches take more folds.
-FOLD_MAX_BATCHES = 256
+# What one fold reads and writes. Valkey runs a script alone, so a fold is kept to ~8,000
+# cells (tens of milliseconds); more queued batches take more folds. Blobs are read up to
+# 4 MB (a 5,000-event batch's blob is ~0.4 MB), or 4,096 of them: a second of one-event posts
+# at 1,000/s is one fold, not several (each fold's script has a fixed cost in Valkey).
+FOLD_MAX_BATCHES = 4096
+FOLD_MAX_BYTES = 4 << 20
 FOLD_MAX_CELLS = 8192
 # A fold's summed increments must fit Valkey's signed 64-bit HINCRBY; beyond this a fold takes
 # fewer blobs (a single batch's sums are already bounded by the kernel's overflow checks).
@@ -183,7 +186,7 @@ async def settle(store: Store, project: str) -> int:
     """Fold what is pending for the project, so that a read of its totals that follows sees
     every batch accepted before this call. Returns the batches this call folded (others may
     have been folded meanwhile by another worker)."""
-    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES)
+    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, FOLD_MAX_BYTES)
     target = head + length
     folded = 0
     # Each round's head is further on (this fold or another one moved it), so this ends.
@@ -194,7 +197,7 @@ async def settle(store: Store, project: str) -> int:
             count, events, increments = _fold_plan(project, blobs)
         if await store.fold_batches(project, head, count, events, increments):
             folded += count
-        head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES)
+        head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, FOLD_MAX_BYTES)
     return folded
 
 

@@ -423,11 +423,24 @@ call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
 return 1
 """
 
-# Read the pending list's head sequence number, its length and its first blobs together.
-#   KEYS[1] meta, KEYS[2] pending; ARGV[1] how many blobs at most
+# Read the pending list's head sequence number, its length and its first blobs together: at
+# most ARGV[1] blobs, and no more once they hold ARGV[2] bytes (at least one blob).
+#   KEYS[1] meta, KEYS[2] pending
 READ_PENDING_LUA = r"""
 local head = redis.call('HGET', KEYS[1], 'pend_head') or '0'
-return {head, redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)}
+local most, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, size, from = {}, 0, 0
+while #out < most and size < budget do
+  local chunk = redis.call('LRANGE', KEYS[2], from, from + 63)
+  if #chunk == 0 then break end
+  for _, blob in ipairs(chunk) do
+    if #out >= most or size >= budget then break end
+    out[#out + 1] = blob
+    size = size + #blob
+  end
+  from = from + 64
+end
+return {head, redis.call('LLEN', KEYS[2]), out}
 """
 
 # What a query needs to know before it reads the totals, read together: the events the
@@ -1061,12 +1074,14 @@ class Store:
             return IngestOutcome(4)
         return IngestOutcome(2)
 
-    async def pending_batches(self, project: str, limit: int) -> tuple[int, int, list[bytes]]:
-        """The head's sequence number, the list's length and up to `limit` pending blobs from
-        the head, read together (one script: a fold in between cannot pair a head with other
-        blobs)."""
+    async def pending_batches(
+        self, project: str, limit: int, max_bytes: int = 1 << 62
+    ) -> tuple[int, int, list[bytes]]:
+        """The head's sequence number, the list's length and pending blobs from the head (up
+        to `limit` of them, and no more once they hold `max_bytes`), read together (one script:
+        a fold in between cannot pair a head with other blobs)."""
         head, length, blobs = await self._read_pending(
-            keys=[Keys.meta(project), Keys.pending(project)], args=[limit]
+            keys=[Keys.meta(project), Keys.pending(project)], args=[limit, max_bytes]
         )
         return int(head), int(length), [_bytes(b) for b in blobs]
 
