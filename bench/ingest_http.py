@@ -95,7 +95,15 @@ def template(workload: Workload, batch: int, count: int = 1) -> list[list[dict[s
 
 def _drain(server: Server, project: str) -> tuple[float, bool]:
     """Time one cost query (it folds every queued batch first); whether its events equal the
-    accepted counter."""
+    accepted counter. Batches still in flight when the load generator stopped are waited for
+    first (the accepted counter stops moving)."""
+    accepted = _accepted(server, project)
+    for _ in range(600):  # a bound on waiting
+        time.sleep(0.2)
+        now = _accepted(server, project)
+        if now == accepted:
+            break
+        accepted = now
     t0 = time.perf_counter()
     status, answer = server.request("GET", f"/v1/costs?project={project}&group_by=stage")
     seconds = time.perf_counter() - t0
