@@ -173,9 +173,10 @@ def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
     return sums, count
 
 
-# Summing blobs is CPU work in Python: beyond this many bytes of blobs it runs in a thread, so
-# the event loop keeps answering requests meanwhile (it still shares the GIL, in slices).
-_THREAD_ABOVE_BYTES = 256 * 1024
+# Summing blobs is CPU work in Python: beyond this many bytes of blobs (a few dozen one-event
+# batches) it runs in a thread, so the event loop keeps answering requests meanwhile (it
+# still shares the interpreter, in slices: `trainledger serve` makes them 1 ms).
+_THREAD_ABOVE_BYTES = 16 * 1024
 
 
 def _fold_plan(project: str, blobs: Sequence[bytes]) -> tuple[int, int, list[tuple[str, str, int]]]:
