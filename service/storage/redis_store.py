@@ -234,6 +234,21 @@ class Keys:
 
 # --- Lua scripts -----------------------------------------------------------------------------
 
+# Increments grouped by key, flat: (key#, n, field1, delta1, ..., fieldn, deltan)...; one
+# HINCRBY per field (exact int64 arithmetic in Valkey). Shared by INGEST_LUA and FOLD_LUA.
+_APPLY_INCREMENTS_LUA = r"""
+local function apply_increments(inc)
+  local l = 1
+  while l <= #inc do
+    local key, n = KEYS[inc[l]], inc[l + 1]
+    for j = l + 2, l + 1 + 2 * n, 2 do
+      redis.call('HINCRBY', key, inc[j], inc[j + 1])
+    end
+    l = l + 2 + 2 * n
+  end
+end
+"""
+
 # Apply one project's priced batch atomically. Every check runs before the first write, so the
 # script never leaves a partial batch behind. (Redis's cmsgpack reads no msgpack "bin" type:
 # everything in the payload is a str.) Ids are checked and marked per `seen` shard (one HMGET
@@ -263,7 +278,9 @@ class Keys:
 # price again), {3, revision} (the project's budgets changed: read them again, so no
 # budget misses the batch), or {4} (the project's settings or its rate card changed since
 # the worker cached them: read them again and price again).
-INGEST_LUA = r"""
+INGEST_LUA = (
+    _APPLY_INCREMENTS_LUA
+    + r"""
 local call = redis.call
 local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
 
@@ -327,14 +344,7 @@ while i <= #ev do
   end
   i = i + 2 + 2 * n
 end
-local l = 1
-while l <= #inc do
-  local key, n = KEYS[inc[l]], inc[l + 1]
-  for j = l + 2, l + 1 + 2 * n, 2 do
-    call('HINCRBY', key, inc[j], inc[j + 1])
-  end
-  l = l + 2 + 2 * n
-end
+apply_increments(inc)
 
 for _, c in ipairs(p[8]) do
   local key = KEYS[c[1]]
@@ -394,6 +404,7 @@ else
 end
 return {0, entry}
 """
+)
 
 # Fold the oldest `count` pending blobs: apply their summed increments, drop them, and move the
 # head's sequence number, unless another fold moved it since they were read (then nothing is
@@ -402,26 +413,22 @@ return {0, entry}
 #   KEYS[1] meta, KEYS[2] pending, KEYS[3..] keys referenced by index
 #   ARGV[1] msgpack [head, count, events, increments]: head and events as strings, increments
 #   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the head moved.
-FOLD_LUA = r"""
+FOLD_LUA = (
+    _APPLY_INCREMENTS_LUA
+    + r"""
 local call = redis.call
 local p = cmsgpack.unpack(ARGV[1])
 if (call('HGET', KEYS[1], 'pend_head') or '0') ~= p[1] then
   return 0
 end
 local inc = p[4]
-local l = 1
-while l <= #inc do
-  local key, n = KEYS[inc[l]], inc[l + 1]
-  for j = l + 2, l + 1 + 2 * n, 2 do
-    call('HINCRBY', key, inc[j], inc[j + 1])
-  end
-  l = l + 2 + 2 * n
-end
+apply_increments(inc)
 call('LTRIM', KEYS[2], p[2], -1)
 call('HINCRBY', KEYS[1], 'pend_head', p[2])
 call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
 return 1
 """
+)
 
 # Read the pending list's head sequence number, its length and its first blobs together: at
 # most ARGV[1] blobs, and no more once they hold ARGV[2] bytes (at least one blob).
