@@ -73,10 +73,21 @@ async def test_policy_and_experiment_progress(api: Api) -> None:
             "/v1/reports/waste/policy", params={"project": "llm"}, json={"idle_dayz": 1}
         )
         assert bad.status_code == 400
-    # An experiment spending for three days with no progress report at all.
+    # An experiment spending for three days with no progress report at all, the last time two
+    # hours ago: inside the 1-day idle window at any time of day (a fixed 10:00 UTC was not,
+    # after 10:00).
+    now = datetime.now(UTC)
     await post(
         api,
-        [event(f"x{k}", "2", time=at(k), experiment="mix-b") for k in (1, 2, 3)],
+        [
+            event(
+                f"x{k}",
+                "2",
+                time=(now - timedelta(days=k, hours=2)).isoformat(),
+                experiment="mix-b",
+            )
+            for k in (0, 1, 2)
+        ],
     )
     out = await report(api)
     kinds = [f["kind"] for f in out["findings"]]
