@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -756,6 +757,44 @@ def cluster_options(url: str) -> tuple[str, int | None, int]:
     return urlunsplit(parts._replace(query=urlencode(rest))), replicas, timeout_ms
 
 
+# An ingest script's arguments are ~0.7 MB for a 5,000-event batch. With the default socket
+# send buffer (~200 kB) the event loop writes them in several turns, each waiting until the
+# loop is free again (pricing the next batch holds it for milliseconds), so the server sits
+# idle between the pieces: measured, ingest over HTTP went 103 k -> 124 k events/s with a
+# 4 MB buffer. The kernel caps the request at net.core.wmem_max (silently).
+SEND_BUFFER_BYTES = 4 << 20
+
+
+class _LargeSendBuffer:
+    """Mixin for redis-py's asyncio connections: a large socket send buffer."""
+
+    async def _connect(self) -> None:
+        await super()._connect()  # type: ignore[misc]
+        sock = self._writer.transport.get_extra_info("socket")  # type: ignore[attr-defined]
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+
+class _TcpConnection(_LargeSendBuffer, aioredis.Connection):
+    pass
+
+
+class _UnixConnection(_LargeSendBuffer, aioredis.UnixDomainSocketConnection):
+    pass
+
+
+class _SslConnection(_LargeSendBuffer, aioredis.SSLConnection):
+    pass
+
+
+_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
+    aioredis.Connection: _TcpConnection,
+    aioredis.UnixDomainSocketConnection: _UnixConnection,
+    aioredis.SSLConnection: _SslConnection,
+}
+
+
 class Store:
     """Async access to trainledger's data in one Redis (or Valkey, or Redis Cluster)."""
 
@@ -814,6 +853,9 @@ class Store:
             # back as duplicates, so nothing is counted twice, but the caller is misled).
             socket_timeout=120,
             socket_connect_timeout=5,
+        )
+        pool.connection_class = _CONNECTION_CLASSES.get(
+            pool.connection_class, pool.connection_class
         )
         return cls(aioredis.Redis.from_pool(pool))  # the client owns (and closes) the pool
 
