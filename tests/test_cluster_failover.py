@@ -24,8 +24,8 @@ import httpx
 import pytest
 from redis.cluster import key_slot
 
+from service.domain.eventlog import decode_log
 from service.domain.folding import settle
-from service.domain.ingest import decode_log
 from service.storage.redis_store import Keys, Store, cluster_options
 from tests.cluster import ClusterNode, ValkeyCluster
 from tests.conftest import CLUSTER_ENABLED, Api, ServerThread, event, make_admin_token

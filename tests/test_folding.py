@@ -20,9 +20,10 @@ import pytest
 from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.costs import cost_report
+from service.domain.eventlog import decode_log
 from service.domain.events import JSON, decode_events
 from service.domain.folding import FOLD_MAX_CELLS, CellSums, Folder, _sums_of, settle
-from service.domain.ingest import Ingestor, decode_log
+from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.domain.rebuild import rebuild_project
 from service.domain.rollups import ROLLUP_VERSION

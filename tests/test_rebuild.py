@@ -8,8 +8,8 @@ import random
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from service.domain.eventlog import decode_log
 from service.domain.folding import settle
-from service.domain.ingest import decode_log
 from service.storage.redis_store import Store
 from tests.conftest import TEST_CARD, Api, event, sync_client
 from tests.test_ingest import post, put_card, total

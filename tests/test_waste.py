@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from costcore.money import parse_quantity
-from service.domain.ingest import LoggedEvent
+from service.domain.eventlog import LoggedEvent
 from service.domain.ratecards import PricedSku
 from service.domain.waste import (
     Finding,

@@ -21,7 +21,7 @@ from service.domain.budgets import (
     new_budget,
     period_of,
 )
-from service.domain.ingest import read_log
+from service.domain.eventlog import read_log
 from service.storage.redis_store import Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -99,7 +99,7 @@ import msgspec
 
 from costcore.money import INT64_MAX, format_money, format_quantity, round_half_even_div
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
-from service.domain.ingest import LoggedEvent, read_log
+from service.domain.eventlog import LoggedEvent, read_log
 from service.domain.ratecards import PricedSku, RateCardVersion
 from service.storage.redis_store import Store
 

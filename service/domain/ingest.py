@@ -14,13 +14,11 @@ import bisect
 import functools
 import random
 import time
-import zlib
 from array import array
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -31,6 +29,7 @@ from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
 from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
+from service.domain.eventlog import LoggedEvent, encode_log
 from service.domain.events import (
     DecodedItem,
     EventIn,
@@ -94,6 +93,12 @@ class PendingEvent:
     month: str
     expiry_day: int
 
+    @classmethod
+    def logged(cls, row: LoggedEvent, project: str, index: int) -> PendingEvent:
+        """A logged event ready to be priced again, as ingestion would have prepared it."""
+        day = _day_name(row.epoch_us // 86_400_000_000)
+        return cls(index, row.event(project), row.quantity_micro, row.epoch_us, day, day[:6], 0)
+
 
 @functools.lru_cache(maxsize=4096)
 def _day_name(days_since_epoch: int) -> str:
@@ -111,102 +116,6 @@ def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
     if not tags or not keys:
         return ""
     return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
-
-
-def encode_log(
-    events: Sequence[PendingEvent] | PendingBatch,
-    costs: Sequence[int],
-    versions: Sequence[int],
-    categories: Sequence[str],
-) -> bytes:
-    """The log record of an accepted batch: enough to price every event again.
-
-    Row: id, time (µs since epoch), stage, experiment, owner, sku, quantity (micro), tags,
-    cost (nano), rate-card version number, category.
-    """
-    batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
-    rows = [
-        (
-            ev.id,
-            epoch_us,
-            ev.stage,
-            ev.experiment,
-            ev.owner,
-            ev.sku,
-            quantity,
-            ev.tags or None,
-            cost,
-            version,
-            category,
-        )
-        for ev, epoch_us, quantity, cost, version, category in zip(
-            batch.events,
-            batch.epoch_us,
-            batch.quantity_micro,
-            costs,
-            versions,
-            categories,
-            strict=True,
-        )
-    ]
-    return zlib.compress(msgspec.msgpack.encode(rows), 1)
-
-
-class LoggedEvent(NamedTuple):
-    """One row of the accepted-event log (see `encode_log`)."""
-
-    id: str
-    epoch_us: int
-    stage: str
-    experiment: str
-    owner: str
-    sku: str
-    quantity_micro: int
-    tags: dict[str, str] | None
-    cost_nano: int
-    version: int
-    category: str
-
-    def event(self, project: str) -> EventIn:
-        """The event as it was accepted (quantity left out: `quantity_micro` is exact)."""
-        return EventIn(
-            id=self.id,
-            time=_EPOCH + timedelta(microseconds=self.epoch_us),
-            project=project,
-            sku=self.sku,
-            quantity=Decimal(0),
-            stage=self.stage,  # type: ignore[arg-type]  # as validated when accepted
-            experiment=self.experiment,
-            owner=self.owner,
-            tags=self.tags or {},
-        )
-
-    def pending(self, project: str, index: int) -> PendingEvent:
-        """The event ready to be priced again, as ingestion would have prepared it."""
-        day = _day_name(self.epoch_us // 86_400_000_000)
-        return PendingEvent(
-            index, self.event(project), self.quantity_micro, self.epoch_us, day, day[:6], 0
-        )
-
-
-def decode_log(blob: bytes) -> list[LoggedEvent]:
-    return [LoggedEvent(*row) for row in msgspec.msgpack.decode(zlib.decompress(blob))]
-
-
-async def read_log(
-    store: Store, project: str, last: str
-) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
-    """Every logged batch of the project up to entry `last`, in the order it was applied."""
-    after = "-"
-    while last:
-        page = await store.log_entries(project, after=after, count=200)
-        if not page:
-            return
-        for entry_id, blob in page:
-            after = entry_id
-            yield entry_id, decode_log(blob)
-            if entry_id == last:
-                return
 
 
 @dataclass
@@ -271,6 +180,8 @@ class PricedBatch:
     costs: array[int]
     versions: list[int]  # rate-card version numbers
     categories: list[str]
+    fixed: list[str]  # "f" (fixed cost) or "e" (elastic), per event
+    attributed: list[str]  # the tags each event's cost is attributed by (canonical text)
     overflowed_batch: PendingBatch
     increments: list[tuple[str, str, int]]  # applied at once: the graduated-tier counters
     tier_checks: list[tuple[str, str, int]]
@@ -542,20 +453,21 @@ def price_events(
 
     if result.accepted == n:
         priced, costs, overflowed = batch, result.cost_nano, batch.take(())
-        versions = [row_version[r] for r in rows]
-        categories = [row_category[r] for r in rows]
+        kept_rows = rows
     else:
         keep = [i for i in range(n) if result.status[i] == STATUS_PRICED]
         priced = batch.take(keep)
         costs = array("q", [result.cost_nano[i] for i in keep])
-        versions = [row_version[rows[i]] for i in keep]
-        categories = [row_category[rows[i]] for i in keep]
+        kept_rows = [rows[i] for i in keep]
         overflowed = batch.take([i for i in range(n) if result.status[i] != STATUS_PRICED])
+    attributed = [attributed_tags(ev.tags, tag_keys) if ev.tags else "" for ev in priced.events]
     return PricedBatch(
         priced,
         costs,
-        versions,
-        categories,
+        [row_version[r] for r in kept_rows],
+        [row_category[r] for r in kept_rows],
+        [row_fixed[r] for r in kept_rows],
+        attributed,
         overflowed,
         increments,
         tier_checks,
@@ -963,7 +875,16 @@ class Ingestor:
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
             increments=priced.increments,
-            log_blob=encode_log(batch, priced.costs, priced.versions, priced.categories),
+            log_blob=encode_log(
+                batch.events,
+                batch.epoch_us,
+                batch.quantity_micro,
+                priced.costs,
+                priced.versions,
+                priced.categories,
+                priced.fixed,
+                priced.attributed,
+            ),
             currency=catalog.currency or "",
             rate_card=catalog.name,
             duplicates_seen=duplicates,

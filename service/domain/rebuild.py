@@ -15,11 +15,12 @@ from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field
 from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
+from service.domain.eventlog import read_log
 from service.domain.folding import CellSums, settle
 from service.domain.ingest import (
+    PendingEvent,
     attribution_tags_of,
     price_events,
-    read_log,
     tier_keys_needed,
 )
 from service.domain.rollups import live_keys as rollup_keys
@@ -67,7 +68,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         raise RebuildError("the project's rate card no longer exists")
     async for _, rows in read_log(store, project, last):
         assert catalog is not None
-        batch = [row.pending(project, i) for i, row in enumerate(rows)]
+        batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
         for e in batch:
             if (catalog.history.index_at(e.event.time), e.event.sku) not in catalog.row_of:
                 raise RebuildError(

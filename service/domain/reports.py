@@ -8,8 +8,8 @@ from typing import Annotated
 import msgspec
 
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
+from service.domain.eventlog import LoggedEvent, read_log
 from service.domain.events import Label
-from service.domain.ingest import LoggedEvent, read_log
 from service.domain.ratecards import PricedSku
 from service.domain.waste import ProgressPoint, WastePolicy, WasteReport, find_waste
 from service.storage.redis_store import Store

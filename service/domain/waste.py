@@ -135,7 +135,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from costcore.money import format_money, format_quantity, parse_quantity, round_half_even_div
-from service.domain.ingest import LoggedEvent
+from service.domain.eventlog import LoggedEvent
 from service.domain.ratecards import DecimalString, PricedSku, SkuCode
 
 __all__ = [

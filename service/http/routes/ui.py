@@ -45,8 +45,8 @@ from service.dashboard.series import burn_down_points
 from service.domain.auth import Principal
 from service.domain.budgeting import budget_status, list_budgets
 from service.domain.costs import QueryError, cost_report, cost_summary
+from service.domain.eventlog import read_log
 from service.domain.events import PROJECT_PATTERN, EventIn
-from service.domain.ingest import read_log
 from service.domain.planning import list_plans, plan_status
 from service.domain.reports import waste_report
 from service.http.deps import Services
