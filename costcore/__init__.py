@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from costcore._version import KERNEL_VERSION
 from costcore.columns import (
-    GroupResult,
+    CodedEntry,
+    CodedGroups,
     ScanResult,
-    group_events_reference,
+    dictionary_encode_reference,
+    group_coded_reference,
     scan_events_reference,
 )
 from costcore.money import (
@@ -34,7 +36,7 @@ from costcore.reference import price_batch_reference
 from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
 
 if TYPE_CHECKING:
-    from costcore._columns import group_events, scan_events
+    from costcore._columns import dictionary_encode, group_coded, scan_events
     from costcore._kernel import price_batch
 
 __all__ = [
@@ -46,14 +48,17 @@ __all__ = [
     "STATUS_OVERFLOW",
     "STATUS_PRICED",
     "BatchResult",
-    "GroupResult",
+    "CodedEntry",
+    "CodedGroups",
     "RateRow",
     "RateTable",
     "ScanResult",
+    "dictionary_encode",
+    "dictionary_encode_reference",
     "format_money",
     "format_quantity",
-    "group_events",
-    "group_events_reference",
+    "group_coded",
+    "group_coded_reference",
     "kernel_build_info",
     "parse_price",
     "parse_quantity",
@@ -100,7 +105,7 @@ def __getattr__(name: str) -> Any:
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
-    if name in ("scan_events", "group_events"):
+    if name in ("scan_events", "group_coded", "dictionary_encode"):
         _load_kernel()  # the same build; a stale one says so
         try:
             from costcore import _columns
@@ -111,6 +116,7 @@ def __getattr__(name: str) -> Any:
                 "reference is costcore.scan_events_reference."
             ) from exc
         globals()["scan_events"] = _columns.scan_events
-        globals()["group_events"] = _columns.group_events
+        globals()["group_coded"] = _columns.group_coded
+        globals()["dictionary_encode"] = _columns.dictionary_encode
         return globals()[name]
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

@@ -1,9 +1,10 @@
 """Type stub for the compiled ingest pass ``costcore/_columns.pyx``."""
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from array import array
+from collections.abc import Container, Hashable, Mapping, Sequence
 from typing import Any
 
-from costcore.columns import GroupResult, ScanResult
+from costcore.columns import CodedEntry, CodedGroups, ScanResult
 
 def scan_events(
     events: Sequence[Any],
@@ -16,10 +17,5 @@ def scan_events(
     tag_keys: Container[str],
     tag_values: Container[str],
 ) -> ScanResult: ...
-def group_events(
-    events: Sequence[Any],
-    rows: Sequence[int],
-    day: Sequence[int],
-    epoch_us: Sequence[int],
-    tag_text: Callable[[dict[str, str]], str],
-) -> GroupResult: ...
+def dictionary_encode(values: Sequence[Hashable]) -> tuple[list[Any], array[int]]: ...
+def group_coded(entries: Sequence[CodedEntry], hour_class: Sequence[int]) -> CodedGroups: ...

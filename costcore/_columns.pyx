@@ -22,7 +22,7 @@ from cpython.datetime cimport (
 )
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
-from costcore.columns import GroupResult, ScanResult
+from costcore.columns import CodedGroups, ScanResult
 
 import_datetime()
 
@@ -186,40 +186,164 @@ def scan_events(
     return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
 
 
-def group_events(events, rows, day, epoch_us, tag_text):
-    """Compiled `costcore.columns.group_events_reference` (same contract)."""
-    cdef Py_ssize_t n = len(events)
-    if len(rows) != n or len(day) != n or len(epoch_us) != n:
-        raise ValueError("events, rows, day and epoch_us must have the same length")
-    group_arr = array("i", bytes(4 * n))
-    hour_arr = array("i", bytes(4 * n))
-    cdef int[::1] group_v = group_arr
-    cdef int[::1] hour_v = hour_arr
-    cdef dict key_index = {}
-    cdef dict hour_index = {}
-    cdef list keys = []
-    cdef list hour_keys = []
-    cdef Py_ssize_t i
-    cdef object ev, tags, key, hour_key, found, row, stage
-    cdef int64_t us
+cdef extern from *:
+    """
+    static inline int tl_add_overflows(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
+    """
+    bint tl_add_overflows(int64_t a, int64_t b, int64_t *out)
+
+
+def dictionary_encode(values):
+    """Compiled `costcore.columns.dictionary_encode_reference` (same contract)."""
+    cdef Py_ssize_t n = len(values), i
+    codes_arr = array("i", bytes(4 * n))
+    cdef int[::1] codes = codes_arr
+    cdef dict index = {}
+    cdef list distinct = []
+    cdef object value, found
     for i in range(n):
-        ev = events[i]
-        row = rows[i]
-        stage = ev.stage
-        tags = ev.tags
-        key = (day[i], row, stage, ev.experiment, ev.owner, tag_text(tags) if tags else "")
-        found = key_index.get(key)
+        value = values[i]
+        found = index.get(value)
         if found is None:
-            found = len(keys)
-            key_index[key] = found
-            keys.append(key)
-        group_v[i] = found
-        us = epoch_us[i]
-        hour_key = (_floor_div(us, 3600000000), row, stage)
-        found = hour_index.get(hour_key)
-        if found is None:
-            found = len(hour_keys)
-            hour_index[hour_key] = found
-            hour_keys.append(hour_key)
-        hour_v[i] = found
-    return GroupResult(group_arr, keys, hour_arr, hour_keys)
+            found = len(distinct)
+            index[value] = found
+            distinct.append(value)
+        codes[i] = found
+    return distinct, codes_arr
+
+
+cdef inline int _as_int(object o):
+    return o
+
+
+def group_coded(entries, hour_class):
+    """Compiled `costcore.columns.group_coded_reference` (same contract).
+
+    Keys are packed into one integer (a mixed-radix number of the fold's codes and the day
+    less the first day) when that fits 62 bits, so a lookup hashes one int, not a tuple.
+    """
+    cdef Py_ssize_t e, i, n, c, k, h, nk = 0, nh = 0
+    cdef int64_t us, cost, qty, day, d0 = 0, d1 = 0, radix, packed
+    cdef int64_t radices[5]
+    cdef int cs, ce, co, cr, ca
+    cdef bint first = True, pack = True
+    cdef list keys = [], hour_keys = []
+    cdef dict key_index = {}, hour_index = {}
+    cdef object key, found, hour_key
+    cdef int[::1] hc
+    hour_class_arr = array("i", hour_class)
+    hc = hour_class_arr
+    # Radix of each code column: the size of the fold's code space (largest code + 1).
+    for c in range(5):
+        radices[c] = 1
+    for entry in entries:
+        if len(entry.codes) != 5 or len(entry.to_global) != 5:
+            raise ValueError("an entry has five code columns and five code maps")
+        n = len(entry.epoch_us)
+        if (len(entry.cost_nano) != n or len(entry.quantity_micro) != n
+                or any(len(column) != n for column in entry.codes)):
+            raise ValueError("every column of an entry must have the same length")
+        for c in range(5):
+            for g in entry.to_global[c]:
+                if g + 1 > radices[c]:
+                    radices[c] = g + 1
+        for us_obj in entry.epoch_us:
+            day = _floor_div(us_obj, 86400000000)
+            if first or day < d0:
+                d0 = day
+            if first or day > d1:
+                d1 = day
+            first = False
+    radix = d1 - d0 + 1
+    for c in range(5):
+        if radix > (1 << 62) // radices[c]:
+            pack = False
+            break
+        radix *= radices[c]
+
+    cap, hcap = 1024, 256
+    sums_arr = array("q", bytes(8 * 3 * cap))
+    hours_arr = array("q", bytes(8 * hcap))
+    cdef int64_t[::1] sums = sums_arr
+    cdef int64_t[::1] hsums = hours_arr
+    cdef int64_t[::1] grown_v
+    cdef int[::1] g_s, g_e, g_o, g_r, g_a
+    for entry in entries:
+        epoch = entry.epoch_us
+        costs = entry.cost_nano
+        quantities = entry.quantity_micro
+        n = len(epoch)
+        s_codes, e_codes, o_codes, r_codes, a_codes = entry.codes
+        g_s = array("i", entry.to_global[0])
+        g_e = array("i", entry.to_global[1])
+        g_o = array("i", entry.to_global[2])
+        g_r = array("i", entry.to_global[3])
+        g_a = array("i", entry.to_global[4])
+        for i in range(n):
+            us = epoch[i]
+            cost = costs[i]
+            qty = quantities[i]
+            cs = g_s[_as_int(s_codes[i])]
+            ce = g_e[_as_int(e_codes[i])]
+            co = g_o[_as_int(o_codes[i])]
+            cr = g_r[_as_int(r_codes[i])]
+            ca = g_a[_as_int(a_codes[i])]
+            day = _floor_div(us, 86400000000)
+            if pack:
+                packed = (((((day - d0) * radices[0] + cs) * radices[1] + ce) * radices[2] + co)
+                          * radices[3] + cr) * radices[4] + ca
+                key = packed
+            else:
+                key = (day, cs, ce, co, cr, ca)
+            found = key_index.get(key)
+            if found is None:
+                k = nk
+                if nk == cap:  # a new array: one exporting its buffer cannot be resized
+                    grown = array("q", bytes(8 * 3 * 2 * cap))
+                    grown_v = grown
+                    grown_v[:3 * cap] = sums[:3 * cap]
+                    sums_arr, sums = grown, grown_v
+                    cap *= 2
+                key_index[key] = nk
+                keys.append((day, cs, ce, co, cr, ca))
+                nk += 1
+                sums[3 * k] = 0
+                sums[3 * k + 1] = 0
+                sums[3 * k + 2] = 0
+            else:
+                k = found
+            if (tl_add_overflows(sums[3 * k], cost, &sums[3 * k])
+                    or tl_add_overflows(sums[3 * k + 1], qty, &sums[3 * k + 1])):
+                raise OverflowError("a sum leaves the signed 64-bit range")
+            sums[3 * k + 2] += 1
+            hour_key = (_floor_div(us, 3600000000), cs, hc[cr])
+            found = hour_index.get(hour_key)
+            if found is None:
+                h = nh
+                if nh == hcap:
+                    grown = array("q", bytes(8 * 2 * hcap))
+                    grown_v = grown
+                    grown_v[:hcap] = hsums[:hcap]
+                    hours_arr, hsums = grown, grown_v
+                    hcap *= 2
+                hour_index[hour_key] = nh
+                hour_keys.append(hour_key)
+                nh += 1
+                hsums[h] = 0
+            else:
+                h = found
+            if tl_add_overflows(hsums[h], cost, &hsums[h]):
+                raise OverflowError("a sum leaves the signed 64-bit range")
+    cost_out = array("q", bytes(8 * nk))
+    qty_out = array("q", bytes(8 * nk))
+    n_out = array("q", bytes(8 * nk))
+    cdef int64_t[::1] c_v = cost_out
+    cdef int64_t[::1] q_v = qty_out
+    cdef int64_t[::1] n_v = n_out
+    for k in range(nk):
+        c_v[k] = sums[3 * k]
+        q_v[k] = sums[3 * k + 1]
+        n_v[k] = sums[3 * k + 2]
+    return CodedGroups(keys, cost_out, qty_out, n_out, hour_keys, hours_arr[:nh])

@@ -1,6 +1,6 @@
 """Passes over a decoded ingest batch: the per-event checks and columns, and the grouping of
-events by totals key (pure computation). `group_events` is described at its reference,
-`group_events_reference`; the rest of this docstring is `scan_events`'s contract.
+logged events by totals cell (pure computation). `dictionary_encode` and `group_coded` are
+described at their references; the rest of this docstring is `scan_events`'s contract.
 
 `scan_events` (compiled, ``costcore/_columns.pyx``) and `scan_events_reference` (this plain
 Python) have one contract, checked equal by tests/test_costcore.py. For every event they
@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple, Protocol
 
 __all__ = [
+    "CodedEntry",
+    "CodedGroups",
     "EventLike",
-    "GroupResult",
     "ScanResult",
-    "group_events_reference",
+    "dictionary_encode_reference",
+    "group_coded_reference",
     "scan_events_reference",
 ]
 
@@ -121,37 +123,84 @@ def scan_events_reference(
     return ScanResult(status, epoch_us, day, quantity, shard, passed)
 
 
-class GroupResult(NamedTuple):
-    group: array[int]  # 'i': per event, its index in `keys`
-    keys: list[tuple[int, int, str, str, str, str]]  # (day, row, stage, experiment, owner, tags)
-    hour_group: array[int]  # 'i': per event, its index in `hour_keys`
-    hour_keys: list[tuple[int, int, str]]  # (hours since 1970-01-01, row, stage)
+def dictionary_encode_reference(values: Sequence[Hashable]) -> tuple[list[Any], array[int]]:
+    """Plain-Python reference of `costcore.dictionary_encode`: the distinct values in order of
+    first appearance, and per value its index among them (``array('i')``)."""
+    index: dict[Hashable, int] = {}
+    codes = array("i", [index.setdefault(v, len(index)) for v in values])
+    return list(index), codes
 
 
-def group_events_reference(
-    events: Sequence[Any],
-    rows: Sequence[int],
-    day: Sequence[int],
-    epoch_us: Sequence[int],
-    tag_text: Callable[[dict[str, str]], str],
-) -> GroupResult:
-    """Plain-Python reference of `costcore.group_events`: intern every event's totals key and
-    hour key, numbering distinct keys in order of first appearance.
+class CodedEntry(NamedTuple):
+    """One log entry's events with their labels as codes (see service/domain/eventlog.py)."""
 
-    An event's key is (day, rate-table row, stage, experiment, owner, tag text), where the tag
-    text is ``tag_text(event.tags)`` for an event with tags and "" otherwise; its hour key is
-    (epoch_us // 3,600,000,000 floored, row, stage). Pricing aggregates by these keys; the
-    caller maps each distinct key (not each event) to its totals cell.
+    epoch_us: Sequence[int]
+    cost_nano: Sequence[int]
+    quantity_micro: Sequence[int]
+    # Five columns of the entry's own codes: stage, experiment, owner, rate, attributed tags.
+    codes: Sequence[Sequence[int]]
+    # Per column: the entry's code -> the fold's code (entries code their labels each alone).
+    to_global: Sequence[Sequence[int]]
+
+
+class CodedGroups(NamedTuple):
+    # (day, stage, experiment, owner, rate, attributed): the fold's codes; day since 1970-01-01
+    keys: list[tuple[int, int, int, int, int, int]]
+    cost_nano: array[int]  # 'q', per key
+    quantity_micro: array[int]  # 'q', per key
+    events: array[int]  # 'q', per key
+    hour_keys: list[tuple[int, int, int]]  # (hours since 1970-01-01, stage, hour class)
+    hour_cost_nano: array[int]  # 'q', per hour key
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[int]) -> CodedGroups:
+    """Plain-Python reference of `costcore.group_coded`: sum the events of several log entries
+    by totals cell and by hour cell, numbering distinct keys in order of first appearance.
+
+    An event's cell key is (day, stage, experiment, owner, rate, attributed) in the fold's
+    codes (the entry's codes mapped through `to_global`), day = epoch_us // 86,400,000,000
+    (floored); its hour key is (epoch_us // 3,600,000,000, stage, hour_class[rate]). Per cell
+    key: cost, quantity and event count; per hour key: cost. Raises OverflowError when a sum
+    leaves the signed 64-bit range (the caller sums fewer entries at once), ValueError when an
+    entry's columns differ in length.
     """
-    n = len(events)
-    group = array("i", bytes(4 * n))
-    hour_group = array("i", bytes(4 * n))
-    key_index: dict[tuple[int, int, str, str, str, str], int] = {}
-    hour_index: dict[tuple[int, int, str], int] = {}
-    for i, ev in enumerate(events):
-        tags = ev.tags
-        key = (day[i], rows[i], ev.stage, ev.experiment, ev.owner, tag_text(tags) if tags else "")
-        group[i] = key_index.setdefault(key, len(key_index))
-        hour_key = (epoch_us[i] // 3_600_000_000, rows[i], ev.stage)
-        hour_group[i] = hour_index.setdefault(hour_key, len(hour_index))
-    return GroupResult(group, list(key_index), hour_group, list(hour_index))
+    sums: dict[tuple[int, int, int, int, int, int], list[int]] = {}
+    hours: dict[tuple[int, int, int], int] = {}
+    for entry in entries:
+        n = len(entry.epoch_us)
+        if len(entry.codes) != 5 or len(entry.to_global) != 5:
+            raise ValueError("an entry has five code columns and five code maps")
+        if any(len(c) != n for c in (entry.cost_nano, entry.quantity_micro, *entry.codes)):
+            raise ValueError("every column of an entry must have the same length")
+        stage, experiment, owner, rate, attributed = (
+            [to_global[c] for c in column]
+            for column, to_global in zip(entry.codes, entry.to_global, strict=True)
+        )
+        for i in range(n):
+            us = entry.epoch_us[i]
+            cost = entry.cost_nano[i]
+            key = (us // 86_400_000_000, stage[i], experiment[i], owner[i], rate[i], attributed[i])
+            have = sums.get(key)
+            if have is None:
+                sums[key] = [cost, entry.quantity_micro[i], 1]
+            else:
+                have[0] += cost
+                have[1] += entry.quantity_micro[i]
+                have[2] += 1
+            hour_key = (us // 3_600_000_000, stage[i], hour_class[rate[i]])
+            hours[hour_key] = hours.get(hour_key, 0) + cost
+            if not (have is None or (have[0] in _INT64 and have[1] in _INT64)):
+                raise OverflowError("a sum leaves the signed 64-bit range")
+            if hours[hour_key] not in _INT64:
+                raise OverflowError("a sum leaves the signed 64-bit range")
+    return CodedGroups(
+        list(sums),
+        array("q", [v[0] for v in sums.values()]),
+        array("q", [v[1] for v in sums.values()]),
+        array("q", [v[2] for v in sums.values()]),
+        list(hours),
+        array("q", hours.values()),
+    )

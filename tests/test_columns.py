@@ -165,12 +165,14 @@ def test_bad_shard_count_is_refused() -> None:
 
 
 def test_large_and_small_batches_price_to_the_same_increments() -> None:
-    """One 300-event batch (hourly sums from a second kernel call) and the same events in
-    batches of 10 (hourly sums in Python) give the same totals, tiers and log rows."""
+    """One 300-event batch and the same events in batches of 10 give the same costs, tier
+    counters and totals (summed as a fold of their log entries sums them)."""
     import msgspec
 
     from bench.common import BENCH_CARD, EventFactory, Workload
     from service.domain.catalog import build_catalog
+    from service.domain.eventlog import decode_log_entry
+    from service.domain.folding import sums_of_log
     from service.domain.ingest import Ingestor, price_events, resolve_rows, tier_keys_needed
     from service.domain.ratecards import RateCardIn, RateCardVersion
 
@@ -202,7 +204,10 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
             priced = price_events("p", part, catalog, tiers)
             tiers.update(priced.tier_after)
             costs += list(priced.costs)
-            for key, field, delta in [*priced.increments, *priced.sums.increments("p")]:
+            entry = decode_log_entry(priced.log_entry())  # summed as a fold sums it
+            assert entry is not None
+            cells = sums_of_log([entry])
+            for key, field, delta in [*priced.increments, *cells.increments("p")]:
                 sums[(key, field)] = sums.get((key, field), 0) + delta
         return sums, costs
 
@@ -219,72 +224,116 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     assert big_sums == small_sums
 
 
-# --- group_events: events interned by totals key and hour key ---------------------------------
+# --- dictionary_encode, group_coded: the fold's compiled pass --------------------------------
 
 try:
-    from costcore import group_events as _compiled_group
+    from costcore import dictionary_encode as _compiled_encode
+    from costcore import group_coded as _compiled_group
 except ImportError as _group_exc:  # pragma: no cover - only when the build is missing
     _GROUP_ERROR: str | None = str(_group_exc)
 else:
     _GROUP_ERROR = None
 
 
-class _Ev:
-    def __init__(self, stage: str, experiment: str, owner: str, tags: dict[str, str]) -> None:
-        self.stage, self.experiment, self.owner, self.tags = stage, experiment, owner, tags
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["", "a", "b", "pretrain", "é"]) | st.integers(0, 3)))
+def test_compiled_dictionary_encode_equals_the_reference(values: list[Any]) -> None:
+    if _GROUP_ERROR is not None:
+        pytest.fail(f"compiled dictionary_encode unavailable: {_GROUP_ERROR}")
+    from costcore import dictionary_encode_reference
+
+    distinct, codes = _compiled_encode(values)
+    assert (distinct, codes) == dictionary_encode_reference(values)
+    assert [distinct[c] for c in codes] == values and len(set(map(repr, distinct))) == len(distinct)
 
 
-def _tag_text(tags: dict[str, str]) -> str:
-    return ";".join(f"{k}={v}" for k, v in sorted(tags.items()))
-
-
-grouped_events = st.lists(
+# An entry: events as (µs, cost, quantity, 5 local codes); each column's local -> fold map.
+coded_entries = st.lists(
     st.tuples(
-        st.sampled_from(["pretrain", "eval"]),
-        st.sampled_from(["", "exp-a", "exp-b"]),
-        st.sampled_from(["", "alice"]),
-        st.dictionaries(st.sampled_from(["team", "rework"]), st.sampled_from(["a", "b"])),
-        st.integers(0, 3),  # rate-table row
-        # Times around the epoch and far from it: hours and days floor for negative µs too.
-        st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000)
-        | st.integers(NOW_US - 86_400_000_000, NOW_US + 86_400_000_000),
+        st.lists(
+            st.tuples(
+                # Around the epoch and far from it: hours and days floor for negative µs too.
+                st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000)
+                | st.integers(NOW_US - 86_400_000_000, NOW_US + 86_400_000_000),
+                st.integers(0, 2**40),
+                st.integers(-(2**20), 2**40),
+                st.lists(st.integers(0, 2), min_size=5, max_size=5),
+            ),
+            max_size=40,
+        ),
+        st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3), min_size=5, max_size=5),
     ),
-    max_size=60,
+    max_size=4,
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(grouped_events)
-def test_compiled_group_events_equals_the_reference(rows: list[Any]) -> None:
-    if _GROUP_ERROR is not None:
-        pytest.fail(f"compiled group_events unavailable: {_GROUP_ERROR}")
-    from costcore import group_events_reference
+def _entries(raw: list[Any]) -> list[Any]:
+    from costcore import CodedEntry
 
-    events = [_Ev(s, e, o, t) for s, e, o, t, _, _ in rows]
-    table_rows = [r[4] for r in rows]
-    epoch_us = [r[5] for r in rows]
-    day = [us // 86_400_000_000 for us in epoch_us]
-    got = _compiled_group(events, table_rows, day, epoch_us, _tag_text)
-    want = group_events_reference(events, table_rows, day, epoch_us, _tag_text)
-    assert got == want
-    # The reference's meaning: equal keys share a group, numbered by first appearance.
-    for i, ev in enumerate(events):
-        key = want.keys[want.group[i]]
-        tag_text = _tag_text(ev.tags) if ev.tags else ""
-        assert key == (day[i], table_rows[i], ev.stage, ev.experiment, ev.owner, tag_text)
-        assert want.hour_keys[want.hour_group[i]] == (
-            epoch_us[i] // 3_600_000_000,
-            table_rows[i],
-            ev.stage,
+    out = []
+    for events, to_global in raw:
+        codes = [[ev[3][c] for ev in events] for c in range(5)]
+        out.append(
+            CodedEntry(
+                [ev[0] for ev in events],
+                [ev[1] for ev in events],
+                [ev[2] for ev in events],
+                codes,
+                to_global,
+            )
         )
-    assert sorted(set(want.group)) == list(range(len(want.keys)))
-    assert [want.group.index(g) for g in range(len(want.keys))] == sorted(
-        want.group.index(g) for g in range(len(want.keys))
-    )
+    return out
 
 
-def test_group_events_refuses_columns_of_different_lengths() -> None:
+@settings(max_examples=300, deadline=None)
+@given(coded_entries, st.lists(st.integers(0, 2), min_size=5, max_size=5))
+def test_compiled_group_coded_equals_the_reference(raw: list[Any], hour_class: list[int]) -> None:
     if _GROUP_ERROR is not None:
-        pytest.fail(f"compiled group_events unavailable: {_GROUP_ERROR}")
-    with pytest.raises(ValueError):
-        _compiled_group([_Ev("a", "", "", {})], [0, 1], [0], [0], _tag_text)
+        pytest.fail(f"compiled group_coded unavailable: {_GROUP_ERROR}")
+    from costcore import group_coded_reference
+
+    entries = _entries(raw)
+    want = group_coded_reference(entries, hour_class)
+    assert _compiled_group(entries, hour_class) == want
+    # The reference's meaning: sums per key, keys in order of first appearance.
+    cells: dict[tuple[int, ...], list[int]] = {}
+    hours: dict[tuple[int, ...], int] = {}
+    for events, to_global in raw:
+        for us, cost, qty, local in events:
+            codes = [to_global[c][local[c]] for c in range(5)]
+            have = cells.setdefault((us // 86_400_000_000, *codes), [0, 0, 0])
+            have[0] += cost
+            have[1] += qty
+            have[2] += 1
+            hour = (us // 3_600_000_000, codes[0], hour_class[codes[3]])
+            hours[hour] = hours.get(hour, 0) + cost
+    assert want.keys == list(cells)
+    sums = zip(want.cost_nano, want.quantity_micro, want.events, strict=True)
+    assert [list(t) for t in sums] == [cells[k] for k in want.keys]
+    assert want.hour_keys == list(hours) and list(want.hour_cost_nano) == list(hours.values())
+
+
+def test_group_coded_refuses_sums_beyond_int64_and_ragged_columns() -> None:
+    if _GROUP_ERROR is not None:
+        pytest.fail(f"compiled group_coded unavailable: {_GROUP_ERROR}")
+    from costcore import CodedEntry, group_coded_reference
+
+    zero = [[0]] * 5
+    one = CodedEntry([0], [2**62], [1], [[0]] * 5, zero)
+    for group in (_compiled_group, group_coded_reference):
+        assert group([one], [0]).cost_nano[0] == 2**62
+        with pytest.raises(OverflowError):
+            group([one, one], [0])
+        with pytest.raises(ValueError):
+            group([CodedEntry([0, 1], [1], [1, 1], [[0, 0]] * 5, zero)], [0])
+    # Many distinct keys: the compiled sums grow past their first allocation; codes too large
+    # to pack into one integer fall back to tuples with the same answer.
+    many = CodedEntry(
+        [i * 3_600_000_000 for i in range(5000)],
+        list(range(5000)),
+        list(range(5000)),
+        [list(range(5000))] * 5,
+        [[2 * i for i in range(5000)]] * 5,  # 5 code spaces of 10,000: over 62 bits
+    )
+    classes = [i % 3 for i in range(10_000)]
+    assert _compiled_group([many], classes) == group_coded_reference([many], classes)

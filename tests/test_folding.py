@@ -1,17 +1,20 @@
-"""Folding: totals queued by the ingest script are summed in exactly once.
+"""Folding: the totals are summed from the accepted-event log, every batch exactly once.
 
 The totals a fold writes must equal those of applying every batch on its own (the rebuild
 derives them batch by batch from the log), however many folds race, whenever a worker
-stops, and whether a rebuild runs with batches still queued.
+stops, whether a rebuild runs with batches not yet folded, and whatever the log's retention.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -20,19 +23,27 @@ import pytest
 from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.costs import cost_report
-from service.domain.eventlog import decode_log
-from service.domain.events import JSON, decode_events
-from service.domain.folding import FOLD_MAX_CELLS, CellSums, Folder, _sums_of, settle
+from service.domain.eventlog import decode_log, encode_log
+from service.domain.events import JSON, EventIn, decode_events
+from service.domain.folding import (
+    FOLD_MAX_CELLS,
+    CellSums,
+    Folder,
+    _log_plan,
+    _sums_of,
+    settle,
+)
 from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.domain.rebuild import rebuild_project
 from service.domain.rollups import ROLLUP_VERSION
 from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Keys, Store
+from service.storage.redis_store import IngestPlan, Keys, Store
 from tests.conftest import TEST_CARD, sync_client
 from tests.test_rebuild import random_events, snapshot
 
 ADMIN = Principal("test", "admin", None)
+_NOON = datetime(2026, 9, 21, 12, tzinfo=UTC)
 
 
 async def _ingest_batches(store: Store, n_batches: int, size: int = 40, seed: int = 3) -> int:
@@ -63,25 +74,32 @@ async def _logged_cost(store: Store, project: str = "llm") -> int:
     return total
 
 
-def _pending(url: str, project: str = "llm") -> tuple[int, dict[bytes, bytes]]:
+def _pending(url: str, project: str = "llm") -> tuple[str, dict[bytes, bytes]]:
+    """The log's last entry id and the meta fields of the fold (cursor, events not folded)."""
     client = sync_client(url)
     try:
-        length = int(client.llen(Keys.pending(project)))
+        last = client.xrevrange(Keys.log(project), count=1)
         meta = client.hgetall(Keys.meta(project))
-        return length, {k: v for k, v in meta.items() if k.startswith(b"pend_")}
+        fields = (b"fold_cursor", b"pend_events", b"pend_head")
+        return (last[0][0].decode() if last else ""), {k: v for k, v in meta.items() if k in fields}
     finally:
         client.close()
 
 
-async def test_batches_wait_in_the_queue_until_a_fold(store: Store, clean_redis: str) -> None:
+def _folded(url: str, project: str = "llm") -> bool:
+    last, meta = _pending(url, project)
+    return meta.get(b"fold_cursor", b"").decode() == last and meta.get(b"pend_events") == b"0"
+
+
+async def test_batches_wait_in_the_log_until_a_fold(store: Store, clean_redis: str) -> None:
     accepted = await _ingest_batches(store, 5)
-    length, meta = _pending(clean_redis)
-    assert length == 5 and meta == {b"pend_events": str(accepted).encode()}
+    last, meta = _pending(clean_redis)
+    assert meta == {b"fold_cursor": b"0-0", b"pend_events": str(accepted).encode()}
     assert snapshot(clean_redis) == {  # only the tier counters move at once
         k: v for k, v in snapshot(clean_redis).items() if b":tier:" in k
     }
     assert await settle(store, "llm") == 5
-    assert _pending(clean_redis) == (0, {b"pend_head": b"5", b"pend_events": b"0"})
+    assert _pending(clean_redis) == (last, {b"fold_cursor": last.encode(), b"pend_events": b"0"})
     daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
     assert folded == covered == accepted == 200
     assert sum(daily.values()) == await _logged_cost(store) > 0
@@ -90,10 +108,9 @@ async def test_batches_wait_in_the_queue_until_a_fold(store: Store, clean_redis:
 
 async def test_racing_folds_count_every_batch_once(store: Store, clean_redis: str) -> None:
     await _ingest_batches(store, 12)
-    # One batch per fold for some of them, so the racers interleave at many heads.
     folded = await asyncio.gather(*(settle(store, "llm") for _ in range(6)))
     assert sum(folded) == 12
-    assert _pending(clean_redis) == (0, {b"pend_head": b"12", b"pend_events": b"0"})
+    assert _folded(clean_redis)
     folded_totals = snapshot(clean_redis)
     # The rebuild prices the log again batch by batch: the same totals, field for field.
     cards = RateCards(store)
@@ -102,42 +119,57 @@ async def test_racing_folds_count_every_batch_once(store: Store, clean_redis: st
     assert snapshot(clean_redis) == folded_totals
 
 
+async def test_racing_folds_one_entry_at_a_time(
+    store: Store, clean_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folds of one entry each interleave at many cursors; still every batch once."""
+    from service.domain import folding
+
+    await _ingest_batches(store, 10)
+    monkeypatch.setattr(folding, "FOLD_MAX_ENTRIES", 1)
+    folded = await asyncio.gather(*(settle(store, "llm") for _ in range(4)))
+    assert sum(folded) == 10 and _folded(clean_redis)
+    assert sum((await store.daily_costs("llm")).values()) == await _logged_cost(store)
+
+
 async def test_a_fold_that_lost_the_race_writes_nothing(store: Store, clean_redis: str) -> None:
     await _ingest_batches(store, 3)
-    head, length, blobs = await store.pending_batches("llm", 10)
-    assert (head, length, len(blobs)) == (0, 3, 3)
-    sums, count = _sums_of(blobs)
+    cursor, last, legacy, entries = await store.unfolded_entries("llm", 10, 1 << 30)
+    assert (cursor, legacy, len(entries), entries[-1][0]) == ("0-0", 0, 3, last)
+    count, new_cursor, events, increments = _log_plan("llm", entries)
+    assert (count, new_cursor, events) == (3, last, 120)
     assert await settle(store, "llm") == 3  # another worker folded them first
     settled = snapshot(clean_redis)
-    late = await store.fold_batches("llm", head, count, sums.events, sums.increments("llm"))
-    assert late is False
+    assert await store.fold_log("llm", cursor, new_cursor, events, increments) is False
     assert snapshot(clean_redis) == settled
-    assert _pending(clean_redis) == (0, {b"pend_head": b"3", b"pend_events": b"0"})
+    assert _folded(clean_redis)
 
 
-async def test_a_rebuild_drops_the_queue_it_already_counts(store: Store, clean_redis: str) -> None:
+async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
+    store: Store, clean_redis: str
+) -> None:
     await _ingest_batches(store, 4)
-    stale = await store.pending_batches("llm", 10)
+    stale = await store.unfolded_entries("llm", 10, 1 << 30)
     report = await rebuild_project(store, RateCards(store), "llm")  # folds, then rebuilds
     assert report.events == 160 and report.changed is False
-    assert _pending(clean_redis)[0] == 0
+    assert _folded(clean_redis)
     rebuilt = snapshot(clean_redis)
-    # Batches queued after the rebuild read the log are folded as usual.
+    # Batches accepted after the rebuild read the log are folded as usual.
     await _ingest_batches(store, 1, seed=9)
-    assert _pending(clean_redis)[0] == 1
-    # A fold that read the queue before the rebuild cannot apply it afterwards.
-    sums, count = _sums_of(stale[2])
-    assert not await store.fold_batches("llm", stale[0], count, sums.events, [])
+    assert not _folded(clean_redis)
+    # A fold that read the log before the rebuild cannot apply it afterwards.
+    _, new_cursor, events, increments = _log_plan("llm", stale[3])
+    assert not await store.fold_log("llm", stale[0], new_cursor, events, increments)
     assert await settle(store, "llm") == 1
     assert sum((await store.daily_costs("llm")).values()) == await _logged_cost(store)
     assert snapshot(clean_redis) != rebuilt
 
 
-async def test_a_rebuild_with_batches_still_queued_drops_them(
+async def test_a_rebuild_with_batches_not_yet_folded_counts_them_once(
     store: Store, clean_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Batches still queued when the rebuild swaps (say, another worker's fold is slow) are
-    in the log the rebuild priced: the swap drops them, so no fold can add them again."""
+    """Batches not folded when the rebuild swaps (say, another worker's fold is slow) are in
+    the log the rebuild priced: the swap moves the cursor past them, so no fold adds them."""
     from service.domain import rebuild as rebuild_module
 
     accepted = await _ingest_batches(store, 4)
@@ -148,29 +180,58 @@ async def test_a_rebuild_with_batches_still_queued_drops_them(
     monkeypatch.setattr(rebuild_module, "settle", no_fold)
     report = await rebuild_project(store, RateCards(store), "llm")
     assert report.events == accepted
-    assert _pending(clean_redis) == (0, {b"pend_head": b"4", b"pend_events": b"0"})
+    assert _folded(clean_redis)
     assert await settle(store, "llm") == 0
     daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
     assert folded == covered == accepted
     assert sum(daily.values()) == await _logged_cost(store)
 
 
-def test_a_fold_takes_one_batch_when_their_sum_would_leave_int64() -> None:
-    def blob(cost: int) -> bytes:
-        sums = CellSums()
-        sums.cells[("20261130", "pretrain")] = [cost, 1, 1]
-        sums.events = 1
-        return sums.encode()
+def _entry(costs: list[int], experiments: list[str] | None = None) -> bytes:
+    """A log entry (format 2) of events on one day, one per cost."""
+    n = len(costs)
+    event = EventIn(
+        id="x",
+        time=_NOON,
+        project="llm",
+        sku="gpu",
+        quantity=1,
+        stage="pretrain",  # type: ignore[arg-type]
+    )
+    events = [msgspec.structs.replace(event, experiment=e) for e in experiments or [""] * n]
+    epoch = [1_790_000_000_000_000] * n
+    rate = (1, "gpu", "compute", "e")
+    return encode_log(events, epoch, [1] * n, costs, [rate], [0] * n, [""] * n)
 
+
+def test_a_fold_takes_fewer_entries_when_their_sum_would_leave_int64() -> None:
     big = 2**62 + 1
-    sums, count = _sums_of([blob(big), blob(big), blob(5)])
-    assert count == 1 and sums.cells[("20261130", "pretrain")] == [big, 1, 1]
-    sums, count = _sums_of([blob(big), blob(5), blob(7)])
-    assert count == 3 and sums.cells[("20261130", "pretrain")] == [big + 12, 3, 3]
-    assert sums.events == 3
+    entries = [("1-0", _entry([big])), ("2-0", _entry([big])), ("3-0", _entry([5]))]
+    count, cursor, events, increments = _log_plan("llm", entries)
+    assert (count, cursor, events) == (1, "1-0", 1)
+    assert max(delta for _, _, delta in increments) == big
+    count, cursor, events, _ = _log_plan("llm", [entries[0], entries[2], entries[2]])
+    assert (count, cursor, events) == (3, "3-0", 3)
+
+
+def test_one_fold_writes_a_bounded_number_of_cells() -> None:
+    """Valkey runs a script alone: a fold takes entries while they hold <= FOLD_MAX_CELLS."""
+    half = FOLD_MAX_CELLS // 2 + 1
+
+    def entry(first: int) -> bytes:
+        return _entry([1] * half, [f"e{i}" for i in range(first, first + half)])
+
+    entries = [(f"{k + 1}-0", entry(k * half)) for k in range(4)]
+    count, cursor, events, _ = _log_plan("llm", entries)
+    assert (count, cursor, events) == (1, "1-0", half)  # halved until it fits
+    # Entries over the same cells merge: all of them fit in one fold.
+    same = [(f"{k + 1}-0", entry(0)) for k in range(4)]
+    count, cursor, events, _ = _log_plan("llm", same)
+    assert (count, cursor, events) == (4, "4-0", 4 * half)
 
 
 def test_cell_sums_survive_their_encoding() -> None:
+    """The legacy pending blobs (see test_legacy_pending_sums_are_folded_once)."""
     sums = CellSums()
     sums.cells[("20261130", "a\x1fb")] = [10, 2, 1]
     sums.cells[("20261201", "c")] = [7, 0, 3]
@@ -182,6 +243,72 @@ def test_cell_sums_survive_their_encoding() -> None:
     assert again.events == 8
     assert again.cells == {("20261130", "a\x1fb"): [20, 4, 2], ("20261201", "c"): [14, 0, 6]}
     assert again.hourly == {("20261130", "c|05|pretrain"): 20}
+    big = CellSums()
+    big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]
+    big.events = 1
+    sums, count = _sums_of([big.encode(), big.encode(), sums.encode()])
+    assert count == 1 and sums.cells[("20261130", "c")] == [2**62 + 1, 1, 1]
+
+
+async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: str) -> None:
+    """A project from before the log fold: entries in rows, sums queued on the pending list
+    (as that version's ingest script left them). The queued sums are folded once, the row
+    entries are not summed again, and batches accepted since go through the log."""
+    client = sync_client(clean_redis)
+    try:
+        legacy = CellSums()
+        legacy.cells[("20261130", "pretrain\x1f\x1fcompute\x1fgpu\x1f\x1fe\x1f")] = [70, 3, 2]
+        legacy.hourly[("20261130", "c|05|pretrain\x1fcompute\x1fe")] = 70
+        legacy.events = 2
+        rows = [["a", 1, "pretrain", "", "", "gpu", 1, None, 30, 1, "compute"]] * 2
+        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
+        client.rpush(Keys.pending("llm"), legacy.encode())
+        client.hset(Keys.meta("llm"), mapping={"accepted": 2, "pend_events": 2})
+    finally:
+        client.close()
+    # A batch of this version: the cursor starts after the legacy entry.
+    accepted = await _ingest_batches(store, 1)
+    assert _pending(clean_redis)[1][b"fold_cursor"] != b"0-0"
+    assert await settle(store, "llm") == 2  # the legacy blob, then the new entry
+    assert _folded(clean_redis)
+    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
+    assert folded == accepted + 2
+    assert sum(daily.values()) == await _logged_cost(store) + 70 - 60
+
+
+async def test_retention_never_trims_what_was_not_folded(store: Store, clean_redis: str) -> None:
+    """The log keeps every entry after the cursor, whatever the retention asks for."""
+    await _ingest_batches(store, 2)
+    entries = (await store.unfolded_entries("llm", 10, 1 << 30))[3]
+    meta = await store.project_meta("llm")
+    # A batch asking to trim everything older than the far future.
+    plan = IngestPlan(
+        project="llm",
+        event_ids=["late-1"],
+        seen_shards=[0],
+        expiry_days=[99_999],
+        tier_checks=[],
+        increments=[],
+        log_blob=_entry([5]),
+        currency="",
+        rate_card="default",
+        duplicates_seen=0,
+        log_min_id="99999999999999-0",
+        counters=[],
+        budgets_rev="0",
+        expected_meta=(meta.get("rate_card"), meta.get("currency"), None),
+        rate_card_revision=0,
+    )
+    assert (await store.apply_batch(plan)).status == 0
+    kept = [entry_id for entry_id, _ in await store.log_entries("llm")]
+    assert kept[:2] == [entry_id for entry_id, _ in entries] and len(kept) == 3
+    assert await settle(store, "llm") == 3
+    assert _folded(clean_redis)
+    # Once folded, the same retention trims them (the approximate MINID trims whole nodes,
+    # so at least: nothing after the cursor is gone, and the fold's totals stay).
+    assert (await store.apply_batch(dataclasses.replace(plan, event_ids=["late-2"]))).status == 0
+    assert len(await store.log_entries("llm")) >= 1
+    assert await settle(store, "llm") == 1
 
 
 @pytest.fixture
@@ -200,7 +327,7 @@ async def test_queued_totals_survive_a_killed_valkey(data_dir: Path) -> None:
     try:
         store = Store.from_url(url)
         accepted = await _ingest_batches(store, 3)
-        assert _pending(url)[0] == 3
+        assert not _folded(url)
         await store.close()
     finally:
         valkey.kill()  # SIGKILL: no shutdown, no fold
@@ -208,9 +335,9 @@ async def test_queued_totals_survive_a_killed_valkey(data_dir: Path) -> None:
     assert again.start() == url
     try:
         store = Store.from_url(url)
-        assert _pending(url)[0] == 3
+        assert _pending(url)[1][b"pend_events"] == str(accepted).encode()
         report = await cost_report(store, "llm", None, None, ["day"], {})  # folds first
-        assert _pending(url)[0] == 0
+        assert _folded(url)
         assert report.total_events == accepted
         daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
         assert folded == accepted and sum(daily.values()) == await _logged_cost(store)
@@ -228,7 +355,7 @@ async def test_a_read_right_after_an_answer_sees_the_batch(store: Store) -> None
 
 async def _until_folded(url: str, project: str = "llm") -> None:
     for _ in range(400):  # a bound on waiting, never an assertion about speed
-        if _pending(url, project)[0] == 0:
+        if _folded(url, project):
             return
         await asyncio.sleep(0.025)
     raise AssertionError("the background fold did not run")
@@ -258,31 +385,11 @@ async def test_the_background_folder_folds_without_any_read(store: Store, clean_
     assert sum(daily.values()) == await _logged_cost(store)
 
 
-def test_one_fold_writes_a_bounded_number_of_cells() -> None:
-    """Valkey runs a script alone: a fold takes blobs until it holds FOLD_MAX_CELLS cells."""
-
-    def blob(first: int, n: int) -> bytes:
-        sums = CellSums()
-        for i in range(first, first + n):
-            sums.cells[("20261130", f"cell-{i}")] = [1, 1, 1]
-        sums.events = n
-        return sums.encode()
-
-    half = FOLD_MAX_CELLS // 2 + 1
-    blobs = [blob(k * half, half) for k in range(4)]
-    sums, count = _sums_of(blobs)
-    assert count == 2 and len(sums.cells) == 2 * half
-    # Blobs over the same cells merge: all of them fit in one fold.
-    same = [blob(0, half)] * 4
-    sums, count = _sums_of(same)
-    assert count == 4 and len(sums.cells) == half and sums.events == 4 * half
-
-
 async def test_a_fold_reads_a_bounded_number_of_bytes(store: Store) -> None:
     await _ingest_batches(store, 3)
-    _, length, everything = await store.pending_batches("llm", 10)
-    assert length == 3 and len(everything) == 3
-    assert (await store.pending_batches("llm", 10, max_bytes=1))[2] == everything[:1]
-    two = await store.pending_batches("llm", 10, max_bytes=len(everything[0]) + 1)
-    assert two == (0, 3, everything[:2])
-    assert (await store.pending_batches("llm", 2))[2] == everything[:2]
+    cursor, last, _, everything = await store.unfolded_entries("llm", 10, 1 << 30)
+    assert len(everything) == 3 and everything[-1][0] == last
+    assert (await store.unfolded_entries("llm", 10, 1))[3] == everything[:1]
+    two = await store.unfolded_entries("llm", 10, len(everything[0][1]) + 1)
+    assert two == (cursor, last, 0, everything[:2])
+    assert (await store.unfolded_entries("llm", 2, 1 << 30))[3] == everything[:2]

@@ -2,16 +2,19 @@
 and to fold its totals.
 
 An entry is one zlib-compressed msgpack blob. Since the totals are folded from the log
-(service/domain/folding.py) it is written in columns:
+(service/domain/folding.py), it is written in columns, its labels coded (format 2):
 
-    [2, ids, epoch_us, stages, experiments, owners, skus, quantity_micro, tags, cost_nano,
-     versions, categories, fixed, attributed]
+    [2, ids, epoch_us, quantity_micro, cost_nano, tags,
+     stages, stage codes, experiments, experiment codes, owners, owner codes,
+     rates, rate codes, attributed, attributed codes]
 
-one list per field, each as long as the batch: `tags` holds the event's tags or nil, `fixed`
-is "f" (fixed cost) or "e" (elastic) as the rate card said when the batch was priced, and
-`attributed` the tags the project attributed costs by then (canonical text, "" for none), so
-a fold needs neither the rate card nor the project's settings. Columns of one field compress
-better and encode faster than rows of mixed fields.
+`tags` holds each event's tags or nil. A label column is written as its distinct values (in
+order of first appearance) and one code per event (the value's index), so an entry is small
+and a fold sums events by integers instead of hashing every event's strings. A rate is
+[version, sku, category, fixed]: the rate-card version the event was priced with, its SKU,
+the SKU's category and "f" (fixed cost) or "e" (elastic), as the card said then; `attributed`
+is the tags the project attributed costs by then (canonical text, "" for none). A fold
+therefore needs neither the rate card nor the project's settings.
 
 Entries written before the fold read the log are rows (format 1, still read):
 
@@ -29,6 +32,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from costcore import dictionary_encode
 from service.domain.events import EventIn
 from service.storage.redis_store import Store
 
@@ -37,28 +41,24 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _decoder = msgspec.msgpack.Decoder()
 
 
-class LogColumns(NamedTuple):
-    """One log entry as columns (format 2). `fixed` and `attributed` are empty lists for an
-    entry of format 1, which did not record them."""
+class CodedLog(NamedTuple):
+    """One log entry (format 2) as written: columns, labels coded (see the module's docstring)."""
 
     ids: list[str]
     epoch_us: list[int]
-    stages: list[str]
-    experiments: list[str]
-    owners: list[str]
-    skus: list[str]
     quantity_micro: list[int]
-    tags: list[dict[str, str] | None]
     cost_nano: list[int]
-    versions: list[int]
-    categories: list[str]
-    fixed: list[str]
+    tags: list[dict[str, str] | None]
+    stages: list[str]
+    stage_codes: list[int]
+    experiments: list[str]
+    experiment_codes: list[int]
+    owners: list[str]
+    owner_codes: list[int]
+    rates: list[tuple[int, str, str, str]]  # (version, sku, category, fixed)
+    rate_codes: list[int]
     attributed: list[str]
-
-    @property
-    def size(self) -> int:
-        """Events in the entry (`len()` of a tuple counts its fields)."""
-        return len(self.ids)
+    attributed_codes: list[int]
 
 
 class LoggedEvent(NamedTuple):
@@ -96,48 +96,72 @@ def encode_log(
     epoch_us: Sequence[int],
     quantity_micro: Sequence[int],
     cost_nano: Sequence[int],
-    versions: Sequence[int],
-    categories: Sequence[str],
-    fixed: Sequence[str],
+    rates: Sequence[tuple[int, str, str, str]],
+    rate_codes: Sequence[int],
     attributed: Sequence[str],
 ) -> bytes:
-    """The log entry of an accepted batch (format 2, columns)."""
+    """The log entry of an accepted batch (format 2): `rates` are the distinct (version, sku,
+    category, fixed) of the batch, `rate_codes` each event's index among them, `attributed`
+    each event's attributed tags."""
+    stages, stage_codes = dictionary_encode([ev.stage for ev in events])
+    experiments, experiment_codes = dictionary_encode([ev.experiment for ev in events])
+    owners, owner_codes = dictionary_encode([ev.owner for ev in events])
+    attributed_values, attributed_codes = dictionary_encode(attributed)
     columns = [
         COLUMNS_FORMAT,
         [ev.id for ev in events],
         epoch_us,
-        [ev.stage for ev in events],
-        [ev.experiment for ev in events],
-        [ev.owner for ev in events],
-        [ev.sku for ev in events],
         quantity_micro,
-        [ev.tags or None for ev in events],
         cost_nano if isinstance(cost_nano, list) else list(cost_nano),  # an array.array
-        versions,
-        categories,
-        fixed,
-        attributed,
+        [ev.tags or None for ev in events],
+        stages,
+        stage_codes.tolist(),
+        experiments,
+        experiment_codes.tolist(),
+        owners,
+        owner_codes.tolist(),
+        rates,
+        rate_codes if isinstance(rate_codes, list) else list(rate_codes),
+        attributed_values,
+        attributed_codes.tolist(),
     ]
     return zlib.compress(msgspec.msgpack.encode(columns), 1)
 
 
-def decode_log_columns(blob: bytes) -> LogColumns:
-    """A log entry (either format) as columns."""
+def decode_log_entry(blob: bytes) -> CodedLog | None:
+    """A log entry as written, or None for an entry of rows (format 1)."""
     raw: list[Any] = _decoder.decode(zlib.decompress(blob))
     if raw and raw[0] == COLUMNS_FORMAT:
-        return LogColumns(*raw[1:])
-    if not raw:
-        return LogColumns([], [], [], [], [], [], [], [], [], [], [], [], [])
-    columns: list[list[Any]] = [list(column) for column in zip(*raw, strict=True)]
-    return LogColumns._make([*columns, [], []])
+        return CodedLog._make(raw[1:])
+    return None
 
 
 def decode_log(blob: bytes) -> list[LoggedEvent]:
     """A log entry (either format) as rows."""
     raw: list[Any] = _decoder.decode(zlib.decompress(blob))
-    if raw and raw[0] == COLUMNS_FORMAT:
-        return [LoggedEvent(*row) for row in zip(*raw[1:12], strict=True)]
-    return [LoggedEvent(*row) for row in raw]
+    if not (raw and raw[0] == COLUMNS_FORMAT):
+        return [LoggedEvent(*row) for row in raw]
+    e = CodedLog._make(raw[1:])
+    stages, experiments, owners, rates = e.stages, e.experiments, e.owners, e.rates
+    rows = []
+    for i, event_id in enumerate(e.ids):
+        version, sku, category, _ = rates[e.rate_codes[i]]
+        rows.append(
+            LoggedEvent(
+                event_id,
+                e.epoch_us[i],
+                stages[e.stage_codes[i]],
+                experiments[e.experiment_codes[i]],
+                owners[e.owner_codes[i]],
+                sku,
+                e.quantity_micro[i],
+                e.tags[i],
+                e.cost_nano[i],
+                version,
+                category,
+            )
+        )
+    return rows
 
 
 async def read_log(

@@ -1,53 +1,102 @@
-"""Folding: accepted batches' cell sums, queued by the ingest script, summed into the totals.
+"""Folding: the totals summed from the accepted-event log, many batches at a time.
 
-The ingest script applies at once what must be exact at once: the deduplication ids, the log,
-the graduated-tier and budget counters (alerts fire from those) and `accepted`. The batch's
-totals (one sum per cell: day x stage x experiment x category x SKU x owner x tags, plus the
-hourly cells) are not incremented there, field by field, but queued as one blob on the
-project's pending list. A fold takes the blobs from the head of that list, sums them (batches
-touching the same cells merge, so a cell is written once per fold rather than once per batch),
-derives the daily index and the roll-ups from the sums, and applies it all in one script that
-also drops the blobs it applied, after checking that no other fold took them first.
+The ingest script applies at once what must be exact at once: the deduplication ids, the log
+entry, the graduated-tier and budget counters (alerts fire from those) and `accepted`. The
+batch's totals (one sum per cell: day x stage x experiment x category x SKU x owner x
+fixed/elastic x attributed tags, plus the hourly cells, the daily index and the roll-ups) are
+not written there, field by field: a fold reads the log entries after the project's cursor
+(meta ``fold_cursor``), sums their events by cell in one compiled pass (`costcore.group_coded`;
+batches touching the same cells merge, so a cell is written once per fold rather than once per
+batch), derives the daily index, hours and roll-ups from the sums, and applies it all in one
+script that also moves the cursor past the entries it summed, after checking that no other
+fold moved it first. The log entry carries what a fold needs (each event's cost, category,
+fixed/elastic flag and attributed tags, as priced), so a fold reads no rate card or setting.
 
 Answers stay exact and current: every read of the totals folds first (`settle`), and each
-worker folds the projects it ingested into every second in the background (`Folder`), so the
-list stays short. Nothing is lost if a worker stops between the two steps:
-the blobs stay queued until some fold applies them, and the head's sequence number makes a
-fold that lost the race write nothing.
+worker folds the projects it ingested into every second in the background (`Folder`). Nothing
+is lost if a worker stops between the two steps: the entries stay after the cursor until some
+fold applies them, and a fold that lost the race writes nothing.
+
+Legacy: batches accepted before the totals were folded from the log queued their cell sums
+on the project's pending list (blobs of `CellSums.encode`); `settle` folds those first. Their
+log entries are rows (format 1) and are skipped by the log fold, which is also what keeps a
+worker of that version, running beside this one during an upgrade, from being counted twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 from redis.exceptions import RedisError
 
+from costcore import CodedEntry, CodedGroups, group_coded
+from service.domain.eventlog import CodedLog, decode_log_entry
 from service.domain.rollups import rollup_increments
-from service.storage.redis_store import Keys, Store
+from service.storage.redis_store import FIELD_SEP, Keys, Store
 
 log = logging.getLogger("trainledger")
 
 # A fold's cost grows with the cells its batches touch, not with their events, so folding
 # less often costs less per event; reads fold first, so this does not delay any answer.
 FOLD_INTERVAL_SECONDS = 1.0
-# What one fold reads and writes. A fold must merge many batches to be cheaper than applying
-# them one by one (its cost is per distinct cell), yet Valkey runs its script alone: a fold
-# writes at most 32,768 cells (~0.1 s of Valkey at most; a day of the benchmark's project has
-# 12,000), and reads blobs up to 32 MB (a 5,000-event batch's blob is ~0.4 MB) or 4,096 of
-# them (a second of one-event posts at 1,000/s is one fold, not several).
-FOLD_MAX_BATCHES = 4096
-FOLD_MAX_BYTES = 32 << 20
+# What one fold reads and writes. Valkey runs the fold's script alone, so a fold writes at most
+# 32,768 cells (~0.1 s of Valkey at most; a day of the benchmark's project has 12,000); it
+# reads log entries up to 8 MB (a 5,000-event entry is ~90 kB: ~450,000 events, ~0.3 s of
+# decoding and summing, in a thread) or 4,096 of them (a second of one-event posts at 1,000/s
+# is one fold, not several).
+FOLD_MAX_ENTRIES = 4096
+FOLD_MAX_BYTES = 8 << 20
 FOLD_MAX_CELLS = 32768
+# Legacy pending blobs: as many per fold as before.
+FOLD_MAX_BATCHES = 4096
+LEGACY_MAX_BYTES = 32 << 20
 # A fold's summed increments must fit Valkey's signed 64-bit HINCRBY; beyond this a fold takes
 # fewer blobs (a single batch's sums are already bounded by the kernel's overflow checks).
 _INT64_MAX = 2**63 - 1
 _PAUSE_PER_FOLD_SECOND = 4.0
 
 _blob_decoder = msgspec.msgpack.Decoder()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@functools.lru_cache(maxsize=4096)
+def day_name(days_since_epoch: int) -> str:
+    """yyyymmdd of a day counted from 1970-01-01."""
+    return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
+
+
+_MEMO_LIMIT = 200_000
+# A fold's cells recur fold after fold: each key is spelled out once per worker.
+_cell_memo: dict[tuple[int, str, str, str, str, str, str, str], tuple[str, str]] = {}
+_hour_memo: dict[tuple[int, str, str, str], tuple[str, str]] = {}
+
+
+def _cell_of(key: tuple[int, str, str, str, str, str, str, str]) -> tuple[str, str]:
+    """(yyyymmdd, dims) of a cell key (day, then the dims): dims as the totals fields spell them."""
+    if len(_cell_memo) >= _MEMO_LIMIT:
+        _cell_memo.clear()
+    day, *dims = key
+    cell = _cell_memo[key] = (day_name(day), FIELD_SEP.join(dims))
+    return cell
+
+
+def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
+    """(yyyymmdd, hourly field) of an hour key (hours since 1970-01-01, stage, category, fixed)."""
+    if len(_hour_memo) >= _MEMO_LIMIT:
+        _hour_memo.clear()
+    hours, stage, category, fixed = key
+    field = f"c|{hours % 24:02d}|{stage}{FIELD_SEP}{category}{FIELD_SEP}{fixed}"
+    cell = _hour_memo[key] = (day_name(hours // 24), field)
+    return cell
 
 
 class CellSums:
@@ -93,6 +142,46 @@ class CellSums:
         hours = self.hourly
         for key, cost in other.hourly.items():
             hours[key] = hours.get(key, 0) + cost
+
+    def add_groups(self, groups: CodedGroups, labels: _Labels) -> None:
+        """Add events summed by `costcore.group_coded`, whose codes `labels` spell out."""
+        into = self.cells
+        stages, experiments, owners, rates, attributed, hour_classes = labels
+        for (day, stage, experiment, owner, rate, attr), cost, quantity, count in zip(
+            groups.keys, groups.cost_nano, groups.quantity_micro, groups.events, strict=True
+        ):
+            sku, category, fixed = rates[rate]
+            key = (
+                day,
+                stages[stage],
+                experiments[experiment],
+                category,
+                sku,
+                owners[owner],
+                fixed,
+                attributed[attr],
+            )
+            cell = _cell_memo.get(key)
+            if cell is None:
+                cell = _cell_of(key)
+            have = into.get(cell)
+            if have is None:
+                into[cell] = [cost, quantity, count]
+            else:
+                have[0] += cost
+                have[1] += quantity
+                have[2] += count
+            self.events += count
+        hours = self.hourly
+        for (hour, stage, hour_class), cost in zip(
+            groups.hour_keys, groups.hour_cost_nano, strict=True
+        ):
+            category, fixed = hour_classes[hour_class]
+            hour_key = (hour, stages[stage], category, fixed)
+            cell = _hour_memo.get(hour_key)
+            if cell is None:
+                cell = _hour_cell_of(hour_key)
+            hours[cell] = hours.get(cell, 0) + cost
 
     def add_blob(self, blob: bytes) -> None:
         """Add the sums of an encoded `CellSums`."""
@@ -173,33 +262,132 @@ def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
     return sums, count
 
 
-# Summing blobs is CPU work in Python: beyond this many bytes of blobs (a few dozen one-event
+# Summing is CPU work: beyond this many bytes of log entries or blobs (a few dozen one-event
 # batches) it runs in a thread, so the event loop keeps answering requests meanwhile (it
 # still shares the interpreter, in slices: `trainledger serve` makes them 1 ms).
 _THREAD_ABOVE_BYTES = 16 * 1024
 
+_LogPlan = tuple[int, str, int, list[tuple[str, str, int]]]
 
-def _fold_plan(project: str, blobs: Sequence[bytes]) -> tuple[int, int, list[tuple[str, str, int]]]:
-    sums, count = _sums_of(blobs)
-    return count, sums.events, sums.increments(project)
+
+def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+    """(entries summed, the last one's id, events, increments) for a fold of the first
+    entries: all of them, or fewer when their cells pass `FOLD_MAX_CELLS` or a sum would
+    leave int64 (one entry never does: the kernel bounds a batch's sums)."""
+    # Row entries (format 1, written before the totals were folded from the log) are left
+    # out: their sums went to the legacy pending list.
+    coded = [decode_log_entry(blob) for _, blob in entries]
+    take = len(entries)
+    while True:
+        try:
+            sums = sums_of_log([e for e in coded[:take] if e is not None])
+        except OverflowError:
+            if take == 1:
+                raise
+            take //= 2
+            continue
+        if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
+            take //= 2
+            continue
+        return take, entries[take - 1][0], sums.events, sums.increments(project)
+
+
+# The labels a fold's codes stand for: stages, experiments, owners, rates as (sku, category,
+# fixed), attributed tags, and hour classes as (category, fixed).
+_Labels = tuple[
+    list[str], list[str], list[str], list[tuple[str, str, str]], list[str], list[tuple[str, str]]
+]
+
+
+def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
+    """The totals of these log entries, summed by cell and hour in one compiled pass."""
+    spaces: list[dict[Any, int]] = [{}, {}, {}, {}, {}]
+    hour_class: dict[tuple[str, str], int] = {}
+    coded: list[CodedEntry] = []
+    for e in entries:
+        rates = [(sku, category, fixed) for _, sku, category, fixed in e.rates]
+        columns: tuple[list[Any], ...] = (e.stages, e.experiments, e.owners, rates, e.attributed)
+        to_global = [
+            [space.setdefault(value, len(space)) for value in values]
+            for space, values in zip(spaces, columns, strict=True)
+        ]
+        codes = (e.stage_codes, e.experiment_codes, e.owner_codes, e.rate_codes)
+        coded.append(
+            CodedEntry(
+                e.epoch_us, e.cost_nano, e.quantity_micro, (*codes, e.attributed_codes), to_global
+            )
+        )
+    rate_space = list(spaces[3])
+    classes = [hour_class.setdefault((c, f), len(hour_class)) for _, c, f in rate_space]
+    groups = group_coded(coded, classes)
+    labels: _Labels = (
+        list(spaces[0]),
+        list(spaces[1]),
+        list(spaces[2]),
+        rate_space,
+        list(spaces[4]),
+        list(hour_class),
+    )
+    sums = CellSums()
+    sums.add_groups(groups, labels)
+    return sums
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id ("ms-seq") as a sortable pair; "" sorts first."""
+    if not entry_id:
+        return (-1, -1)
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq or 0))
 
 
 async def settle(store: Store, project: str) -> int:
     """Fold what is pending for the project, so that a read of its totals that follows sees
     every batch accepted before this call. Returns the batches this call folded (others may
     have been folded meanwhile by another worker)."""
-    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, FOLD_MAX_BYTES)
+    cursor, last, legacy, entries = await store.unfolded_entries(
+        project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
+    )
+    folded = await _settle_legacy(store, project) if legacy else 0
+    target = _entry_order(last)
+    # Each round's cursor is further on (this fold or another one moved it), so this ends.
+    while entries and _entry_order(cursor) < target:
+        if sum(len(blob) for _, blob in entries) > _THREAD_ABOVE_BYTES:
+            count, new_cursor, events, increments = await asyncio.to_thread(
+                _log_plan, project, entries
+            )
+        else:
+            count, new_cursor, events, increments = _log_plan(project, entries)
+        if await store.fold_log(project, cursor, new_cursor, events, increments):
+            folded += count
+        cursor, _, _, entries = await store.unfolded_entries(
+            project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
+        )
+    return folded
+
+
+def _legacy_plan(
+    project: str, blobs: Sequence[bytes]
+) -> tuple[int, int, list[tuple[str, str, int]]]:
+    sums, count = _sums_of(blobs)
+    return count, sums.events, sums.increments(project)
+
+
+async def _settle_legacy(store: Store, project: str) -> int:
+    """Fold the legacy pending list (see the module's docstring) up to its length now."""
+    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES)
     target = head + length
     folded = 0
-    # Each round's head is further on (this fold or another one moved it), so this ends.
     while blobs and head < target:
         if sum(map(len, blobs)) > _THREAD_ABOVE_BYTES:
-            count, events, increments = await asyncio.to_thread(_fold_plan, project, blobs)
+            count, events, increments = await asyncio.to_thread(_legacy_plan, project, blobs)
         else:
-            count, events, increments = _fold_plan(project, blobs)
+            count, events, increments = _legacy_plan(project, blobs)
         if await store.fold_batches(project, head, count, events, increments):
             folded += count
-        head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, FOLD_MAX_BYTES)
+        head, length, blobs = await store.pending_batches(
+            project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES
+        )
     return folded
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import functools
 import random
 import time
 from array import array
@@ -22,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from costcore import group_events, price_batch, scan_events
+from costcore import dictionary_encode, price_batch, scan_events
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
@@ -37,9 +36,8 @@ from service.domain.events import (
     known_valid,
     valid_project,
 )
-from service.domain.folding import CellSums, Folder
+from service.domain.folding import Folder, day_name
 from service.storage.redis_store import (
-    FIELD_SEP,
     SEEN_SHARDS,
     TAG_SEP,
     BudgetCounter,
@@ -96,19 +94,8 @@ class PendingEvent:
     @classmethod
     def logged(cls, row: LoggedEvent, project: str, index: int) -> PendingEvent:
         """A logged event ready to be priced again, as ingestion would have prepared it."""
-        day = _day_name(row.epoch_us // 86_400_000_000)
+        day = day_name(row.epoch_us // 86_400_000_000)
         return cls(index, row.event(project), row.quantity_micro, row.epoch_us, day, day[:6], 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def _day_name(days_since_epoch: int) -> str:
-    return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
-
-
-def _dims(
-    stage: str, experiment: str, category: str, sku: str, owner: str, fixed: bool, tags: str
-) -> str:
-    return FIELD_SEP.join((stage, experiment, category, sku, owner, "f" if fixed else "e", tags))
 
 
 def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
@@ -156,7 +143,7 @@ class PendingBatch:
         for ev, index, quantity, epoch_us, day in zip(
             self.events, self.index, self.quantity_micro, self.epoch_us, self.day, strict=True
         ):
-            name = _day_name(day)
+            name = day_name(day)
             out.append(PendingEvent(index, ev, quantity, epoch_us, name, name[:6], 0))
         return out
 
@@ -178,20 +165,34 @@ class PricedBatch:
 
     batch: PendingBatch  # the priced events (the overflowed ones left out)
     costs: array[int]
-    versions: list[int]  # rate-card version numbers
-    categories: list[str]
-    fixed: list[str]  # "f" (fixed cost) or "e" (elastic), per event
+    # The distinct (rate-card version, sku, category, fixed) the events were priced with, and
+    # each event's index among them: as the log records them.
+    rates: list[tuple[int, str, str, str]]
+    rate_codes: array[int]
     attributed: list[str]  # the tags each event's cost is attributed by (canonical text)
     overflowed_batch: PendingBatch
     increments: list[tuple[str, str, int]]  # applied at once: the graduated-tier counters
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
-    sums: CellSums  # the totals, folded in after the batch is accepted
 
     @property
     def events(self) -> list[PendingEvent]:
         return self.batch.pending()
+
+    @property
+    def categories(self) -> list[str]:
+        """Each event's SKU category."""
+        rates = self.rates
+        return [rates[c][2] for c in self.rate_codes]
+
+    def log_entry(self) -> bytes:
+        """The batch's entry in the accepted-event log."""
+        b = self.batch
+        return encode_log(
+            b.events, b.epoch_us, b.quantity_micro, self.costs, self.rates, self.rate_codes,
+            self.attributed,
+        )  # fmt: skip
 
     @property
     def overflowed(self) -> list[PendingEvent]:
@@ -269,24 +270,6 @@ def _row_facts(catalog: PricingCatalog) -> _RowFacts:
     return facts
 
 
-_KeyMemo = dict[tuple[int, int, str, str, str, str], tuple[tuple[str, str], tuple[str, str] | None]]
-_key_memo_cache: dict[int, tuple[PricingCatalog, _KeyMemo]] = {}
-_KEY_MEMO_LIMIT = 200_000
-
-
-def _key_memo(catalog: PricingCatalog) -> _KeyMemo:
-    """Per catalog: grouping key -> (totals cell, tier counter or None). Batches of a busy
-    project repeat the same keys, so each is spelled out once per worker, not once per batch."""
-    hit = _key_memo_cache.get(id(catalog))
-    if hit is not None and hit[0] is catalog:
-        return hit[1]
-    if len(_key_memo_cache) >= 64:
-        _key_memo_cache.clear()
-    memo: _KeyMemo = {}
-    _key_memo_cache[id(catalog)] = (catalog, memo)
-    return memo
-
-
 def resolve_rows(batch: PendingBatch, catalog: PricingCatalog) -> list[int]:
     """Rate-table row of every event, -1 where its time or SKU has no price (the same answer
     as `catalog.row_of[(catalog.history.index_at(time), sku)]`)."""
@@ -308,7 +291,7 @@ def tier_keys_needed(
     keys = set()
     for ev, day, row in zip(batch.events, batch.day, rows, strict=True):
         if tiered[row]:
-            keys.add((_day_name(day)[:6], ev.sku))
+            keys.add((day_name(day)[:6], ev.sku))
     return sorted(keys)
 
 
@@ -319,129 +302,47 @@ def price_events(
     tier_reader: Mapping[tuple[str, str], int],
     tag_keys: frozenset[str] = DEFAULT_ATTRIBUTION_TAGS,
 ) -> PricedBatch:
-    """Price events in order with the compiled kernel; build the total increments.
+    """Price events in order with the compiled kernel.
 
     `tier_reader` maps (month, sku) -> cumulative quantity before this batch; `tag_keys` are
-    the tags the project attributes costs by (they become part of the totals' keys). Every
-    event must have a price (see `resolve_rows`).
+    the tags the project attributes costs by (recorded per event in the log, whose fold makes
+    the totals). Every event must have a price (see `resolve_rows`).
     """
     batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
     rows = batch.rows if batch.rows is not None else resolve_rows(batch, catalog)
     n = len(batch)
-    skus = catalog.sku_of_row
     row_tiered, row_category, row_fixed, row_version = _row_facts(catalog)
-    day_names: dict[int, str] = {}
 
-    # Events interned by totals key and hour key in one compiled pass; then each distinct key
-    # (not each event) is mapped to its totals cell, hourly cell and tier counter.
-    grouped = group_events(
-        batch.events,
-        rows,
-        batch.day,
-        batch.epoch_us,
-        functools.partial(attributed_tags, keys=tag_keys),
-    )
-    cells: dict[tuple[str, str], int] = {}
-    cell_keys: list[tuple[str, str]] = []
-    cell_of_key: list[int] = []
+    # Graduated SKUs price against their (month, sku) counter: a slot per counter.
     slots: dict[tuple[str, str], int] = {}
-    slot_of_key: list[int] = []
-    memo = _key_memo(catalog)
-    for key in grouped.keys:
-        known = memo.get(key)
-        if known is None:
-            day, row, stage, experiment, owner, tags = key
-            name = day_names.get(day)
-            if name is None:
-                name = day_names[day] = _day_name(day)
-            sku = skus[row]
-            dims = _dims(stage, experiment, row_category[row], sku.code, owner, sku.fixed, tags)
-            known = ((name, dims), (name[:6], sku.code) if row_tiered[row] else None)
-            if len(memo) >= _KEY_MEMO_LIMIT:
-                memo.clear()
-            memo[key] = known
-        cell, slot_key = known
-        g = cells.get(cell)
-        if g is None:
-            g = cells[cell] = len(cell_keys)
-            cell_keys.append(cell)
-        cell_of_key.append(g)
-        slot_of_key.append(-1 if slot_key is None else slots.setdefault(slot_key, len(slots)))
-    tier_slot = (
-        array("i", [slot_of_key[g] for g in grouped.group]) if slots else array("i", [-1]) * n
-    )
+    if any(row_tiered[r] for r in set(rows)):
+        slot_of: dict[tuple[int, int], int] = {}  # (row, day) -> slot, or -1
+        tier_slot = array("i", bytes(4 * n))
+        skus = catalog.sku_of_row
+        for i, (row, day) in enumerate(zip(rows, batch.day, strict=True)):
+            slot = slot_of.get((row, day))
+            if slot is None:
+                slot = -1
+                if row_tiered[row]:
+                    slot = slots.setdefault((day_name(day)[:6], skus[row].code), len(slots))
+                slot_of[(row, day)] = slot
+            tier_slot[i] = slot
+    else:
+        tier_slot = array("i", [-1]) * n
     slot_keys = list(slots)
     before = array("q", [tier_reader[k] for k in slot_keys])
     cumulative = array("q", before)
-    quantity = array("q", batch.quantity_micro)
-    rate_row = array("i", rows)
+    # One group: the kernel's sums then bound the whole batch, so every cell sum a fold makes
+    # of it fits int64 too (the totals themselves are summed from the log by the fold).
     result = price_batch(
-        quantity, rate_row, grouped.group, tier_slot, catalog.table, cumulative, len(grouped.keys)
+        array("q", batch.quantity_micro),
+        array("i", rows),
+        array("i", bytes(4 * n)),
+        tier_slot,
+        catalog.table,
+        cumulative,
+        1,
     )
-    # Hourly totals (a coarser grain: stage, category, fixed): for a large batch, the same
-    # pricing summed by hour key. Pricing again from the same counters gives the same costs;
-    # only an event refused because its *group* total overflows could differ, and then (as
-    # for a small batch, where a second kernel call costs more than it saves) the sums are
-    # made in Python from the first pricing.
-    hour_keys = grouped.hour_keys
-    hour_costs: Sequence[int] = ()
-    if n > 64:
-        by_hour = price_batch(
-            quantity,
-            rate_row,
-            grouped.hour_group,
-            tier_slot,
-            catalog.table,
-            array("q", before),
-            len(hour_keys),
-        )
-        if by_hour.status == result.status and by_hour.cost_nano == result.cost_nano:
-            hour_costs = by_hour.group_cost_nano
-    if len(hour_costs) != len(hour_keys):
-        by_hour_sums = [0] * len(hour_keys)
-        hour_group = grouped.hour_group
-        for i in range(n):
-            if result.status[i] == STATUS_PRICED:
-                by_hour_sums[hour_group[i]] += result.cost_nano[i]
-        hour_costs = by_hour_sums
-
-    # The totals: one sum per cell, queued by the ingest script and folded in later
-    # (service/domain/folding.py). Keys differing only in rate-table row share a cell.
-    sums = CellSums()
-    cell_sums = sums.cells
-    group_cost = result.group_cost_nano
-    group_quantity = result.group_quantity_micro
-    group_events_count = result.group_events
-    total_cost = 0
-    for k, g in enumerate(cell_of_key):
-        count = group_events_count[k]
-        if count == 0:
-            continue
-        cost = group_cost[k]
-        have = cell_sums.get(cell_keys[g])
-        if have is None:
-            cell_sums[cell_keys[g]] = [cost, group_quantity[k], count]
-        else:
-            have[0] += cost
-            have[1] += group_quantity[k]
-            have[2] += count
-        total_cost += cost
-        sums.events += count
-    # Hourly totals at a coarser grain (stage, category, fixed): peaks and hour granularity.
-    hour_sums = sums.hourly
-    for h, (hours_since_epoch, row, stage) in enumerate(hour_keys):
-        cost = hour_costs[h]
-        if not cost:
-            continue
-        day = hours_since_epoch // 24
-        name = day_names.get(day)
-        if name is None:
-            name = day_names[day] = _day_name(day)
-        field = (
-            f"c|{hours_since_epoch % 24:02d}|{stage}{FIELD_SEP}{row_category[row]}"
-            f"{FIELD_SEP}{row_fixed[row]}"
-        )
-        hour_sums[(name, field)] = hour_sums.get((name, field), 0) + cost
     # Immediate increments: only the graduated-tier counters (the next batch is priced
     # against them).
     increments: list[tuple[str, str, int]] = []
@@ -461,19 +362,22 @@ def price_events(
         kept_rows = [rows[i] for i in keep]
         overflowed = batch.take([i for i in range(n) if result.status[i] != STATUS_PRICED])
     attributed = [attributed_tags(ev.tags, tag_keys) if ev.tags else "" for ev in priced.events]
+    distinct_rows, rate_codes = dictionary_encode(kept_rows)
+    sku_of_row = catalog.sku_of_row
     return PricedBatch(
         priced,
         costs,
-        [row_version[r] for r in kept_rows],
-        [row_category[r] for r in kept_rows],
-        [row_fixed[r] for r in kept_rows],
+        [
+            (row_version[r], sku_of_row[r].code, row_category[r], row_fixed[r])
+            for r in distinct_rows
+        ],
+        rate_codes,
         attributed,
         overflowed,
         increments,
         tier_checks,
         {k: cumulative[s] for s, k in enumerate(slot_keys)},
-        total_cost,
-        sums,
+        sum(result.group_cost_nano),
     )
 
 
@@ -875,16 +779,7 @@ class Ingestor:
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
             increments=priced.increments,
-            log_blob=encode_log(
-                batch.events,
-                batch.epoch_us,
-                batch.quantity_micro,
-                priced.costs,
-                priced.versions,
-                priced.categories,
-                priced.fixed,
-                priced.attributed,
-            ),
+            log_blob=priced.log_entry(),
             currency=catalog.currency or "",
             rate_card=catalog.name,
             duplicates_seen=duplicates,
@@ -893,8 +788,6 @@ class Ingestor:
             budgets_rev=budgets_rev,
             expected_meta=expected_meta,
             rate_card_revision=catalog.revision,
-            pending_blob=priced.sums.encode(),
-            pending_events=priced.sums.events,
         )
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:

@@ -15,8 +15,8 @@ from costcore.money import format_money
 from service.domain.alerting import day_field, spend_field
 from service.domain.budgets import Budget, counters_for, daily_for
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
-from service.domain.eventlog import read_log
-from service.domain.folding import CellSums, settle
+from service.domain.eventlog import decode_log_entry, read_log
+from service.domain.folding import CellSums, settle, sums_of_log
 from service.domain.ingest import (
     PendingEvent,
     attribution_tags_of,
@@ -81,7 +81,9 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         if priced.overflowed:
             raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
         tiers.update(priced.tier_after)
-        sums.add(priced.sums)
+        entry = decode_log_entry(priced.log_entry())
+        assert entry is not None
+        sums.add(sums_of_log([entry]))
         costed = list(
             zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
         )

@@ -256,8 +256,7 @@ end
 # and one HSET of many fields, not an HSETNX per event); totals stay one HINCRBY per field
 # (exact int64 arithmetic in Valkey: adding in Lua, in two limbs, then HSET per hash, costed
 # more instructions than it saved; measured with callgrind, see bench/README.md).
-#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5] pending,
-#   KEYS[6..] keys referenced by index
+#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
 #   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
 #                     log_min_id ("" = keep all), counters, alerts key#, budgets revision]:
 #           events, grouped by `seen` shard: flat (key#, n, id1, expiry day1, …, idn, dayn)…;
@@ -269,11 +268,11 @@ end
 #           to at or above it, 'a' when it ends strictly above; each alert id fires once.
 #           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
 #           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
-#           as priced (the number of versions, as `Store.rate_card_revision` counts them);
-#           p[14] the events the pending blob sums.
-#   ARGV[2] the log blob, ARGV[3] the batch's cell sums for the totals ("": none), queued on
-#   the pending list for a fold (service/domain/folding.py), not applied here: a fold sums
-#   many batches and writes each totals cell once.
+#           as priced (the number of versions, as `Store.rate_card_revision` counts them).
+#   ARGV[2] the log entry (service/domain/eventlog.py). The batch's totals are not applied
+#   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
+#   (service/domain/folding.py); ``pend_events`` counts the events it has yet to fold. Log
+#   retention never trims an entry not yet folded.
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
 # event order, of events already seen), {2, j} (tier counter j changed since it was read:
 # price again), {3, revision} (the project's budgets changed: read them again, so no
@@ -288,6 +287,13 @@ local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
 local function lt(a, b)  -- exact "<" on non-negative integer strings (Lua numbers are doubles)
   if #a ~= #b then return #a < #b end
   return a < b
+end
+
+local function id_lt(a, b)  -- "<" on stream entry ids ("ms-seq")
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if am ~= bm then return lt(am, bm) end
+  return lt(as, bs)
 end
 
 local p = cmsgpack.unpack(ARGV[1])
@@ -390,16 +396,26 @@ end
 call('HSETNX', KEYS[1], 'currency', p[4])
 call('HSETNX', KEYS[1], 'rate_card', p[5])
 call('HINCRBY', KEYS[1], 'accepted', n_events)
-if #ARGV[3] > 0 then
-  call('RPUSH', KEYS[5], ARGV[3])
-  call('HINCRBY', KEYS[1], 'pend_events', p[14])
-end
+call('HINCRBY', KEYS[1], 'pend_events', n_events)
 if p[6] ~= '0' then
   call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
+-- The fold's cursor starts at the entry before the project's first batch folded from the log
+-- (entries written before that were applied, or queued on the pending list, when accepted).
+local cursor = call('HGET', KEYS[1], 'fold_cursor')
+if not cursor then
+  local last = call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+  cursor = '0-0'
+  if #last > 0 then cursor = last[1][1] end
+  call('HSET', KEYS[1], 'fold_cursor', cursor)
+end
 local entry
-if p[7] ~= '' then
-  entry = call('XADD', KEYS[2], 'MINID', '~', p[7], '*', 'b', ARGV[2])
+local min_id = p[7]
+if min_id ~= '' and id_lt(cursor, min_id) then
+  min_id = cursor  -- retention never drops an entry the fold has not read
+end
+if min_id ~= '' then
+  entry = call('XADD', KEYS[2], 'MINID', '~', min_id, '*', 'b', ARGV[2])
 else
   entry = call('XADD', KEYS[2], '*', 'b', ARGV[2])
 end
@@ -407,10 +423,65 @@ return {0, entry}
 """
 )
 
-# Fold the oldest `count` pending blobs: apply their summed increments, drop them, and move the
-# head's sequence number, unless another fold moved it since they were read (then nothing is
-# written and the caller reads again). The sequence number only grows (a rebuild that
-# discards the list advances it too), so a stale fold can never apply blobs twice.
+# Fold the log: apply the summed increments of the entries after meta ``fold_cursor`` up to
+# entry ARGV's new cursor, and move the cursor there, unless another fold moved it since the
+# entries were read (then nothing is written and the caller reads again). The cursor only moves
+# forward (a rebuild sets it to the last entry it counted), so no entry is ever folded twice.
+#   KEYS[1] meta, KEYS[2..] keys referenced by index
+#   ARGV[1] msgpack [cursor, new cursor, events, increments]: events as a string, increments
+#   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the cursor moved.
+FOLD_LOG_LUA = (
+    _APPLY_INCREMENTS_LUA
+    + r"""
+local call = redis.call
+local p = cmsgpack.unpack(ARGV[1])
+if (call('HGET', KEYS[1], 'fold_cursor') or '') ~= p[1] then
+  return 0
+end
+apply_increments(p[4])
+call('HSET', KEYS[1], 'fold_cursor', p[2])
+call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+return 1
+"""
+)
+
+# What a fold reads, together: the cursor, the log's last entry id, the length of the legacy
+# pending list, and the entries after the cursor (at most ARGV[1] of them, and no more once
+# they hold ARGV[2] bytes; at least one). No cursor yet: the project has no batch to fold
+# from the log (its entries, if any, were applied or queued when accepted).
+#   KEYS[1] meta, KEYS[2] log, KEYS[3] legacy pending list
+#   Returns {cursor or '', last id or '', legacy length, {id1, blob1, id2, blob2, ...}}
+READ_UNFOLDED_LUA = r"""
+local cursor = redis.call('HGET', KEYS[1], 'fold_cursor')
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+local last_id = ''
+if #last > 0 then last_id = last[1][1] end
+local legacy = redis.call('LLEN', KEYS[3])
+if not cursor then return {'', last_id, legacy, {}} end
+local most, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, size, count, from = {}, 0, 0, '(' .. cursor
+while count < most and size < budget do
+  local chunk = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 64)
+  for _, e in ipairs(chunk) do
+    if count >= most or size >= budget then break end
+    local blob = e[2][2]
+    out[#out + 1] = e[1]
+    out[#out + 1] = blob
+    size = size + #blob
+    count = count + 1
+    from = '(' .. e[1]
+  end
+  if #chunk < 64 then break end
+end
+return {cursor, last_id, legacy, out}
+"""
+
+# Legacy: before the totals were folded from the log, each batch's cell sums were queued on
+# the pending list; a project may still hold some (or a worker of that version may still be
+# running). Fold the oldest `count` pending blobs: apply their summed increments, drop them,
+# and move the head's sequence number, unless another fold moved it since they were read
+# (then nothing is written and the caller reads again). The sequence number only grows (a
+# rebuild that discards the list advances it too), so a stale fold never applies blobs twice.
 #   KEYS[1] meta, KEYS[2] pending, KEYS[3..] keys referenced by index
 #   ARGV[1] msgpack [head, count, events, increments]: head and events as strings, increments
 #   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the head moved.
@@ -431,7 +502,8 @@ return 1
 """
 )
 
-# Read the pending list's head sequence number, its length and its first blobs together: at
+# Legacy (see FOLD_LUA): read the pending list's head sequence number, its length and its first
+# blobs together: at
 # most ARGV[1] blobs, and no more once they hold ARGV[2] bytes (at least one blob).
 #   KEYS[1] meta, KEYS[2] pending
 READ_PENDING_LUA = r"""
@@ -535,7 +607,10 @@ if #last > 0 then last_id = last[1][1] end
 if last_id ~= ARGV[1] then
   return 0
 end
--- The rebuilt totals hold every logged batch: their pending sums are dropped unapplied.
+-- The rebuilt totals hold every logged batch: the fold goes on after the last of them, and
+-- sums still queued (legacy) are dropped unapplied.
+if last_id == '' then last_id = '0-0' end
+redis.call('HSET', KEYS[2], 'fold_cursor', last_id)
 local queued = redis.call('LLEN', KEYS[3])
 redis.call('DEL', KEYS[3])
 redis.call('HINCRBY', KEYS[2], 'pend_head', queued)
@@ -656,8 +731,6 @@ class IngestPlan:
     expected_meta: Sequence[str | None] = ()
     rate_card_revision: int = 0
     # The batch's cell sums for the totals, queued for a fold (b"": none), and their events.
-    pending_blob: bytes = b""
-    pending_events: int = 0
 
 
 @dataclass(frozen=True)
@@ -688,10 +761,11 @@ class IngestOutcome:
 
 
 def _fold_args(
-    project: str, head: int, count: int, events: int, increments: Iterable[tuple[str, str, int]]
+    fixed_keys: list[str], head: Any, events: int, increments: Iterable[tuple[str, str, int]]
 ) -> tuple[list[str], bytes]:
-    """KEYS and ARGV[1] of FOLD_LUA."""
-    keys: list[str] = [Keys.meta(project), Keys.pending(project)]
+    """KEYS and ARGV[1] of FOLD_LOG_LUA (`head`: [cursor, new cursor]) or the legacy FOLD_LUA
+    (`head`: [head, count])."""
+    keys = list(fixed_keys)
     key_index: dict[str, int] = {}
     by_key: dict[int, list[Any]] = {}
     for key, field, delta in increments:
@@ -705,7 +779,15 @@ def _fold_args(
     for i, pairs in by_key.items():
         flat += (i, len(pairs) // 2)
         flat += pairs
-    return keys, msgspec.msgpack.encode([str(head), count, str(events), flat])
+    return keys, msgspec.msgpack.encode([*head, str(events), flat])
+
+
+async def _encoded(
+    fixed_keys: list[str], head: list[Any], events: int, increments: Sequence[tuple[str, str, int]]
+) -> tuple[list[str], bytes]:
+    if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
+        return await asyncio.to_thread(_fold_args, fixed_keys, head, events, increments)
+    return _fold_args(fixed_keys, head, events, increments)
 
 
 def seen_shard(event_id: str) -> int:
@@ -815,6 +897,8 @@ class Store:
         self._swap = client.register_script(SWAP_REBUILD_LUA)
         self._fold = client.register_script(FOLD_LUA)
         self._read_pending = client.register_script(READ_PENDING_LUA)
+        self._fold_log = client.register_script(FOLD_LOG_LUA)
+        self._read_unfolded = client.register_script(READ_UNFOLDED_LUA)
         self._totals_state = client.register_script(TOTALS_STATE_LUA)
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
         self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
@@ -1030,7 +1114,6 @@ class Store:
             Keys.log(p),
             Keys.rejected(p),
             Keys.rejected_index(p),
-            Keys.pending(p),
         ]
         key_index: dict[str, int] = {}
 
@@ -1104,10 +1187,9 @@ class Store:
                 ["\0" if v is None else v for v in plan.expected_meta],
                 card_key,
                 plan.rate_card_revision,
-                str(plan.pending_events),
             ]
         )
-        args = [payload, plan.log_blob, plan.pending_blob]
+        args = [payload, plan.log_blob]
         # Only an applied batch (status 0) needs its replicas before it is acknowledged.
         reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
         status = int(reply[0])
@@ -1144,13 +1226,37 @@ class Store:
     ) -> bool:
         """Apply the summed increments of the `count` blobs read at `head` and drop them.
         False (nothing written) when another fold took them first."""
-        if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
-            keys, payload = await asyncio.to_thread(
-                _fold_args, project, head, count, events, increments
-            )
-        else:
-            keys, payload = _fold_args(project, head, count, events, increments)
+        fixed = [Keys.meta(project), Keys.pending(project)]
+        keys, payload = await _encoded(fixed, [str(head), count], events, increments)
         return bool(await self._fold(keys=keys, args=[payload]))
+
+    async def unfolded_entries(
+        self, project: str, limit: int, max_bytes: int
+    ) -> tuple[str, str, int, list[tuple[str, bytes]]]:
+        """The fold's cursor ("" when the project has none yet), the log's last entry id ("" if
+        empty), the length of the legacy pending list, and the log entries after the cursor (at
+        most `limit`, and no more once they hold `max_bytes`), read together."""
+        cursor, last, legacy, flat = await self._read_unfolded(
+            keys=[Keys.meta(project), Keys.log(project), Keys.pending(project)],
+            args=[limit, max_bytes],
+        )
+        entries = [(_text(flat[i]), _bytes(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return _text(cursor), _text(last), int(legacy), entries
+
+    async def fold_log(
+        self,
+        project: str,
+        cursor: str,
+        new_cursor: str,
+        events: int,
+        increments: Sequence[tuple[str, str, int]],
+    ) -> bool:
+        """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
+        and move the cursor there. False (nothing written) when another fold moved it first."""
+        keys, payload = await _encoded(
+            [Keys.meta(project)], [cursor, new_cursor], events, increments
+        )
+        return bool(await self._fold_log(keys=keys, args=[payload]))
 
     async def sweep_seen(self, project: str, today: int) -> int:
         """Forget event ids whose window has passed (expiry day < today). Returns how many.
