@@ -7,11 +7,12 @@ project lands in one cluster slot and one Lua script can change them together):
 key                             type    holds
 ==============================  ======  =====================================================
 tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
-                                        ``pend_head`` (sequence number of the first pending
-                                        blob) and ``pend_events`` (events pending a fold)
+                                        ``fold_cursor`` (the last log entry whose totals are
+                                        in tot/hr/daily/ru) and ``pend_events`` (accepted
+                                        events not yet folded); legacy ``pend_head``
 tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
-tl:P:pend                       list    accepted batches' cell sums not yet in tot/hr/daily/
-                                        ru (oldest first), folded in by service/domain/folding
+tl:P:pend                       list    legacy: batches' cell sums queued by workers of the
+                                        version before the fold read the log (folded first)
 tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
                                         ``n|dims`` events, dims = stage,experiment,category,
                                         sku,owner,fixed,tags joined by \\x1f (tags: the
@@ -25,7 +26,9 @@ tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions,
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
                                         ``pend_events``)
-tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(events))
+tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(coded
+                                        columns)), service/domain/eventlog.py; the totals
+                                        are folded from it
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
 tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
 tl:P:budgets                    hash    budget id -> JSON
