@@ -706,10 +706,15 @@ class Ingestor:
                         project, priced, catalog, budgets, budgets_rev, duplicates, expected
                     )
                     turn = self._in_flight[project] = asyncio.get_running_loop().create_future()
+                    # One server: on the wire now, behind the batch before it, so it need not
+                    # wait for that one's answer. A cluster: sent once that one has answered.
+                    answer = self.store.submit_batch(plan) if self.store.ordered else None
                 try:
-                    if before is not None:
-                        await asyncio.shield(before)
-                    outcome = await self.store.apply_batch(plan)
+                    if answer is None:
+                        if before is not None:
+                            await asyncio.shield(before)
+                        answer = self.store.apply_batch(plan)
+                    outcome = await answer
                 finally:
                     turn.set_result(None)
                     if self._in_flight.get(project) is turn:
@@ -721,7 +726,7 @@ class Ingestor:
                 plan = await self._plan(
                     project, priced, catalog, budgets, budgets_rev, duplicates, expected
                 )
-                outcome = await self.store.apply_batch(plan)
+                outcome = await self.store.submit_batch(plan)
             if outcome.status == 0:
                 if self.folder is not None:
                     self.folder.touched(project)

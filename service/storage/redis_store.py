@@ -72,7 +72,7 @@ import asyncio
 import contextlib
 import socket
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -88,7 +88,10 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.storage.lane import LaneNoScript, OrderedLane
 
 NAMESPACE = "tl"
 SEEN_SHARDS = 64
@@ -813,6 +816,21 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
+    status = int(reply[0])
+    if status == 0:
+        return IngestOutcome(0, log_entry=_text(reply[1]))
+    if status == 1:
+        return IngestOutcome(
+            1, duplicate_positions=tuple(sorted(order[int(i) - 1] for i in reply[1:]))
+        )
+    if status == 3:
+        return IngestOutcome(3, budgets_rev=_text(reply[1]))
+    if status == 4:
+        return IngestOutcome(4)
+    return IngestOutcome(2)
+
+
 class ReplicationTimeout(RedisTimeoutError):
     """A write reached its master, but not the replicas it must reach before it is
     acknowledged, in time. It is not acknowledged: the client retries, and the retry finds
@@ -910,6 +928,10 @@ class Store:
         self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
         self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
         self._redeliver = client.register_script(REDELIVER_LUA)
+        # One server only: ingest scripts go out on one pipelined connection of their own, in
+        # call order, so a project's batches execute in the order they were priced without
+        # each waiting for the answer to the one before (`submit_batch`).
+        self._lane = OrderedLane.for_client(client)
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> Store:
@@ -947,6 +969,8 @@ class Store:
         return cls(aioredis.Redis.from_pool(pool))  # the client owns (and closes) the pool
 
     async def close(self) -> None:
+        if self._lane is not None:
+            await self._lane.close()
         await self.client.aclose()
 
     async def ping(self) -> bool:
@@ -1111,6 +1135,53 @@ class Store:
         return [int(v) if v is not None else 0 for v in values]
 
     async def apply_batch(self, plan: IngestPlan) -> IngestOutcome:
+        """Run the batch's script through the pool (on a cluster, with WAIT for replicas)."""
+        cluster = isinstance(self.client, RedisCluster)
+        # On a cluster the card lives in another slot: checked just before, not inside, the
+        # script.
+        if (
+            cluster
+            and plan.rate_card_revision
+            and await self.rate_card_revision(plan.rate_card) != plan.rate_card_revision
+        ):
+            return IngestOutcome(4)
+        keys, args, order = self._ingest_call(plan, card_in_script=not cluster)
+        # Only an applied batch (status 0) needs its replicas before it is acknowledged.
+        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
+        return _ingest_outcome(reply, order)
+
+    @property
+    def ordered(self) -> bool:
+        """Whether `submit_batch` sends at once, in call order (one server; not a cluster)."""
+        return self._lane is not None
+
+    def submit_batch(self, plan: IngestPlan) -> Awaitable[IngestOutcome]:
+        """One server: the batch's script goes out now, behind every batch submitted before
+        it, so batches execute in submit order whenever their answers are awaited. A cluster:
+        `apply_batch`, which sends when awaited."""
+        if self._lane is None:
+            return self.apply_batch(plan)
+        keys, args, order = self._ingest_call(plan, card_in_script=True)
+        sent = self._lane.submit_script(self._ingest, keys, args)
+        return self._lane_answer(sent, keys, args, order)
+
+    async def _lane_answer(
+        self, sent: Awaitable[Any], keys: list[str], args: list[Any], order: list[int]
+    ) -> IngestOutcome:
+        try:
+            reply = await sent
+        except (LaneNoScript, RedisConnectionError):
+            # Not run (NOSCRIPT), or the lane's connection dropped, run or not: once more
+            # through the pool, as redis-py retries a dropped command (a batch that did run
+            # comes back as duplicates, status 1).
+            reply = await self._ingest(keys=keys, args=args)
+        return _ingest_outcome(reply, order)
+
+    def _ingest_call(
+        self, plan: IngestPlan, card_in_script: bool
+    ) -> tuple[list[str], list[Any], list[int]]:
+        """KEYS and ARGV of INGEST_LUA for the plan, and `order` (script event positions to
+        the plan's)."""
         p = plan.project
         keys: list[str] = [
             Keys.meta(p),
@@ -1160,13 +1231,8 @@ class Store:
             increments += (ref(key), len(flat_inc) // 2)
             increments += flat_inc
         card_key = 0
-        if plan.rate_card_revision:
-            if isinstance(self.client, RedisCluster):
-                # The card lives in another slot: checked just before, not inside, the script.
-                if await self.rate_card_revision(plan.rate_card) != plan.rate_card_revision:
-                    return IngestOutcome(4)
-            else:
-                card_key = ref(Keys.rate_card(plan.rate_card))
+        if plan.rate_card_revision and card_in_script:
+            card_key = ref(Keys.rate_card(plan.rate_card))
         counters: list[Any] = []
         for counter in plan.counters:
             key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
@@ -1192,21 +1258,7 @@ class Store:
                 plan.rate_card_revision,
             ]
         )
-        args = [payload, plan.log_blob]
-        # Only an applied batch (status 0) needs its replicas before it is acknowledged.
-        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
-        status = int(reply[0])
-        if status == 0:
-            return IngestOutcome(0, log_entry=_text(reply[1]))
-        if status == 1:
-            return IngestOutcome(
-                1, duplicate_positions=tuple(sorted(order[int(i) - 1] for i in reply[1:]))
-            )
-        if status == 3:
-            return IngestOutcome(3, budgets_rev=_text(reply[1]))
-        if status == 4:
-            return IngestOutcome(4)
-        return IngestOutcome(2)
+        return keys, [payload, plan.log_blob], order
 
     async def pending_batches(
         self, project: str, limit: int, max_bytes: int = 1 << 62
