@@ -36,7 +36,7 @@ from costcore.reference import price_batch_reference
 from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
 
 if TYPE_CHECKING:
-    from costcore._columns import dictionary_encode, group_coded, scan_events
+    from costcore._columns import CodedSums, dictionary_encode, group_coded, scan_events
     from costcore._kernel import price_batch
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "BatchResult",
     "CodedEntry",
     "CodedGroups",
+    "CodedSums",
     "RateRow",
     "RateTable",
     "ScanResult",
@@ -105,7 +106,7 @@ def __getattr__(name: str) -> Any:
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
-    if name in ("scan_events", "group_coded", "dictionary_encode"):
+    if name in ("scan_events", "group_coded", "dictionary_encode", "CodedSums"):
         _load_kernel()  # the same build; a stale one says so
         try:
             from costcore import _columns
@@ -117,6 +118,7 @@ def __getattr__(name: str) -> Any:
             ) from exc
         globals()["scan_events"] = _columns.scan_events
         globals()["group_coded"] = _columns.group_coded
+        globals()["CodedSums"] = _columns.CodedSums
         globals()["dictionary_encode"] = _columns.dictionary_encode
         return globals()[name]
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

@@ -214,136 +214,193 @@ def dictionary_encode(values):
     return distinct, codes_arr
 
 
-cdef inline int _as_int(object o):
-    return o
+cdef class CodedSums:
+    """Sums of log entries by cell and hour, one entry at a time (`add`), so that a fold
+    running in a thread holds the interpreter for one entry at most, never for the whole
+    fold. `group_coded` is its one-call form; its contract is
+    `costcore.columns.group_coded_reference`.
 
-
-def group_coded(entries, hour_class):
-    """Compiled `costcore.columns.group_coded_reference` (same contract).
-
-    Keys are packed into one integer (a mixed-radix number of the fold's codes and the day
-    less the first day) when that fits 62 bits, so a lookup hashes one int, not a tuple.
+    Keys are packed into one integer (a mixed-radix number of the codes and the day or hour
+    less the first one) when `radices` (the size of each of the five code spaces) and the
+    spans of days and hours allow 62 bits, so a lookup hashes one int, not a tuple.
     """
-    cdef Py_ssize_t e, i, n, c, k, h, nk = 0, nh = 0
-    cdef int64_t us, cost, qty, day, d0 = 0, d1 = 0, radix, packed
+
     cdef int64_t radices[5]
-    cdef int cs, ce, co, cr, ca
-    cdef bint first = True, pack = True
-    cdef list keys = [], hour_keys = []
-    cdef dict key_index = {}, hour_index = {}
-    cdef object key, found, hour_key
-    cdef int[::1] hc
-    hour_class_arr = array("i", hour_class)
-    hc = hour_class_arr
-    # Radix of each code column: the size of the fold's code space (largest code + 1).
-    for c in range(5):
-        radices[c] = 1
-    for entry in entries:
+    cdef int64_t day0, hour0, n_classes
+    cdef bint pack, pack_hours
+    cdef int[::1] hour_class
+    cdef object hour_class_arr
+    cdef dict key_index, hour_index
+    cdef list keys, hour_keys
+    cdef object sums_arr, hours_arr
+    cdef int64_t[::1] sums
+    cdef int64_t[::1] hsums
+    cdef Py_ssize_t nk, nh, cap, hcap
+
+    def __init__(self, radices, int64_t day0, int64_t days, int64_t hour0, int64_t hours,
+                 hour_class):
+        cdef int64_t radix = days
+        cdef int c
+        self.hour_class_arr = array("i", hour_class)
+        self.hour_class = self.hour_class_arr
+        self.n_classes = max(1, len(hour_class) and max(hour_class) + 1)
+        self.pack = days > 0
+        for c in range(5):
+            self.radices[c] = max(1, radices[c])
+            if radix > (1 << 62) // self.radices[c]:
+                self.pack = False
+            else:
+                radix *= self.radices[c]
+        self.pack_hours = (hours > 0 and hours < (1 << 62) // self.radices[0]
+                           and hours * self.radices[0] < (1 << 62) // self.n_classes)
+        self.day0, self.hour0 = day0, hour0
+        self.key_index, self.hour_index = {}, {}
+        self.keys, self.hour_keys = [], []
+        self.cap, self.hcap = 1024, 256
+        self.sums_arr = array("q", bytes(8 * 3 * self.cap))
+        self.hours_arr = array("q", bytes(8 * self.hcap))
+        self.sums = self.sums_arr
+        self.hsums = self.hours_arr
+        self.nk = self.nh = 0
+
+    cdef Py_ssize_t _slot(self, object key, tuple spelled):
+        cdef Py_ssize_t k
+        found = self.key_index.get(key)
+        if found is not None:
+            return found
+        k = self.nk
+        if k == self.cap:  # a new array: one exporting its buffer cannot be resized
+            grown = array("q", bytes(8 * 3 * 2 * self.cap))
+            grown_v = memoryview(grown).cast("B").cast("q")
+            grown_v[:3 * self.cap] = memoryview(self.sums_arr).cast("B").cast("q")
+            self.sums_arr = grown
+            self.sums = grown
+            self.cap *= 2
+        self.key_index[key] = k
+        self.keys.append(spelled)
+        self.sums[3 * k] = 0
+        self.sums[3 * k + 1] = 0
+        self.sums[3 * k + 2] = 0
+        self.nk += 1
+        return k
+
+    cdef Py_ssize_t _hour_slot(self, object key, tuple spelled):
+        cdef Py_ssize_t h
+        found = self.hour_index.get(key)
+        if found is not None:
+            return found
+        h = self.nh
+        if h == self.hcap:
+            grown = array("q", bytes(8 * 2 * self.hcap))
+            grown_v = memoryview(grown).cast("B").cast("q")
+            grown_v[:self.hcap] = memoryview(self.hours_arr).cast("B").cast("q")
+            self.hours_arr = grown
+            self.hsums = grown
+            self.hcap *= 2
+        self.hour_index[key] = h
+        self.hour_keys.append(spelled)
+        self.hsums[h] = 0
+        self.nh += 1
+        return h
+
+    def add(self, entry):
+        """Add one entry's events (a `CodedEntry`)."""
         if len(entry.codes) != 5 or len(entry.to_global) != 5:
             raise ValueError("an entry has five code columns and five code maps")
-        n = len(entry.epoch_us)
-        if (len(entry.cost_nano) != n or len(entry.quantity_micro) != n
-                or any(len(column) != n for column in entry.codes)):
-            raise ValueError("every column of an entry must have the same length")
-        for c in range(5):
-            for g in entry.to_global[c]:
-                if g + 1 > radices[c]:
-                    radices[c] = g + 1
-        for us_obj in entry.epoch_us:
-            day = _floor_div(us_obj, 86400000000)
-            if first or day < d0:
-                d0 = day
-            if first or day > d1:
-                d1 = day
-            first = False
-    radix = d1 - d0 + 1
-    for c in range(5):
-        if radix > (1 << 62) // radices[c]:
-            pack = False
-            break
-        radix *= radices[c]
-
-    cap, hcap = 1024, 256
-    sums_arr = array("q", bytes(8 * 3 * cap))
-    hours_arr = array("q", bytes(8 * hcap))
-    cdef int64_t[::1] sums = sums_arr
-    cdef int64_t[::1] hsums = hours_arr
-    cdef int64_t[::1] grown_v
-    cdef int[::1] g_s, g_e, g_o, g_r, g_a
-    for entry in entries:
+        cdef Py_ssize_t n = len(entry.epoch_us), i, k, h
         epoch = entry.epoch_us
         costs = entry.cost_nano
         quantities = entry.quantity_micro
-        n = len(epoch)
+        if (len(costs) != n or len(quantities) != n
+                or any(len(column) != n for column in entry.codes)):
+            raise ValueError("every column of an entry must have the same length")
         s_codes, e_codes, o_codes, r_codes, a_codes = entry.codes
-        g_s = array("i", entry.to_global[0])
-        g_e = array("i", entry.to_global[1])
-        g_o = array("i", entry.to_global[2])
-        g_r = array("i", entry.to_global[3])
-        g_a = array("i", entry.to_global[4])
+        cdef list g_s = list(entry.to_global[0]), g_e = list(entry.to_global[1])
+        cdef list g_o = list(entry.to_global[2]), g_r = list(entry.to_global[3])
+        cdef list g_a = list(entry.to_global[4])
+        cdef int64_t us, cost, qty, day, hour, cs, ce, co, cr, ca, hc
+        cdef object key
         for i in range(n):
             us = epoch[i]
             cost = costs[i]
             qty = quantities[i]
-            cs = g_s[_as_int(s_codes[i])]
-            ce = g_e[_as_int(e_codes[i])]
-            co = g_o[_as_int(o_codes[i])]
-            cr = g_r[_as_int(r_codes[i])]
-            ca = g_a[_as_int(a_codes[i])]
+            cs = g_s[<Py_ssize_t>s_codes[i]]
+            ce = g_e[<Py_ssize_t>e_codes[i]]
+            co = g_o[<Py_ssize_t>o_codes[i]]
+            cr = g_r[<Py_ssize_t>r_codes[i]]
+            ca = g_a[<Py_ssize_t>a_codes[i]]
             day = _floor_div(us, 86400000000)
-            if pack:
-                packed = (((((day - d0) * radices[0] + cs) * radices[1] + ce) * radices[2] + co)
-                          * radices[3] + cr) * radices[4] + ca
-                key = packed
+            if self.pack:
+                key = ((((((day - self.day0) * self.radices[0] + cs) * self.radices[1] + ce)
+                          * self.radices[2] + co) * self.radices[3] + cr)
+                       * self.radices[4] + ca)
+                found = self.key_index.get(key)
+                k = found if found is not None else self._slot(key, (day, cs, ce, co, cr, ca))
             else:
                 key = (day, cs, ce, co, cr, ca)
-            found = key_index.get(key)
-            if found is None:
-                k = nk
-                if nk == cap:  # a new array: one exporting its buffer cannot be resized
-                    grown = array("q", bytes(8 * 3 * 2 * cap))
-                    grown_v = grown
-                    grown_v[:3 * cap] = sums[:3 * cap]
-                    sums_arr, sums = grown, grown_v
-                    cap *= 2
-                key_index[key] = nk
-                keys.append((day, cs, ce, co, cr, ca))
-                nk += 1
-                sums[3 * k] = 0
-                sums[3 * k + 1] = 0
-                sums[3 * k + 2] = 0
-            else:
-                k = found
-            if (tl_add_overflows(sums[3 * k], cost, &sums[3 * k])
-                    or tl_add_overflows(sums[3 * k + 1], qty, &sums[3 * k + 1])):
+                found = self.key_index.get(key)
+                k = found if found is not None else self._slot(key, key)
+            if (tl_add_overflows(self.sums[3 * k], cost, &self.sums[3 * k])
+                    or tl_add_overflows(self.sums[3 * k + 1], qty, &self.sums[3 * k + 1])):
                 raise OverflowError("a sum leaves the signed 64-bit range")
-            sums[3 * k + 2] += 1
-            hour_key = (_floor_div(us, 3600000000), cs, hc[cr])
-            found = hour_index.get(hour_key)
-            if found is None:
-                h = nh
-                if nh == hcap:
-                    grown = array("q", bytes(8 * 2 * hcap))
-                    grown_v = grown
-                    grown_v[:hcap] = hsums[:hcap]
-                    hours_arr, hsums = grown, grown_v
-                    hcap *= 2
-                hour_index[hour_key] = nh
-                hour_keys.append(hour_key)
-                nh += 1
-                hsums[h] = 0
+            self.sums[3 * k + 2] += 1
+            hour = _floor_div(us, 3600000000)
+            hc = self.hour_class[cr]
+            if self.pack_hours:
+                key = ((hour - self.hour0) * self.radices[0] + cs) * self.n_classes + hc
+                found = self.hour_index.get(key)
+                h = found if found is not None else self._hour_slot(key, (hour, cs, hc))
             else:
-                h = found
-            if tl_add_overflows(hsums[h], cost, &hsums[h]):
+                key = (hour, cs, hc)
+                found = self.hour_index.get(key)
+                h = found if found is not None else self._hour_slot(key, key)
+            if tl_add_overflows(self.hsums[h], cost, &self.hsums[h]):
                 raise OverflowError("a sum leaves the signed 64-bit range")
-    cost_out = array("q", bytes(8 * nk))
-    qty_out = array("q", bytes(8 * nk))
-    n_out = array("q", bytes(8 * nk))
-    cdef int64_t[::1] c_v = cost_out
-    cdef int64_t[::1] q_v = qty_out
-    cdef int64_t[::1] n_v = n_out
-    for k in range(nk):
-        c_v[k] = sums[3 * k]
-        q_v[k] = sums[3 * k + 1]
-        n_v[k] = sums[3 * k + 2]
-    return CodedGroups(keys, cost_out, qty_out, n_out, hour_keys, hours_arr[:nh])
+
+    def result(self):
+        """The sums so far, as `CodedGroups`."""
+        cdef Py_ssize_t k
+        cost_out = array("q", bytes(8 * self.nk))
+        qty_out = array("q", bytes(8 * self.nk))
+        n_out = array("q", bytes(8 * self.nk))
+        cdef int64_t[::1] c_v = cost_out
+        cdef int64_t[::1] q_v = qty_out
+        cdef int64_t[::1] n_v = n_out
+        for k in range(self.nk):
+            c_v[k] = self.sums[3 * k]
+            q_v[k] = self.sums[3 * k + 1]
+            n_v[k] = self.sums[3 * k + 2]
+        return CodedGroups(list(self.keys), cost_out, qty_out, n_out, list(self.hour_keys),
+                           self.hours_arr[:self.nh])
+
+
+def group_coded(entries, hour_class):
+    """Compiled `costcore.columns.group_coded_reference` (same contract), through
+    `CodedSums`."""
+    cdef int c
+    cdef bint first = True
+    cdef int64_t day, d0 = 0, d1 = -1, hour, h0 = 0, h1 = -1
+    spans = [1, 1, 1, 1, 1]
+    for entry in entries:
+        if len(entry.codes) != 5 or len(entry.to_global) != 5:
+            raise ValueError("an entry has five code columns and five code maps")
+        for c in range(5):
+            for g in entry.to_global[c]:
+                if g + 1 > spans[c]:
+                    spans[c] = g + 1
+        for us in entry.epoch_us:
+            day = _floor_div(us, 86400000000)
+            hour = _floor_div(us, 3600000000)
+            if first or day < d0:
+                d0 = day
+            if first or day > d1:
+                d1 = day
+            if first or hour < h0:
+                h0 = hour
+            if first or hour > h1:
+                h1 = hour
+            first = False
+    sums = CodedSums(spans, d0, d1 - d0 + 1, h0, h1 - h0 + 1, hour_class)
+    for entry in entries:
+        sums.add(entry)
+    return sums.result()

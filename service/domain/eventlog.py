@@ -39,16 +39,38 @@ from service.storage.redis_store import Store
 COLUMNS_FORMAT = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _decoder = msgspec.msgpack.Decoder()
+# Format 2 with the ids and tags left undecoded (no object per id: a fold reads only sums).
+_coded_decoder = msgspec.msgpack.Decoder(
+    tuple[
+        int,
+        msgspec.Raw,
+        list[int],
+        list[int],
+        list[int],
+        msgspec.Raw,
+        list[str],
+        list[int],
+        list[str],
+        list[int],
+        list[str],
+        list[int],
+        list[tuple[int, str, str, str]],
+        list[int],
+        list[str],
+        list[int],
+    ]
+)
 
 
 class CodedLog(NamedTuple):
-    """One log entry (format 2) as written: columns, labels coded (see the module's docstring)."""
+    """One log entry (format 2) as written: columns, labels coded (see the module's docstring).
+    The ids and tags are left encoded (a fold needs neither; `decode_log` reads them)."""
 
-    ids: list[str]
+    ids: msgspec.Raw
     epoch_us: list[int]
     quantity_micro: list[int]
     cost_nano: list[int]
-    tags: list[dict[str, str] | None]
+    tags: msgspec.Raw
     stages: list[str]
     stage_codes: list[int]
     experiments: list[str]
@@ -130,10 +152,12 @@ def encode_log(
 
 def decode_log_entry(blob: bytes) -> CodedLog | None:
     """A log entry as written, or None for an entry of rows (format 1)."""
-    raw: list[Any] = _decoder.decode(zlib.decompress(blob))
-    if raw and raw[0] == COLUMNS_FORMAT:
-        return CodedLog._make(raw[1:])
-    return None
+    data = zlib.decompress(blob)
+    try:
+        raw = _coded_decoder.decode(data)
+    except msgspec.ValidationError:  # rows, or an unknown format
+        return None
+    return CodedLog._make(raw[1:]) if raw[0] == COLUMNS_FORMAT else None
 
 
 def decode_log(blob: bytes) -> list[LoggedEvent]:
@@ -143,8 +167,9 @@ def decode_log(blob: bytes) -> list[LoggedEvent]:
         return [LoggedEvent(*row) for row in raw]
     e = CodedLog._make(raw[1:])
     stages, experiments, owners, rates = e.stages, e.experiments, e.owners, e.rates
+    tags: list[dict[str, str] | None] = raw[5]
     rows = []
-    for i, event_id in enumerate(e.ids):
+    for i, event_id in enumerate(raw[1]):
         version, sku, category, _ = rates[e.rate_codes[i]]
         rows.append(
             LoggedEvent(
@@ -155,7 +180,7 @@ def decode_log(blob: bytes) -> list[LoggedEvent]:
                 owners[e.owner_codes[i]],
                 sku,
                 e.quantity_micro[i],
-                e.tags[i],
+                tags[i],
                 e.cost_nano[i],
                 version,
                 category,

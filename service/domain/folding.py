@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 import msgspec
 from redis.exceptions import RedisError
 
-from costcore import CodedEntry, CodedGroups, group_coded
+from costcore import CodedEntry, CodedGroups, CodedSums
 from service.domain.eventlog import CodedLog, decode_log_entry
 from service.domain.rollups import rollup_increments
 from service.storage.redis_store import FIELD_SEP, Keys, Store
@@ -60,7 +59,6 @@ LEGACY_MAX_BYTES = 32 << 20
 # A fold's summed increments must fit Valkey's signed 64-bit HINCRBY; beyond this a fold takes
 # fewer blobs (a single batch's sums are already bounded by the kernel's overflow checks).
 _INT64_MAX = 2**63 - 1
-_PAUSE_PER_FOLD_SECOND = 4.0
 
 _blob_decoder = msgspec.msgpack.Decoder()
 
@@ -319,7 +317,21 @@ def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
         )
     rate_space = list(spaces[3])
     classes = [hour_class.setdefault((c, f), len(hour_class)) for _, c, f in rate_space]
-    groups = group_coded(coded, classes)
+    times = [t for e in coded if e.epoch_us for t in (min(e.epoch_us), max(e.epoch_us))]
+    first, last = (min(times), max(times)) if times else (0, -1)
+    day0, hour0 = first // 86_400_000_000, first // 3_600_000_000
+    acc = CodedSums(
+        [len(space) for space in spaces],
+        day0,
+        last // 86_400_000_000 - day0 + 1,
+        hour0,
+        last // 3_600_000_000 - hour0 + 1,
+        classes,
+    )
+    # One entry per call: a fold in a thread holds the interpreter one entry at a time.
+    for entry in coded:
+        acc.add(entry)
+    groups = acc.result()
     labels: _Labels = (
         list(spaces[0]),
         list(spaces[1]),
@@ -409,17 +421,15 @@ class Folder:
             self._touched.update(await self.store.projects())
         except RedisError as exc:
             log.warning("fold: could not list projects: %s", exc)
-        pause = self.interval
         while True:
-            await asyncio.sleep(pause)
+            # A fixed pause, not one that grows with the fold's duration: a fold's work is
+            # mostly per event (decoding, summing), so folding less often under load saves
+            # little and lets the log run ahead of the totals.
+            await asyncio.sleep(self.interval)
             projects, self._touched = self._touched, set()
-            started = time.perf_counter()
             for project in projects:
                 try:
                     await settle(self.store, project)
                 except RedisError as exc:  # Redis away for a while: try again next round
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
-            # A fold costs about the same whatever its number of batches (it is bounded by the
-            # cells they touch), so under heavy load fold less often: at most ~20 % of the time.
-            pause = max(self.interval, _PAUSE_PER_FOLD_SECOND * (time.perf_counter() - started))
