@@ -28,9 +28,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import msgspec
 from redis.exceptions import RedisError
@@ -260,25 +261,33 @@ def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
     return sums, count
 
 
-# Summing is CPU work: beyond this many bytes of log entries or blobs (a few dozen one-event
-# batches) it runs in a thread, so the event loop keeps answering requests meanwhile (it
-# still shares the interpreter, in slices: `trainledger serve` makes them 1 ms).
-_THREAD_ABOVE_BYTES = 16 * 1024
+# A fold's decoding and summing run in the event loop itself, in slices of about this long
+# between which requests are served: in a thread they would take turns with the requests for
+# the interpreter in 1 ms slices (`trainledger serve`'s switch interval), stretching requests
+# by several milliseconds. The increments of many cells (one step) go to a thread.
+_SLICE_SECONDS = 0.0005
+_THREAD_ABOVE_CELLS = 2000
 
 _LogPlan = tuple[int, str, int, list[tuple[str, str, int]]]
+_T = TypeVar("_T")
 
 
-def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
-    """(entries summed, the last one's id, events, increments) for a fold of the first
-    entries: all of them, or fewer when their cells pass `FOLD_MAX_CELLS` or a sum would
-    leave int64 (one entry never does: the kernel bounds a batch's sums)."""
+def _plan_steps(
+    entries: Sequence[tuple[str, bytes]],
+) -> Generator[None, None, tuple[int, CellSums]]:
+    """Steps (one entry each) of summing the first entries: all of them, or fewer when their
+    cells pass `FOLD_MAX_CELLS` or a sum would leave int64 (one entry never does: the kernel
+    bounds a batch's sums). Returns how many entries were summed, and their sums."""
     # Row entries (format 1, written before the totals were folded from the log) are left
     # out: their sums went to the legacy pending list.
-    coded = [decode_log_entry(blob) for _, blob in entries]
+    coded: list[CodedLog | None] = []
+    for _, blob in entries:
+        coded.append(decode_log_entry(blob))
+        yield
     take = len(entries)
     while True:
         try:
-            sums = sums_of_log([e for e in coded[:take] if e is not None])
+            sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
         except OverflowError:
             if take == 1:
                 raise
@@ -287,7 +296,46 @@ def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
         if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
             take //= 2
             continue
-        return take, entries[take - 1][0], sums.events, sums.increments(project)
+        return take, sums
+
+
+def _run(steps: Generator[None, None, _T]) -> _T:
+    """Run steps to their end, at once."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return cast(_T, done.value)
+
+
+async def _run_sliced(steps: Generator[None, None, _T]) -> _T:
+    """Run steps to their end in the event loop, giving way to other tasks between slices."""
+    give_way = time.perf_counter() + _SLICE_SECONDS
+    try:
+        while True:
+            next(steps)
+            if time.perf_counter() >= give_way:
+                await asyncio.sleep(0)
+                give_way = time.perf_counter() + _SLICE_SECONDS
+    except StopIteration as done:
+        return cast(_T, done.value)
+
+
+def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+    """(entries summed, the last one's id, events, increments) for a fold of the first
+    entries (see `_plan_steps`), at once."""
+    take, sums = _run(_plan_steps(entries))
+    return take, entries[take - 1][0], sums.events, sums.increments(project)
+
+
+async def _log_plan_sliced(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+    """`_log_plan`, sliced between the event loop's other tasks."""
+    take, sums = await _run_sliced(_plan_steps(entries))
+    if len(sums.cells) > _THREAD_ABOVE_CELLS:
+        increments = await asyncio.to_thread(sums.increments, project)
+    else:
+        increments = sums.increments(project)
+    return take, entries[take - 1][0], sums.events, increments
 
 
 # The labels a fold's codes stand for: stages, experiments, owners, rates as (sku, category,
@@ -299,6 +347,11 @@ _Labels = tuple[
 
 def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
     """The totals of these log entries, summed by cell and hour in one compiled pass."""
+    return _run(_sum_steps(entries))
+
+
+def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
+    """`sums_of_log` in steps of one entry."""
     spaces: list[dict[Any, int]] = [{}, {}, {}, {}, {}]
     hour_class: dict[tuple[str, str], int] = {}
     coded: list[CodedEntry] = []
@@ -315,6 +368,7 @@ def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
                 e.epoch_us, e.cost_nano, e.quantity_micro, (*codes, e.attributed_codes), to_global
             )
         )
+        yield
     rate_space = list(spaces[3])
     classes = [hour_class.setdefault((c, f), len(hour_class)) for _, c, f in rate_space]
     times = [t for e in coded if e.epoch_us for t in (min(e.epoch_us), max(e.epoch_us))]
@@ -331,6 +385,7 @@ def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
     # One entry per call: a fold in a thread holds the interpreter one entry at a time.
     for entry in coded:
         acc.add(entry)
+        yield
     groups = acc.result()
     labels: _Labels = (
         list(spaces[0]),
@@ -364,12 +419,7 @@ async def settle(store: Store, project: str) -> int:
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
-        if sum(len(blob) for _, blob in entries) > _THREAD_ABOVE_BYTES:
-            count, new_cursor, events, increments = await asyncio.to_thread(
-                _log_plan, project, entries
-            )
-        else:
-            count, new_cursor, events, increments = _log_plan(project, entries)
+        count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
         if await store.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
         cursor, _, _, entries = await store.unfolded_entries(
@@ -391,7 +441,7 @@ async def _settle_legacy(store: Store, project: str) -> int:
     target = head + length
     folded = 0
     while blobs and head < target:
-        if sum(map(len, blobs)) > _THREAD_ABOVE_BYTES:
+        if sum(map(len, blobs)) > 16 * 1024:  # in a thread, as before the log fold
             count, events, increments = await asyncio.to_thread(_legacy_plan, project, blobs)
         else:
             count, events, increments = _legacy_plan(project, blobs)
