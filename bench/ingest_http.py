@@ -72,6 +72,7 @@ class IngestRun:
     latency_p99_ms: float
     server_cpu: float  # CPU seconds of the HTTP worker(s) per wall second
     valkey_cpu: float  # CPU seconds of Valkey per wall second
+    fold_cpu: float  # CPU seconds of the folding process per wall second
     tool: str
     body_bytes: int
     # Valkey's own account of the load: microseconds per accepted event, by command
@@ -166,10 +167,12 @@ def post_load(
             raise RuntimeError(f"warm-up post failed: {status} {str(answer)[:300]}")
     pids = server.worker_pids()
     vpid = server.valkey_pid()
+    fpid = server.fold_pid()
     accepted_before = _accepted(server, project)
     _commandstats(server, reset=True)
     cpu_before = process_cpu_seconds(pids)
     vcpu_before = process_cpu_seconds([vpid] if vpid else [])
+    fcpu_before = process_cpu_seconds([fpid] if fpid else [])
     use_wrk = tool == "wrk" or (tool == "auto" and loadgen.have_wrk())
     if use_wrk:
         res = loadgen.wrk_post(
@@ -202,6 +205,7 @@ def post_load(
         )
     cpu = process_cpu_seconds(pids) - cpu_before
     vcpu = process_cpu_seconds([vpid] if vpid else []) - vcpu_before
+    fcpu = process_cpu_seconds([fpid] if fpid else []) - fcpu_before
     accepted_delta = _accepted(server, project) - accepted_before
     stats = _commandstats(server)
     per_event = {
@@ -224,6 +228,7 @@ def post_load(
         latency_p99_ms=res.latency_p99_ms,
         server_cpu=cpu / res.seconds,
         valkey_cpu=vcpu / res.seconds,
+        fold_cpu=fcpu / res.seconds,
         tool=res.tool,
         body_bytes=len(bodies[0]),
         valkey_us_per_event=per_event,
@@ -298,7 +303,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         notes=[
             "load generator on the same 2-core machine as the server and its Valkey",
-            "server_cpu / valkey_cpu in details: CPU seconds per second of load",
+            "server_cpu / valkey_cpu / fold_cpu in details: CPU seconds per second of load",
         ],
         rows=rows,
     )

@@ -136,11 +136,17 @@ class Server:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"valkey" in cmdline:
+            if b"valkey" in cmdline or b"resource_tracker" in cmdline or _is_fold_process(pid):
                 continue
             if b"multiprocessing" in cmdline or b"spawn_main" in cmdline:
                 pids.append(pid)
         return pids or [self.proc.pid]
+
+    def fold_pid(self) -> int | None:
+        """Pid of the folding process `trainledger serve` runs beside its workers."""
+        if self.proc is None:
+            return None
+        return next((pid for pid in _children(self.proc.pid) if _is_fold_process(pid)), None)
 
     def valkey_pid(self) -> int | None:
         if self.proc is None:
@@ -216,6 +222,15 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _is_fold_process(pid: int) -> bool:
+    from service.cli.serve import FOLD_PROCESS_NAME
+
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == FOLD_PROCESS_NAME
+    except OSError:
+        return False
 
 
 def _children(pid: int) -> list[int]:

@@ -59,6 +59,9 @@ class Settings:
     # "json" or "text" sets up the process's logging (the `serve` command does); "" leaves it.
     log_format: str = ""
     log_level: str = "info"
+    # Whether each worker folds the projects it ingested into in the background; `trainledger
+    # serve` turns it off and runs one folding process beside the workers instead.
+    fold_in_workers: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -80,4 +83,5 @@ class Settings:
             webhook_allowlist=_allowlist_env("TRAINLEDGER_WEBHOOK_ALLOWLIST"),
             log_format=_log_format_env(),
             log_level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info"),
+            fold_in_workers=os.environ.get("TRAINLEDGER_FOLD_IN_WORKERS", "1") != "0",
         )

@@ -22,6 +22,7 @@ import msgspec
 import pytest
 import redis
 
+from service.cli.serve import FOLD_PROCESS_NAME
 from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.costs import cost_report
@@ -29,7 +30,7 @@ from service.domain.events import JSON, decode_events
 from service.domain.ingest import Ingestor
 from service.domain.ratecards import RateCardIn
 from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Store
+from service.storage.redis_store import Keys, Store
 from tests.conftest import (
     TEST_CARD,
     ServerThread,
@@ -371,3 +372,54 @@ def test_cli_token_create_with_and_without_a_running_server(data_dir: Path, serv
     with http(server.base_url, reader) as c:
         r = c.get("/v1/costs", params={"project": "llm"})
         assert r.json()["total_cost"] == "5.00", r.text
+
+
+def _fold_processes(parent: int) -> list[int]:
+    """Descendants of `parent` named as `serve` names its folding process."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if comm == FOLD_PROCESS_NAME and int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/comm").exists(), reason="needs Linux's /proc")
+def test_serve_folds_in_a_process_of_its_own(data_dir: Path, serve: Any) -> None:
+    """The workers do not fold (`trainledger serve` turns that off); its folding process does,
+    without any read of the totals asking for it, and it leaves with `serve`."""
+    running = serve(data_dir)
+    assert running.proc is not None
+    folders = _fold_processes(running.proc.pid)
+    assert len(folders) == 1, running.log()
+    admin = (data_dir / "admin-token").read_text().strip()
+    with http(running.base_url, admin) as c:
+        assert c.put("/v1/rate-cards/default", json=TEST_CARD).status_code == 201
+        assert c.post("/v1/events", json=EVENTS).json()["accepted"] == 5
+    url = (data_dir / "valkey.url").read_text().strip()
+    client = redis.Redis.from_url(url)
+    try:
+        for _ in range(MAX_POLLS):
+            meta = client.hmget(Keys.meta("llm"), "pend_events", "fold_cursor")
+            last = client.xrevrange(Keys.log("llm"), count=1)
+            if meta[0] == b"0" and last and meta[1] == last[0][0]:
+                break
+            time.sleep(POLL_INTERVAL)
+        else:
+            raise AssertionError(f"nothing folded the log: {meta}\n{running.log()}")
+        assert client.hgetall(Keys.daily("llm"))  # the totals, written by the fold
+    finally:
+        client.close()
+    assert running.stop() == 0
+    for _ in range(MAX_POLLS):
+        if not Path(f"/proc/{folders[0]}").exists():
+            break
+        time.sleep(POLL_INTERVAL)
+    else:
+        raise AssertionError("the folding process outlived serve")

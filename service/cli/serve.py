@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.process
 import os
 import shutil
 import signal
@@ -19,6 +23,7 @@ from typing import Any
 from service.cli.ui import ui
 from service.config import Settings
 from service.domain.auth import mint
+from service.domain.folding import Folder
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
 
@@ -90,6 +95,51 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+# What `ps`/`top` show for the folding process (Linux: the kernel's name of the process).
+FOLD_PROCESS_NAME = "tl-fold"
+
+
+def _name_process(name: str) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+
+
+def fold_forever(url: str, parent: int) -> None:
+    """The folding process: folds every project's log into its totals each second, until
+    `trainledger serve` (process `parent`) is gone. One process for all the workers keeps
+    the fold's Python off the request workers (in a worker it took turns with the requests
+    for the interpreter: single-event p99 8 ms with it there, 3 ms without it)."""
+    from service.http.observability import JsonFormatter
+
+    _name_process(FOLD_PROCESS_NAME)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    handler = logging.StreamHandler()
+    if os.environ.get("TRAINLEDGER_LOG_FORMAT", "json") == "json":
+        handler.setFormatter(JsonFormatter())
+    logging.basicConfig(
+        level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info").upper(), handlers=[handler]
+    )
+
+    async def go() -> None:
+        async with open_store(url) as store:
+            folder = Folder(store, every_project=True)
+            await folder.run(keep_going=lambda: os.getppid() == parent)
+
+    asyncio.run(go())
+
+
+def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
+    process = multiprocessing.get_context("spawn").Process(
+        target=fold_forever, args=(url, os.getpid()), name="trainledger-fold", daemon=True
+    )
+    process.start()
+    return process
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -99,6 +149,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         data_dir=Path(args.data_dir) if args.data_dir else settings.data_dir,
     )
     embedded: EmbeddedValkey | None = None
+    folder: multiprocessing.process.BaseProcess | None = None
     url = settings.redis_url
     # uvicorn shuts down on SIGTERM and then raises the signal again; with the default
     # disposition that kills the process before the `finally` below stops the embedded
@@ -127,6 +178,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level
         if args.workers > 1:
             _share_metrics_between_workers(settings.data_dir)
+        os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
+        folder = _start_folder(url)
         ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
         uvicorn.run(
             "service.http.app:serve_app",
@@ -141,6 +194,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             http="httptools",
         )
     finally:
+        if folder is not None:
+            folder.terminate()
+            folder.join(timeout=5)
         if embedded is not None:
             embedded.stop()
     return 0

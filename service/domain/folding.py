@@ -29,7 +29,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -454,28 +454,32 @@ async def _settle_legacy(store: Store, project: str) -> int:
 
 
 class Folder:
-    """Folds, in the background, the projects this worker ingested into."""
+    """Folds, in the background, the projects this worker ingested into, or (`every_project`:
+    the folding process `trainledger serve` runs beside its workers) every project."""
 
-    def __init__(self, store: Store, interval: float = FOLD_INTERVAL_SECONDS) -> None:
+    def __init__(
+        self, store: Store, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
+    ) -> None:
         self.store = store
         self.interval = interval
+        self.every_project = every_project
         self._touched: set[str] = set()
 
     def touched(self, project: str) -> None:
-        """A batch of `project` was queued: fold it within the next interval."""
+        """A batch of `project` was accepted: fold it within the next interval."""
         self._touched.add(project)
 
-    async def run(self) -> None:
-        # Blobs a stopped worker left queued: fold every project once at start-up.
-        try:
-            self._touched.update(await self.store.projects())
-        except RedisError as exc:
-            log.warning("fold: could not list projects: %s", exc)
-        while True:
+    async def run(self, keep_going: Callable[[], bool] = lambda: True) -> None:
+        """Fold every `interval` seconds while `keep_going()`."""
+        # Entries a stopped worker left unfolded: fold every project once at start-up.
+        await self._add_every_project()
+        while keep_going():
             # A fixed pause, not one that grows with the fold's duration: a fold's work is
             # mostly per event (decoding, summing), so folding less often under load saves
             # little and lets the log run ahead of the totals.
             await asyncio.sleep(self.interval)
+            if self.every_project:
+                await self._add_every_project()
             projects, self._touched = self._touched, set()
             for project in projects:
                 try:
@@ -483,3 +487,9 @@ class Folder:
                 except RedisError as exc:  # Redis away for a while: try again next round
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
+
+    async def _add_every_project(self) -> None:
+        try:
+            self._touched.update(await self.store.projects())
+        except RedisError as exc:
+            log.warning("fold: could not list projects: %s", exc)

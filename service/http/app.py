@@ -62,7 +62,7 @@ log = logging.getLogger("trainledger")
 
 def build_services(settings: Settings, store: Store) -> Services:
     rate_cards = RateCards(store)
-    folder = Folder(store)
+    folder = Folder(store) if settings.fold_in_workers else None
     ingestor = Ingestor(
         store,
         rate_cards,
@@ -121,8 +121,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         background = [
             asyncio.create_task(sweep_forever(store)),
             asyncio.create_task(worker.run()),
-            asyncio.create_task(services.folder.run()),
         ]
+        if services.folder is not None:
+            background.append(asyncio.create_task(services.folder.run()))
         try:
             yield
         finally:

@@ -17,4 +17,4 @@ class Services:
     store: Store
     rate_cards: RateCards
     ingestor: Ingestor
-    folder: Folder
+    folder: Folder | None  # None: a folding process runs beside the workers
