@@ -95,6 +95,8 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+KEEP_ALIVE_SECONDS = 75
+
 # What `ps`/`top` show for the folding process (Linux: the kernel's name of the process).
 FOLD_PROCESS_NAME = "tl-fold"
 
@@ -192,6 +194,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             access_log=False,
             loop="uvloop",
             http="httptools",
+            # Longer than a load balancer's usual idle timeout (60 s), so that it, not the
+            # server, closes idle connections: a client never sends on a connection the server
+            # is closing (uvicorn's 5 s default did that to bursty schedulers).
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
     finally:
         if folder is not None:
