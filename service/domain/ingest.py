@@ -675,6 +675,7 @@ class Ingestor:
             await self.store.add_project(project)
             self._known_projects.add(project)
         duplicates = 0
+        await self.store.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
             budgets = await self.budgets_of(project, budgets_rev)

@@ -85,6 +85,8 @@ from redis.exceptions import (
     AskError,
     MovedError,
     NoScriptError,
+    RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -274,7 +276,8 @@ end
 #           to at or above it, 'a' when it ends strictly above; each alert id fires once.
 #           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
 #           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
-#           as priced (the number of versions, as `Store.rate_card_revision` counts them).
+#           as priced (the number of versions, as `Store.rate_card_revision` counts them);
+#           p[14] 1 when the server has HSETEX with FNX (see below), else 0.
 #   ARGV[2] the log entry (service/domain/eventlog.py). The batch's totals are not applied
 #   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
 #   (service/domain/folding.py); ``pend_events`` counts the events it has yet to fold. Log
@@ -327,18 +330,51 @@ for j = 1, #tc, 3 do
   end
 end
 
--- Duplicates: one HMGET per shard (and chunk). Nothing is written before every check passed.
+-- Duplicates. Where the server has HSETEX with FNX (Valkey 9, Redis 8: it sets a hash's fields
+-- only if none of them exists), a batch with no duplicate, the usual one, marks its ids with one
+-- command per shard; should a shard hold a duplicate, the shards marked before it are unmarked
+-- (their ids were all new) and the check below finds the duplicates. Elsewhere: one HMGET per
+-- shard, then one HSET. Either way nothing stays written unless every id was new.
+local marked = false
+local i = 1
+if p[14] == 1 then
+  marked = true
+  local done = {}
+  while marked and i <= #ev do
+    local key, n = KEYS[ev[i]], ev[i + 1]
+    for s = 0, n - 1, CHUNK do
+      local m = math.min(n, s + CHUNK) - s
+      local first = i + 2 + 2 * s
+      if call('HSETEX', key, 'FNX', 'FIELDS', m, unpack(ev, first, first + 2 * m - 1)) ~= 1 then
+        marked = false
+        break
+      end
+      done[#done + 1] = {key, first, m}
+    end
+    i = i + 2 + 2 * n
+  end
+  if not marked then
+    for _, d in ipairs(done) do
+      local ids = {}
+      for j = 0, d[3] - 1 do ids[#ids + 1] = ev[d[2] + 2 * j] end
+      call('HDEL', d[1], unpack(ids))
+    end
+  end
+end
+
 local dups = {}
 local n_events = 0
-local i = 1
+i = 1
 while i <= #ev do
   local key, n = KEYS[ev[i]], ev[i + 1]
-  for s = 0, n - 1, CHUNK do
-    local ids = {}
-    for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
-    local got = call('HMGET', key, unpack(ids))
-    for j = 1, #got do
-      if got[j] then dups[#dups + 1] = n_events + s + j end
+  if not marked then
+    for s = 0, n - 1, CHUNK do
+      local ids = {}
+      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
+      local got = call('HMGET', key, unpack(ids))
+      for j = 1, #got do
+        if got[j] then dups[#dups + 1] = n_events + s + j end
+      end
     end
   end
   n_events = n_events + n
@@ -349,13 +385,15 @@ if #dups > 0 then
   return dups
 end
 
-i = 1
-while i <= #ev do
-  local key, n = KEYS[ev[i]], ev[i + 1]
-  for s = 0, n - 1, CHUNK do
-    call('HSET', key, unpack(ev, i + 2 + 2 * s, i + 1 + 2 * math.min(n, s + CHUNK)))
+if not marked then
+  i = 1
+  while i <= #ev do
+    local key, n = KEYS[ev[i]], ev[i + 1]
+    for s = 0, n - 1, CHUNK do
+      call('HSET', key, unpack(ev, i + 2 + 2 * s, i + 1 + 2 * math.min(n, s + CHUNK)))
+    end
+    i = i + 2 + 2 * n
   end
-  i = i + 2 + 2 * n
 end
 apply_increments(inc)
 
@@ -917,6 +955,9 @@ class Store:
         # call order, so a project's batches execute in the order they were priced without
         # each waiting for the answer to the one before (`submit_batch`).
         self._lane = OrderedLane.for_client(client)
+        # Whether the server has HSETEX with FNX (INGEST_LUA marks new ids with it): asked once,
+        # by `learn_features`, before the first batch.
+        self._hsetex: bool | None = None
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> Store:
@@ -1135,6 +1176,24 @@ class Store:
         reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
         return _ingest_outcome(reply, order)
 
+    async def learn_features(self) -> None:
+        """Ask the server, once, what INGEST_LUA may use (a probe, not a version number: forks
+        and versions differ)."""
+        if self._hsetex is not None:
+            return
+        probe = "tl:probe:hsetex"
+        try:
+            await self.client.eval(
+                "return redis.call('HSETEX', KEYS[1], 'FNX', 'FIELDS', 1, 'f', '1')", 1, probe
+            )
+        except ResponseError:
+            self._hsetex = False
+        else:
+            self._hsetex = True
+        finally:
+            with contextlib.suppress(RedisError):
+                await self.client.delete(probe)
+
     @property
     def ordered(self) -> bool:
         """Whether `submit_batch` sends at once, in call order (one server; not a cluster)."""
@@ -1241,6 +1300,7 @@ class Store:
                 ["\0" if v is None else v for v in plan.expected_meta],
                 card_key,
                 plan.rate_card_revision,
+                1 if self._hsetex else 0,
             ]
         )
         return keys, [payload, plan.log_blob], order
