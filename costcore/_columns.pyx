@@ -214,6 +214,13 @@ def dictionary_encode(values):
     return distinct, codes_arr
 
 
+cdef object _doubled(object arr):
+    """A copy of an array('q') twice as long (one exporting its buffer cannot be resized)."""
+    grown = array("q", bytes(16 * len(arr)))
+    memoryview(grown).cast("B")[:8 * len(arr)] = memoryview(arr).cast("B")
+    return grown
+
+
 cdef class CodedSums:
     """Sums of log entries by cell and hour, one entry at a time (`add`), so that a fold
     running in a thread holds the interpreter for one entry at most, never for the whole
@@ -269,12 +276,9 @@ cdef class CodedSums:
         if found is not None:
             return found
         k = self.nk
-        if k == self.cap:  # a new array: one exporting its buffer cannot be resized
-            grown = array("q", bytes(8 * 3 * 2 * self.cap))
-            grown_v = memoryview(grown).cast("B").cast("q")
-            grown_v[:3 * self.cap] = memoryview(self.sums_arr).cast("B").cast("q")
-            self.sums_arr = grown
-            self.sums = grown
+        if k == self.cap:
+            self.sums_arr = _doubled(self.sums_arr)
+            self.sums = self.sums_arr
             self.cap *= 2
         self.key_index[key] = k
         self.keys.append(spelled)
@@ -291,11 +295,8 @@ cdef class CodedSums:
             return found
         h = self.nh
         if h == self.hcap:
-            grown = array("q", bytes(8 * 2 * self.hcap))
-            grown_v = memoryview(grown).cast("B").cast("q")
-            grown_v[:self.hcap] = memoryview(self.hours_arr).cast("B").cast("q")
-            self.hours_arr = grown
-            self.hsums = grown
+            self.hours_arr = _doubled(self.hours_arr)
+            self.hsums = self.hours_arr
             self.hcap *= 2
         self.hour_index[key] = h
         self.hour_keys.append(spelled)

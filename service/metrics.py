@@ -15,9 +15,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
+
+if TYPE_CHECKING:
+    from service.storage.redis_store import Store
 
 EVENTS_ACCEPTED = Counter(
     "trainledger_events_accepted", "Usage events accepted and counted (first time seen)"
@@ -71,13 +74,15 @@ def count_ingest(accepted: int, duplicates: int, rejected_fields: Iterable[str |
         EVENTS_REJECTED.labels(rejection_reason(field)).inc()
 
 
-def time_redis_commands(client: Any) -> None:
-    """Observe the round trip of every command sent through `client.execute_command`.
+def time_redis_commands(store: Store) -> None:
+    """Observe the round trip of every command the store sends: through its client's
+    `execute_command`, and on its lane (service/storage/lane.py).
 
     redis-py has no hook for this; every single command (EVALSHA included) goes through
     that one method of the client, so the instance's method is wrapped. Pipelines are not
     observed command by command.
     """
+    client: Any = store.client
     inner: Callable[..., Awaitable[Any]] = client.execute_command
     # The histogram of each command name as sent (b"EVALSHA", "HGETALL"...): `labels()` takes
     # a lock and builds the label tuple on every call, a few µs on every command.
@@ -102,3 +107,9 @@ def time_redis_commands(client: Any) -> None:
             series.observe(time.perf_counter() - started)
 
     client.execute_command = execute_command
+
+    def on_lane_command(command: str, seconds: float) -> None:
+        series = by_name.get(command) or histogram(command)
+        series.observe(seconds)
+
+    store.on_lane_command = on_lane_command

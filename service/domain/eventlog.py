@@ -114,6 +114,18 @@ class LoggedEvent(NamedTuple):
         )
 
 
+# zlib lets go of the interpreter while it compresses: a large entry is compressed in a thread,
+# on the other core, while the worker goes on with its requests (`compress_log`).
+_THREAD_ABOVE_BYTES = 64 << 10
+
+
+async def compress_log(data: bytes) -> bytes:
+    """The log entry of `encode_log(..., compress=False)`'s bytes."""
+    if len(data) > _THREAD_ABOVE_BYTES:
+        return await asyncio.to_thread(zlib.compress, data, 1)
+    return zlib.compress(data, 1)
+
+
 def encode_log(
     events: Sequence[EventIn],
     epoch_us: Sequence[int],
@@ -122,46 +134,11 @@ def encode_log(
     rates: Sequence[tuple[int, str, str, str]],
     rate_codes: Sequence[int],
     attributed: Sequence[str],
+    compress: bool = True,
 ) -> bytes:
     """The log entry of an accepted batch (format 2): `rates` are the distinct (version, sku,
     category, fixed) of the batch, `rate_codes` each event's index among them, `attributed`
-    each event's attributed tags."""
-    return zlib.compress(
-        _log_columns(events, epoch_us, quantity_micro, cost_nano, rates, rate_codes, attributed),
-        1,
-    )
-
-
-# zlib lets go of the interpreter while it compresses: a large entry is compressed in a thread,
-# on the other core, while the worker goes on with its requests.
-_THREAD_ABOVE_BYTES = 64 << 10
-
-
-async def encode_log_async(
-    events: Sequence[EventIn],
-    epoch_us: Sequence[int],
-    quantity_micro: Sequence[int],
-    cost_nano: Sequence[int],
-    rates: Sequence[tuple[int, str, str, str]],
-    rate_codes: Sequence[int],
-    attributed: Sequence[str],
-) -> bytes:
-    """`encode_log`, compressing a large entry in a thread."""
-    data = _log_columns(events, epoch_us, quantity_micro, cost_nano, rates, rate_codes, attributed)
-    if len(data) > _THREAD_ABOVE_BYTES:
-        return await asyncio.to_thread(zlib.compress, data, 1)
-    return zlib.compress(data, 1)
-
-
-def _log_columns(
-    events: Sequence[EventIn],
-    epoch_us: Sequence[int],
-    quantity_micro: Sequence[int],
-    cost_nano: Sequence[int],
-    rates: Sequence[tuple[int, str, str, str]],
-    rate_codes: Sequence[int],
-    attributed: Sequence[str],
-) -> bytes:
+    each event's attributed tags. Not `compress`ed: for `compress_log`."""
     stages, stage_codes = dictionary_encode([ev.stage for ev in events])
     experiments, experiment_codes = dictionary_encode([ev.experiment for ev in events])
     owners, owner_codes = dictionary_encode([ev.owner for ev in events])
@@ -184,7 +161,8 @@ def _log_columns(
         attributed_values,
         attributed_codes.tolist(),
     ]
-    return msgspec.msgpack.encode(columns)
+    data = msgspec.msgpack.encode(columns)
+    return zlib.compress(data, 1) if compress else data
 
 
 def decode_log_entry(blob: bytes) -> CodedLog | None:

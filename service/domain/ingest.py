@@ -28,7 +28,7 @@ from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
 from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
-from service.domain.eventlog import LoggedEvent, encode_log, encode_log_async
+from service.domain.eventlog import LoggedEvent, compress_log, encode_log
 from service.domain.events import (
     DecodedItem,
     EventIn,
@@ -186,20 +186,12 @@ class PricedBatch:
         rates = self.rates
         return [rates[c][2] for c in self.rate_codes]
 
-    def log_entry(self) -> bytes:
-        """The batch's entry in the accepted-event log."""
+    def log_entry(self, compress: bool = True) -> bytes:
+        """The batch's entry in the accepted-event log (see `encode_log`)."""
         b = self.batch
         return encode_log(
             b.events, b.epoch_us, b.quantity_micro, self.costs, self.rates, self.rate_codes,
-            self.attributed,
-        )  # fmt: skip
-
-    async def log_entry_async(self) -> bytes:
-        """`log_entry`, a large one compressed in a thread (see `encode_log_async`)."""
-        b = self.batch
-        return await encode_log_async(
-            b.events, b.epoch_us, b.quantity_micro, self.costs, self.rates, self.rate_codes,
-            self.attributed,
+            self.attributed, compress,
         )  # fmt: skip
 
     @property
@@ -793,7 +785,7 @@ class Ingestor:
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
             increments=priced.increments,
-            log_blob=await priced.log_entry_async(),
+            log_blob=await compress_log(priced.log_entry(compress=False)),
             currency=catalog.currency or "",
             rate_card=catalog.name,
             duplicates_seen=duplicates,

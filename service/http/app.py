@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
         store = Store.from_url(url)
-        time_redis_commands(store.client)
+        time_redis_commands(store)
         services = app.state.services = build_services(settings, store)
         app.state.store = store
         app.state.settings = settings

@@ -71,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -955,6 +956,9 @@ class Store:
         # call order, so a project's batches execute in the order they were priced without
         # each waiting for the answer to the one before (`submit_batch`).
         self._lane = OrderedLane.for_client(client)
+        # Told of every command sent on the lane and its round trip (commands through the
+        # client are observed by wrapping it: service/metrics.py).
+        self.on_lane_command: Callable[[str, float], None] | None = None
         # Whether the server has HSETEX with FNX (INGEST_LUA marks new ids with it): asked once,
         # by `learn_features`, before the first batch.
         self._hsetex: bool | None = None
@@ -1206,14 +1210,22 @@ class Store:
         if self._lane is None:
             return self.apply_batch(plan)
         keys, args, order = self._ingest_call(plan, card_in_script=True)
+        started = time.perf_counter()
         sent = self._lane.submit_script(self._ingest, keys, args)
-        return self._lane_answer(sent, keys, args, order)
+        return self._lane_answer(sent, keys, args, order, started)
 
     async def _lane_answer(
-        self, sent: Awaitable[Any], keys: list[str], args: list[Any], order: list[int]
+        self,
+        sent: Awaitable[Any],
+        keys: list[str],
+        args: list[Any],
+        order: list[int],
+        started: float,
     ) -> IngestOutcome:
         try:
             reply = await sent
+            if self.on_lane_command is not None:
+                self.on_lane_command("EVALSHA", time.perf_counter() - started)
         except (LaneNoScript, RedisConnectionError):
             # Not run (NOSCRIPT), or the lane's connection dropped, run or not: once more
             # through the pool, as redis-py retries a dropped command (a batch that did run
