@@ -10,7 +10,13 @@ from typing import Any
 
 import msgspec
 
-from service.domain.eventlog import LoggedEvent, decode_log, decode_log_entry, encode_log
+from service.domain.eventlog import (
+    LoggedEvent,
+    compress_log,
+    decode_log,
+    decode_log_entry,
+    encode_log,
+)
 from service.domain.events import EventIn
 
 _START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -93,3 +99,14 @@ def test_entries_of_rows_still_read() -> None:
     blob = zlib.compress(msgspec.msgpack.encode([row, row]))
     assert decode_log(blob) == [LoggedEvent(*row)] * 2
     assert decode_log_entry(blob) is None  # its totals were queued when it was accepted
+
+
+async def test_a_large_entry_is_compressed_alike_in_a_thread() -> None:
+    """`compress_log` gives the bytes `encode_log` gives, below and above its thread size."""
+    rng = random.Random(5)
+    for n in (3, 5_000):  # ~0.1 kB and ~0.2 MB of columns
+        events, epoch_us = _events(rng, n)
+        args = (events, epoch_us, [1] * n, [2] * n, [(1, "gpu", "compute", "e")], [0] * n, [""] * n)
+        raw = encode_log(*args, compress=False)  # type: ignore[arg-type]
+        assert (await compress_log(raw)) == encode_log(*args)  # type: ignore[arg-type]
+        assert len(raw) > 64 << 10 if n > 3 else len(raw) < 64 << 10
