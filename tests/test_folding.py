@@ -274,6 +274,21 @@ async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: st
     daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
     assert folded == accepted + 2
     assert sum(daily.values()) == await _logged_cost(store) + 70 - 60
+    # A worker of that version still running during an upgrade: its batch is a row entry after
+    # the cursor, its sums a blob. Folded once, from the blob; the log fold passes over it.
+    client = sync_client(clean_redis)
+    try:
+        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
+        client.rpush(Keys.pending("llm"), legacy.encode())
+        client.hincrby(Keys.meta("llm"), "accepted", 2)
+        client.hincrby(Keys.meta("llm"), "pend_events", 2)
+    finally:
+        client.close()
+    assert await settle(store, "llm") == 2  # the blob, and the row entry passed over
+    assert _folded(clean_redis)
+    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
+    assert folded == accepted + 4
+    assert sum(daily.values()) == await _logged_cost(store) + 2 * (70 - 60)
 
 
 async def test_retention_never_trims_what_was_not_folded(store: Store, clean_redis: str) -> None:

@@ -485,7 +485,9 @@ if (call('HGET', KEYS[1], 'fold_cursor') or '') ~= p[1] then
 end
 apply_increments(p[4])
 call('HSET', KEYS[1], 'fold_cursor', p[2])
-call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+if p[3] ~= '0' then  -- "-0" is not an integer to HINCRBY (entries of rows sum no events)
+  call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+end
 return 1
 """
 )
@@ -525,7 +527,9 @@ local inc = p[4]
 apply_increments(inc)
 call('LTRIM', KEYS[2], p[2], -1)
 call('HINCRBY', KEYS[1], 'pend_head', p[2])
-call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+if p[3] ~= '0' then
+  call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
+end
 return 1
 """
 )
