@@ -36,7 +36,13 @@ from costcore.reference import price_batch_reference
 from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
 
 if TYPE_CHECKING:
-    from costcore._columns import CodedSums, dictionary_encode, group_coded, scan_events
+    from costcore._columns import (
+        CodedSums,
+        coded_sums_for,
+        dictionary_encode,
+        group_coded,
+        scan_events,
+    )
     from costcore._kernel import price_batch
 
 __all__ = [
@@ -54,6 +60,7 @@ __all__ = [
     "RateRow",
     "RateTable",
     "ScanResult",
+    "coded_sums_for",
     "dictionary_encode",
     "dictionary_encode_reference",
     "format_money",
@@ -106,7 +113,7 @@ def __getattr__(name: str) -> Any:
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
-    if name in ("scan_events", "group_coded", "dictionary_encode", "CodedSums"):
+    if name in ("scan_events", "group_coded", "dictionary_encode", "CodedSums", "coded_sums_for"):
         _load_kernel()  # the same build; a stale one says so
         try:
             from costcore import _columns
@@ -119,6 +126,7 @@ def __getattr__(name: str) -> Any:
         globals()["scan_events"] = _columns.scan_events
         globals()["group_coded"] = _columns.group_coded
         globals()["CodedSums"] = _columns.CodedSums
+        globals()["coded_sums_for"] = _columns.coded_sums_for
         globals()["dictionary_encode"] = _columns.dictionary_encode
         return globals()[name]
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

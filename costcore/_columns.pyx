@@ -375,9 +375,9 @@ cdef class CodedSums:
                            self.hours_arr[:self.nh])
 
 
-def group_coded(entries, hour_class):
-    """Compiled `costcore.columns.group_coded_reference` (same contract), through
-    `CodedSums`."""
+def coded_sums_for(entries, hour_class):
+    """An empty `CodedSums` sized for these entries: their code spaces (from `to_global`) and
+    their span of days and hours. The entries are then added one by one."""
     cdef int c
     cdef bint first = True
     cdef int64_t day, d0 = 0, d1 = -1, hour, h0 = 0, h1 = -1
@@ -401,7 +401,13 @@ def group_coded(entries, hour_class):
             if first or hour > h1:
                 h1 = hour
             first = False
-    sums = CodedSums(spans, d0, d1 - d0 + 1, h0, h1 - h0 + 1, hour_class)
+    return CodedSums(spans, d0, d1 - d0 + 1, h0, h1 - h0 + 1, hour_class)
+
+
+def group_coded(entries, hour_class):
+    """Compiled `costcore.columns.group_coded_reference` (same contract), through
+    `CodedSums`."""
+    sums = coded_sums_for(entries, hour_class)
     for entry in entries:
         sums.add(entry)
     return sums.result()

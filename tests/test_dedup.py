@@ -13,7 +13,8 @@ from service.storage.redis_store import (
 from tests.conftest import sync_client
 
 
-def _plan(ids: list[str]) -> IngestPlan:
+def ingest_plan(ids: list[str]) -> IngestPlan:
+    """A plan of these ids alone (no tiers, counters or checks of settings)."""
     return IngestPlan(
         project="llm",
         event_ids=ids,
@@ -43,20 +44,20 @@ def _marked(url: str, ids: list[str]) -> list[bool]:
 
 async def test_a_duplicate_in_a_later_shard_leaves_no_mark(store: Store, clean_redis: str) -> None:
     await store.learn_features()
-    assert (await store.apply_batch(_plan(["seen-before"]))).status == 0
+    assert (await store.apply_batch(ingest_plan(["seen-before"]))).status == 0
     dup_shard = seen_shard("seen-before")
     # Many new ids in other shards first (marked, on HSETEX servers, before the duplicate's
     # shard is reached), then the duplicate, then more new ids.
     fresh = [f"new-{k}" for k in range(400) if seen_shard(f"new-{k}") != dup_shard]
     assert len({seen_shard(i) for i in fresh}) == SEEN_SHARDS - 1
     ids = [*fresh[:300], "seen-before", *fresh[300:]]
-    outcome = await store.apply_batch(_plan(ids))
+    outcome = await store.apply_batch(ingest_plan(ids))
     assert outcome.status == 1 and outcome.duplicate_positions == (300,)
     assert _marked(clean_redis, fresh) == [False] * len(fresh)  # nothing stayed written
     # Without the duplicate the same ids are accepted, once.
-    assert (await store.apply_batch(_plan(fresh))).status == 0
+    assert (await store.apply_batch(ingest_plan(fresh))).status == 0
     assert _marked(clean_redis, fresh) == [True] * len(fresh)
-    again = await store.apply_batch(_plan(fresh[:3]))
+    again = await store.apply_batch(ingest_plan(fresh[:3]))
     assert again.status == 1 and again.duplicate_positions == (0, 1, 2)
 
 

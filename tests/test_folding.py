@@ -38,8 +38,9 @@ from service.domain.ratecards import RateCardIn
 from service.domain.rebuild import rebuild_project
 from service.domain.rollups import ROLLUP_VERSION
 from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import IngestPlan, Keys, Store
+from service.storage.redis_store import Keys, Store
 from tests.conftest import TEST_CARD, sync_client
+from tests.test_dedup import ingest_plan
 from tests.test_rebuild import random_events, snapshot
 
 ADMIN = Principal("test", "admin", None)
@@ -297,22 +298,11 @@ async def test_retention_never_trims_what_was_not_folded(store: Store, clean_red
     entries = (await store.unfolded_entries("llm", 10, 1 << 30))[3]
     meta = await store.project_meta("llm")
     # A batch asking to trim everything older than the far future.
-    plan = IngestPlan(
-        project="llm",
-        event_ids=["late-1"],
-        seen_shards=[0],
-        expiry_days=[99_999],
-        tier_checks=[],
-        increments=[],
+    plan = dataclasses.replace(
+        ingest_plan(["late-1"]),
         log_blob=_entry([5]),
-        currency="",
-        rate_card="default",
-        duplicates_seen=0,
         log_min_id="99999999999999-0",
-        counters=[],
-        budgets_rev="0",
         expected_meta=(meta.get("rate_card"), meta.get("currency"), None),
-        rate_card_revision=0,
     )
     assert (await store.apply_batch(plan)).status == 0
     kept = [entry_id for entry_id, _ in await store.log_entries("llm")]

@@ -5,7 +5,7 @@ entry, the graduated-tier and budget counters (alerts fire from those) and `acce
 batch's totals (one sum per cell: day x stage x experiment x category x SKU x owner x
 fixed/elastic x attributed tags, plus the hourly cells, the daily index and the roll-ups) are
 not written there, field by field: a fold reads the log entries after the project's cursor
-(meta ``fold_cursor``), sums their events by cell in one compiled pass (`costcore.group_coded`;
+(meta ``fold_cursor``), sums their events by cell in one compiled pass (`costcore.CodedSums`;
 batches touching the same cells merge, so a cell is written once per fold rather than once per
 batch), derives the daily index, hours and roll-ups from the sums, and applies it all in one
 script that also moves the cursor past the entries it summed, after checking that no other
@@ -37,7 +37,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 from redis.exceptions import RedisError
 
-from costcore import CodedEntry, CodedGroups, CodedSums
+from costcore import CodedEntry, CodedGroups, coded_sums_for
 from service.domain.eventlog import CodedLog, decode_log_entry
 from service.domain.rollups import rollup_increments
 from service.storage.redis_store import FIELD_SEP, Keys, Store
@@ -51,8 +51,8 @@ log = logging.getLogger("trainledger")
 FOLD_INTERVAL_SECONDS = 2.0
 # What one fold reads and writes. Valkey runs the fold's script alone, so a fold writes at most
 # 32,768 cells (~0.1 s of Valkey at most; a day of the benchmark's project has 12,000); it
-# reads log entries up to 8 MB (a 5,000-event entry is ~90 kB: ~450,000 events, ~0.3 s of
-# decoding and summing, in a thread) or 4,096 of them (a second of one-event posts at 1,000/s
+# reads log entries up to 8 MB (a 5,000-event entry is ~62 kB: ~650,000 events, ~0.5 s of
+# decoding and summing, in slices) or 4,096 of them (a second of one-event posts at 1,000/s
 # is one fold, not several).
 FOLD_MAX_ENTRIES = 4096
 FOLD_MAX_BYTES = 8 << 20
@@ -374,18 +374,8 @@ def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
         yield
     rate_space = list(spaces[3])
     classes = [hour_class.setdefault((c, f), len(hour_class)) for _, c, f in rate_space]
-    times = [t for e in coded if e.epoch_us for t in (min(e.epoch_us), max(e.epoch_us))]
-    first, last = (min(times), max(times)) if times else (0, -1)
-    day0, hour0 = first // 86_400_000_000, first // 3_600_000_000
-    acc = CodedSums(
-        [len(space) for space in spaces],
-        day0,
-        last // 86_400_000_000 - day0 + 1,
-        hour0,
-        last // 3_600_000_000 - hour0 + 1,
-        classes,
-    )
-    # One entry per call: a fold in a thread holds the interpreter one entry at a time.
+    acc = coded_sums_for(coded, classes)
+    # One entry per step: a sliced fold holds the event loop for one entry at most.
     for entry in coded:
         acc.add(entry)
         yield
