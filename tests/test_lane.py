@@ -162,6 +162,27 @@ async def test_a_lost_connection_fails_what_is_outstanding_and_the_lane_reconnec
     assert await store.client.get("n") is None  # the killed INCRs never ran
 
 
+async def test_a_submit_on_a_connection_closed_under_it_fails_its_future_not_the_caller(
+    store: Store, lane: OrderedLane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transport closes before the reader has noticed: asyncio's drops the write, uvloop's
+    (the server's loop) raises RuntimeError. Either way `submit` returns, its future fails
+    with ConnectionError, and the lane reconnects."""
+    assert int(await lane.submit("INCR", "n")) == 1
+    session = lane._session
+    assert session is not None
+    session.writer.transport.abort()  # closed at once, no await for the reader to notice
+
+    def closed(data: Any) -> None:  # what uvloop's transport does on a closed handle
+        raise RuntimeError("unable to perform operation on <UnixTransport closed=True>")
+
+    monkeypatch.setattr(session.writer, "writelines", closed)
+    lost = lane.submit("INCR", "n")  # must not raise
+    with pytest.raises(ConnectionError):
+        await lost
+    assert int(await lane.submit("INCR", "n")) == 2  # a new connection; the lost one never ran
+
+
 async def test_a_cancelled_waiter_does_not_desync_later_replies(
     store: Store, lane: OrderedLane
 ) -> None:

@@ -709,7 +709,11 @@ class Ingestor:
                     turn = self._in_flight[project] = asyncio.get_running_loop().create_future()
                     # One server: on the wire now, behind the batch before it, so it need not
                     # wait for that one's answer. A cluster: sent once that one has answered.
-                    answer = self.store.submit_batch(plan) if self.store.ordered else None
+                    try:
+                        answer = self.store.submit_batch(plan) if self.store.ordered else None
+                    except BaseException:
+                        self._end_turn(project, turn)  # the batches behind must not wait on it
+                        raise
                 try:
                     if answer is None:
                         if before is not None:
@@ -717,9 +721,7 @@ class Ingestor:
                         answer = self.store.apply_batch(plan)
                     outcome = await answer
                 finally:
-                    turn.set_result(None)
-                    if self._in_flight.get(project) is turn:
-                        del self._in_flight[project]
+                    self._end_turn(project, turn)
             else:
                 priced = price_events(project, events, catalog, {}, tag_keys)
                 if not len(priced.batch):
@@ -752,6 +754,12 @@ class Ingestor:
                 budgets_rev = meta["budgets_rev"] = outcome.budgets_rev
             # status 2: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
+
+    def _end_turn(self, project: str, turn: asyncio.Future[None]) -> None:
+        """The batch of `turn` is answered (or failed): the one behind it may go on."""
+        turn.set_result(None)
+        if self._in_flight.get(project) is turn:
+            del self._in_flight[project]
 
     async def _plan(
         self,

@@ -133,7 +133,16 @@ class OrderedLane:
             session.pending.append(future)
         # The transport queues what the socket does not take at once. There is no drain
         # (submit cannot await): callers bound what they leave outstanding.
-        session.writer.writelines(chunks)
+        try:
+            session.writer.writelines(chunks)
+        except (RuntimeError, OSError) as exc:
+            # The connection closed before the reader noticed (uvloop refuses to write on a
+            # closed transport): these commands and those owed fail as for a lost connection,
+            # so that a submit never raises, and the next submit reconnects.
+            if self._session is session:
+                self._session = None
+            _fail_pending(session, f"the lane's connection was lost: {exc}")
+            return
         if session.deadline is not None and session.deadline.when() is None:
             self._arm(session)  # the reader waits with no deadline while nothing is owed
 
