@@ -18,7 +18,12 @@ from costcore.columns import (
     ScanResult,
     dictionary_encode_reference,
     group_coded_reference,
+    group_positions_reference,
+    pair_codes_reference,
+    rate_rows_reference,
+    remap_codes_reference,
     scan_events_reference,
+    take_reference,
 )
 from costcore.money import (
     INT64_MAX,
@@ -41,7 +46,12 @@ if TYPE_CHECKING:
         coded_sums_for,
         dictionary_encode,
         group_coded,
+        group_positions,
+        pair_codes,
+        rate_rows,
+        remap_codes,
         scan_events,
+        take,
     )
     from costcore._kernel import price_batch
 
@@ -67,14 +77,24 @@ __all__ = [
     "format_quantity",
     "group_coded",
     "group_coded_reference",
+    "group_positions",
+    "group_positions_reference",
     "kernel_build_info",
+    "pair_codes",
+    "pair_codes_reference",
     "parse_price",
     "parse_quantity",
     "price_batch",
     "price_batch_reference",
+    "rate_rows",
+    "rate_rows_reference",
+    "remap_codes",
+    "remap_codes_reference",
     "round_half_even_div",
     "scan_events",
     "scan_events_reference",
+    "take",
+    "take_reference",
 ]
 
 
@@ -108,12 +128,27 @@ def kernel_build_info() -> dict[str, Any]:
     return info
 
 
+# What costcore._columns compiles (loaded on first access, as price_batch).
+_COLUMNS = (
+    "CodedSums",
+    "coded_sums_for",
+    "dictionary_encode",
+    "group_coded",
+    "group_positions",
+    "pair_codes",
+    "rate_rows",
+    "remap_codes",
+    "scan_events",
+    "take",
+)
+
+
 def __getattr__(name: str) -> Any:
     if name == "price_batch":
         function = _load_kernel().price_batch
         globals()["price_batch"] = function
         return function
-    if name in ("scan_events", "group_coded", "dictionary_encode", "CodedSums", "coded_sums_for"):
+    if name in _COLUMNS:
         _load_kernel()  # the same build; a stale one says so
         try:
             from costcore import _columns
@@ -123,10 +158,7 @@ def __getattr__(name: str) -> Any:
                 f"could not be imported ({exc}). Build it with `pip install -e .`; the plain "
                 "reference is costcore.scan_events_reference."
             ) from exc
-        globals()["scan_events"] = _columns.scan_events
-        globals()["group_coded"] = _columns.group_coded
-        globals()["CodedSums"] = _columns.CodedSums
-        globals()["coded_sums_for"] = _columns.coded_sums_for
-        globals()["dictionary_encode"] = _columns.dictionary_encode
+        for compiled in _COLUMNS:
+            globals()[compiled] = getattr(_columns, compiled)
         return globals()[name]
     raise AttributeError(f"module 'costcore' has no attribute {name!r}")

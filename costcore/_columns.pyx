@@ -411,3 +411,136 @@ def group_coded(entries, hour_class):
     for entry in entries:
         sums.add(entry)
     return sums.result()
+
+
+cdef inline Py_ssize_t _bisect_right(const int64_t[::1] starts, int64_t t) nogil:
+    cdef Py_ssize_t lo = 0, hi = starts.shape[0], mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t < starts[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def rate_rows(skus, epoch_us, starts, tables):
+    """Compiled `costcore.columns.rate_rows_reference` (same contract)."""
+    cdef Py_ssize_t n = len(skus), i, vi = -1, nv = len(starts)
+    if len(epoch_us) != n:
+        raise ValueError("skus and epoch_us differ in length")
+    if len(tables) != nv:
+        raise ValueError("starts and tables differ in length")
+    starts_arr = array("q", starts)
+    cdef const int64_t[::1] st = starts_arr
+    rows_arr = array("i", bytes(4 * n))
+    cdef int[::1] rows = rows_arr
+    cdef int64_t t, lo = 0, hi = 0
+    cdef bint bounded_lo = True, bounded_hi = True, known = False
+    cdef dict table = None
+    cdef object row
+    for i in range(n):
+        t = epoch_us[i]
+        if not known or (bounded_lo and t < lo) or (bounded_hi and t >= hi):
+            # The version in effect at t: found once per run of events in its span.
+            vi = _bisect_right(st, t) - 1
+            bounded_lo = vi >= 0
+            lo = st[vi] if vi >= 0 else 0
+            bounded_hi = vi + 1 < nv
+            hi = st[vi + 1] if vi + 1 < nv else 0
+            table = tables[vi] if vi >= 0 else None
+            known = True
+        if table is None:
+            rows[i] = -1
+            continue
+        row = table.get(skus[i])
+        rows[i] = -1 if row is None else <int>row
+    return rows_arr
+
+
+def pair_codes(firsts, seconds, wanted):
+    """Compiled `costcore.columns.pair_codes_reference` (same contract)."""
+    cdef Py_ssize_t n = len(firsts), i
+    if len(seconds) != n:
+        raise ValueError("firsts and seconds differ in length")
+    codes_arr = array("i", bytes(4 * n))
+    cdef int[::1] codes = codes_arr
+    cdef list wanted_list = [bool(w) for w in wanted]
+    cdef Py_ssize_t nw = len(wanted_list)
+    cdef dict index = {}
+    cdef list pairs = []
+    cdef Py_ssize_t first
+    cdef object key, found
+    for i in range(n):
+        first = firsts[i]
+        if not (0 <= first < nw) or not wanted_list[first]:
+            codes[i] = -1
+            continue
+        key = (first, seconds[i])
+        found = index.get(key)
+        if found is None:
+            found = len(pairs)
+            index[key] = found
+            pairs.append(key)
+        codes[i] = found
+    return pairs, codes_arr
+
+
+def remap_codes(codes, table):
+    """Compiled `costcore.columns.remap_codes_reference` (same contract)."""
+    cdef Py_ssize_t n = len(codes), i, nt = len(table)
+    table_arr = array("q", table)
+    cdef const int64_t[::1] tv = table_arr
+    out_arr = array("q", bytes(8 * n))
+    cdef int64_t[::1] out = out_arr
+    cdef int64_t c
+    for i in range(n):
+        c = codes[i]
+        if c < 0:
+            out[i] = -1
+        elif c < nt:
+            out[i] = tv[c]
+        else:
+            raise IndexError(f"code {c} at position {i} is outside a table of {nt}")
+    return out_arr
+
+
+def group_positions(keys, Py_ssize_t nkeys):
+    """Compiled `costcore.columns.group_positions_reference` (same contract)."""
+    cdef Py_ssize_t n = len(keys), i, k
+    keys_arr = array("q", keys)
+    cdef const int64_t[::1] kv = keys_arr
+    counts_arr = array("q", bytes(8 * max(nkeys, 0)))
+    cdef int64_t[::1] counts = counts_arr
+    for i in range(n):
+        if kv[i] < 0 or kv[i] >= nkeys:
+            raise ValueError(f"key {kv[i]} at position {i} is outside [0, {nkeys})")
+        counts[kv[i]] += 1
+    next_arr = array("q", bytes(8 * max(nkeys, 0)))
+    cdef int64_t[::1] nxt = next_arr
+    cdef int64_t total = 0
+    for k in range(nkeys):
+        nxt[k] = total
+        total += counts[k]
+    order_arr = array("q", bytes(8 * n))
+    cdef int64_t[::1] order = order_arr
+    for i in range(n):
+        k = kv[i]
+        order[nxt[k]] = i
+        nxt[k] += 1
+    return order_arr, counts_arr
+
+
+def take(values, positions):
+    """Compiled `costcore.columns.take_reference` (same contract)."""
+    cdef Py_ssize_t n = len(positions), i, nv = len(values)
+    cdef list out = [None] * n
+    cdef object v
+    cdef Py_ssize_t p
+    for i in range(n):
+        p = positions[i]
+        if p < 0 or p >= nv:
+            raise IndexError(f"position {p} is outside a sequence of {nv}")
+        v = values[p]
+        out[i] = v
+    return out

@@ -1,6 +1,8 @@
 """Passes over a decoded ingest batch: the per-event checks and columns, and the grouping of
-logged events by totals cell (pure computation). `dictionary_encode` and `group_coded` are
-described at their references; the rest of this docstring is `scan_events`'s contract.
+logged events by totals cell, and the small gathers that pricing and the ingest script's
+arguments need (pure computation). Each compiled function (``costcore/_columns.pyx``) has a
+plain-Python reference here, described there and checked equal by tests/test_columns.py; the
+rest of this docstring is `scan_events`'s contract.
 
 `scan_events` (compiled, ``costcore/_columns.pyx``) and `scan_events_reference` (this plain
 Python) have one contract, checked equal by tests/test_costcore.py. For every event they
@@ -24,6 +26,7 @@ modified.
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from array import array
 from collections.abc import Container, Hashable, Mapping, Sequence
@@ -38,7 +41,12 @@ __all__ = [
     "ScanResult",
     "dictionary_encode_reference",
     "group_coded_reference",
+    "group_positions_reference",
+    "pair_codes_reference",
+    "rate_rows_reference",
+    "remap_codes_reference",
     "scan_events_reference",
+    "take_reference",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -204,3 +212,76 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
         list(hours),
         array("q", hours.values()),
     )
+
+
+def rate_rows_reference(
+    skus: Sequence[str],
+    epoch_us: Sequence[int],
+    starts: Sequence[int],
+    tables: Sequence[Mapping[str, int]],
+) -> array[int]:
+    """Plain-Python reference of `costcore.rate_rows`: each event's rate-table row, -1 where
+    none. The version in effect at an event's time is the last whose start (`starts`, epoch µs,
+    ascending) is at or before it; `tables[v]` maps a SKU to its row in version v."""
+    if len(epoch_us) != len(skus):
+        raise ValueError("skus and epoch_us differ in length")
+    if len(tables) != len(starts):
+        raise ValueError("starts and tables differ in length")
+    rows = array("i")
+    for sku, t in zip(skus, epoch_us, strict=True):
+        v = bisect.bisect_right(starts, t) - 1
+        rows.append(tables[v].get(sku, -1) if v >= 0 else -1)
+    return rows
+
+
+def pair_codes_reference(
+    firsts: Sequence[int], seconds: Sequence[Hashable], wanted: Sequence[bool]
+) -> tuple[list[tuple[int, Any]], array[int]]:
+    """Plain-Python reference of `costcore.pair_codes`: the distinct (first, second) pairs of
+    the positions whose `first` is wanted (``wanted[first]``; a first outside `wanted` is
+    not), in order of first appearance, and per position its pair's index, or -1."""
+    if len(seconds) != len(firsts):
+        raise ValueError("firsts and seconds differ in length")
+    index: dict[tuple[int, Any], int] = {}
+    codes = array("i")
+    for first, second in zip(firsts, seconds, strict=True):
+        if 0 <= first < len(wanted) and wanted[first]:
+            codes.append(index.setdefault((first, second), len(index)))
+        else:
+            codes.append(-1)
+    return list(index), codes
+
+
+def remap_codes_reference(codes: Sequence[int], table: Sequence[int]) -> array[int]:
+    """Plain-Python reference of `costcore.remap_codes`: ``table[code]`` per code
+    (``array('q')``), -1 where the code is negative; a code past the table raises IndexError."""
+    out = array("q")
+    for i, code in enumerate(codes):
+        if code >= len(table):
+            raise IndexError(f"code {code} at position {i} is outside a table of {len(table)}")
+        out.append(table[code] if code >= 0 else -1)
+    return out
+
+
+def group_positions_reference(keys: Sequence[int], nkeys: int) -> tuple[array[int], array[int]]:
+    """Plain-Python reference of `costcore.group_positions`: the positions ordered by key
+    (stable: in their order within a key) and each key's count (both ``array('q')``); a key
+    outside ``[0, nkeys)`` raises ValueError."""
+    counts = array("q", bytes(8 * max(nkeys, 0)))
+    for i, key in enumerate(keys):
+        if not 0 <= key < nkeys:
+            raise ValueError(f"key {key} at position {i} is outside [0, {nkeys})")
+        counts[key] += 1
+    order = array("q", sorted(range(len(keys)), key=lambda i: keys[i]))
+    return order, counts
+
+
+def take_reference(values: Sequence[Any], positions: Sequence[int]) -> list[Any]:
+    """Plain-Python reference of `costcore.take`: ``[values[p] for p in positions]``, no
+    negative positions."""
+    out = []
+    for p in positions:
+        if not 0 <= p < len(values):
+            raise IndexError(f"position {p} is outside a sequence of {len(values)}")
+        out.append(values[p])
+    return out

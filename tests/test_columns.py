@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from array import array
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -337,3 +338,133 @@ def test_group_coded_refuses_sums_beyond_int64_and_ragged_columns() -> None:
     )
     classes = [i % 3 for i in range(10_000)]
     assert _compiled_group([many], classes) == group_coded_reference([many], classes)
+
+
+# --- the gathers of pricing and of the ingest script's arguments ---------------------------
+
+
+def _compiled_fn(name: str) -> Any:
+    import costcore
+
+    try:
+        return getattr(costcore, name)
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(f"compiled {name} unavailable: {exc}")
+
+
+versions = st.lists(st.integers(-(2**40), 2**40), max_size=4, unique=True).map(sorted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    versions,
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "é"]), st.integers(-(2**41), 2**41)),
+        max_size=40,
+    ),
+    st.data(),
+)
+def test_compiled_rate_rows_equals_the_reference(
+    starts: list[int], events: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    from costcore import rate_rows_reference
+
+    tables = [
+        data.draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 50)))
+        for _ in starts
+    ]
+    # Times on the version starts themselves too: a start belongs to its own version.
+    events += [("a", t) for t in starts] + [("b", t - 1) for t in starts]
+    skus = [sku for sku, _ in events]
+    times = [t for _, t in events]
+    want = rate_rows_reference(skus, times, starts, tables)
+    assert _compiled_fn("rate_rows")(skus, times, starts, tables) == want
+    assert _compiled_fn("rate_rows")(skus, array("q", times), starts, tables) == want
+    for sku, t, row in zip(skus, times, want, strict=True):  # the reference's meaning
+        live = [v for v, start in enumerate(starts) if start <= t]
+        assert row == (tables[live[-1]].get(sku, -1) if live else -1)
+
+
+def test_rate_rows_refuses_ragged_columns() -> None:
+    from costcore import rate_rows_reference
+
+    for rows in (_compiled_fn("rate_rows"), rate_rows_reference):
+        with pytest.raises(ValueError):
+            rows(["a"], [], [0], [{}])
+        with pytest.raises(ValueError):
+            rows(["a"], [1], [0], [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-1, 5), st.integers(0, 3)), max_size=40),
+    st.lists(st.booleans(), max_size=5),
+)
+def test_compiled_pair_codes_equals_the_reference(
+    events: list[tuple[int, int]], wanted: list[bool]
+) -> None:
+    from costcore import pair_codes_reference
+
+    firsts = array("i", [f for f, _ in events])
+    seconds = [s for _, s in events]
+    pairs, codes = pair_codes_reference(firsts, seconds, wanted)
+    assert _compiled_fn("pair_codes")(firsts, seconds, wanted) == (pairs, codes)
+    for (first, second), code in zip(events, codes, strict=True):  # the reference's meaning
+        if 0 <= first < len(wanted) and wanted[first]:
+            assert pairs[code] == (first, second)
+        else:
+            assert code == -1
+    assert len(set(pairs)) == len(pairs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**62), 2**62), max_size=6), st.data())
+def test_compiled_remap_codes_equals_the_reference(table: list[int], data: st.DataObject) -> None:
+    from costcore import remap_codes_reference
+
+    codes = data.draw(st.lists(st.integers(-1, len(table) - 1), max_size=30))
+    want = remap_codes_reference(array("i", codes), table)
+    assert _compiled_fn("remap_codes")(array("i", codes), table) == want
+    assert list(want) == [table[c] if c >= 0 else -1 for c in codes]
+    for remap in (_compiled_fn("remap_codes"), remap_codes_reference):
+        with pytest.raises(IndexError):
+            remap([len(table)], table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.data())
+def test_compiled_group_positions_equals_the_reference(nkeys: int, data: st.DataObject) -> None:
+    from costcore import group_positions_reference
+
+    keys = data.draw(st.lists(st.integers(0, nkeys - 1), max_size=50))
+    order, counts = group_positions_reference(keys, nkeys)
+    assert _compiled_fn("group_positions")(keys, nkeys) == (order, counts)
+    # The reference's meaning: a stable sort of the positions by key, and each key's count.
+    assert list(order) == sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    assert list(counts) == [keys.count(k) for k in range(nkeys)]
+    for group in (_compiled_fn("group_positions"), group_positions_reference):
+        with pytest.raises(ValueError):
+            group([*keys, nkeys], nkeys)
+        with pytest.raises(ValueError):
+            group([-1], nkeys)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=3) | st.integers(), max_size=20), st.data())
+def test_compiled_take_equals_the_reference(values: list[Any], data: st.DataObject) -> None:
+    from costcore import take_reference
+
+    positions = data.draw(st.lists(st.integers(0, max(len(values) - 1, 0)), max_size=30))
+    if not values:
+        positions = []
+    want = take_reference(values, array("q", positions))
+    assert (
+        _compiled_fn("take")(values, array("q", positions))
+        == want
+        == [values[p] for p in positions]
+    )
+    for take in (_compiled_fn("take"), take_reference):
+        with pytest.raises(IndexError):
+            take(values, [len(values)])
+        with pytest.raises(IndexError):
+            take(values, [-1])

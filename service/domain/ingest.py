@@ -10,7 +10,6 @@ keeps graduated prices exact when several workers post for one project at once.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import random
 import time
 from array import array
@@ -21,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from costcore import dictionary_encode, price_batch, scan_events
+from costcore import dictionary_encode, pair_codes, price_batch, rate_rows, remap_codes, scan_events
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
@@ -119,7 +118,7 @@ class PendingBatch:
     epoch_us: list[int]
     day: list[int]  # days since 1970-01-01 (UTC)
     shard: list[int]  # `seen` shard of the id
-    rows: list[int] | None = None
+    rows: Sequence[int] | None = None
 
     def __len__(self) -> int:
         return len(self.events)
@@ -204,27 +203,6 @@ def _to_epoch_us(when: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-class _Rows:
-    """(epoch µs, SKU) -> rate-table row of a catalog, resolved per batch without a bisect or
-    a tuple per event: the version in effect is found once per run of events in its span."""
-
-    def __init__(self, catalog: PricingCatalog) -> None:
-        self.starts, self.tables = _version_index(catalog)
-        self.lo = self.hi = 0
-        self.vi = -1
-        self.table: dict[str, int] = {}
-
-    def version_index(self, epoch_us: int) -> int:
-        if not self.lo <= epoch_us < self.hi:
-            starts = self.starts
-            vi = bisect.bisect_right(starts, epoch_us) - 1
-            self.lo = starts[vi] if vi >= 0 else -(2**63)
-            self.hi = starts[vi + 1] if vi + 1 < len(starts) else 2**63
-            self.vi = vi
-            self.table = self.tables[vi] if vi >= 0 else {}
-        return self.vi
-
-
 _VersionIndex = tuple[list[int], list[dict[str, int]]]
 _version_cache: dict[int, tuple[PricingCatalog, _VersionIndex]] = {}
 
@@ -270,15 +248,23 @@ def _row_facts(catalog: PricingCatalog) -> _RowFacts:
     return facts
 
 
-def resolve_rows(batch: PendingBatch, catalog: PricingCatalog) -> list[int]:
+def resolve_rows(batch: PendingBatch, catalog: PricingCatalog) -> array[int]:
     """Rate-table row of every event, -1 where its time or SKU has no price (the same answer
-    as `catalog.row_of[(catalog.history.index_at(time), sku)]`)."""
-    finder = _Rows(catalog)
-    rows = []
-    for ev, epoch_us in zip(batch.events, batch.epoch_us, strict=True):
-        finder.version_index(epoch_us)
-        rows.append(finder.table.get(ev.sku, -1))
-    return rows
+    as `catalog.row_of[(catalog.history.index_at(time), sku)]`), in one compiled pass."""
+    starts, tables = _version_index(catalog)
+    return rate_rows([ev.sku for ev in batch.events], batch.epoch_us, starts, tables)
+
+
+def _tier_pairs(batch: PendingBatch, catalog: PricingCatalog) -> tuple[list[Any], array[int]]:
+    """The distinct (row, day) of the events whose SKU is graduated, and each event's pair
+    (-1 for the others)."""
+    rows = batch.rows if batch.rows is not None else resolve_rows(batch, catalog)
+    return pair_codes(rows, batch.day, _row_facts(catalog)[0])
+
+
+def _tier_key(catalog: PricingCatalog, row: int, day: int) -> tuple[str, str]:
+    """The (month, sku) tier counter of an event on this row and day."""
+    return day_name(day)[:6], catalog.sku_of_row[row].code
 
 
 def tier_keys_needed(
@@ -286,13 +272,8 @@ def tier_keys_needed(
 ) -> list[tuple[str, str]]:
     """The (month, sku) tier counters that pricing these events reads."""
     batch = events if isinstance(events, PendingBatch) else PendingBatch.of(events)
-    rows = batch.rows if batch.rows is not None else resolve_rows(batch, catalog)
-    tiered = _row_facts(catalog)[0]
-    keys = set()
-    for ev, day, row in zip(batch.events, batch.day, rows, strict=True):
-        if tiered[row]:
-            keys.add((day_name(day)[:6], ev.sku))
-    return sorted(keys)
+    pairs, _ = _tier_pairs(batch, catalog)
+    return sorted({_tier_key(catalog, row, day) for row, day in pairs})
 
 
 def price_events(
@@ -316,17 +297,11 @@ def price_events(
     # Graduated SKUs price against their (month, sku) counter: a slot per counter.
     slots: dict[tuple[str, str], int] = {}
     if any(row_tiered[r] for r in set(rows)):
-        slot_of: dict[tuple[int, int], int] = {}  # (row, day) -> slot, or -1
-        tier_slot = array("i", bytes(4 * n))
-        skus = catalog.sku_of_row
-        for i, (row, day) in enumerate(zip(rows, batch.day, strict=True)):
-            slot = slot_of.get((row, day))
-            if slot is None:
-                slot = -1
-                if row_tiered[row]:
-                    slot = slots.setdefault((day_name(day)[:6], skus[row].code), len(slots))
-                slot_of[(row, day)] = slot
-            tier_slot[i] = slot
+        pairs, pair_of = _tier_pairs(batch, catalog)
+        slot_of_pair = [
+            slots.setdefault(_tier_key(catalog, row, day), len(slots)) for row, day in pairs
+        ]
+        tier_slot = array("i", remap_codes(pair_of, slot_of_pair))
     else:
         tier_slot = array("i", [-1]) * n
     slot_keys = list(slots)
@@ -482,11 +457,13 @@ class Ingestor:
                 meta = await self._meta_of(project, fresh)
                 card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
                 catalog = await self._catalog_of(card_name, fresh)
-                rows: list[int] = []
+                rows: Sequence[int] = []
                 if catalog is not None:
                     rows = resolve_rows(pending, catalog)
                     usable = _usable_rows(catalog, meta.get("currency"))
-                    bad = [i for i, row in enumerate(rows) if row < 0 or not usable[row]]
+                    bad = []
+                    if not (all(usable) and min(rows, default=0) >= 0):  # the usual batch
+                        bad = [i for i, row in enumerate(rows) if row < 0 or not usable[row]]
                 else:
                     bad = list(range(len(pending)))
                 pending.rows = rows

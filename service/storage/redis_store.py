@@ -94,6 +94,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from costcore import group_positions, take
 from service.storage.lane import LaneNoScript, OrderedLane
 
 NAMESPACE = "tl"
@@ -1260,23 +1261,23 @@ class Store:
 
         # Events grouped by `seen` shard, increments by key: the script issues one command
         # per hash. `order` maps the script's event positions back to the plan's.
-        if len(set(plan.event_ids)) != len(plan.event_ids):
+        ids = plan.event_ids
+        if len(set(ids)) != len(ids):
             raise ValueError("an ingest plan holds an event id twice")
-        by_shard: dict[int, tuple[list[Any], list[int]]] = {}
-        for position, (event_id, shard, expiry) in enumerate(
-            zip(plan.event_ids, plan.seen_shards, plan.expiry_days, strict=True)
-        ):
-            group = by_shard.get(shard)
-            if group is None:
-                group = by_shard[shard] = ([], [])
-            group[0].extend((event_id, expiry))
-            group[1].append(position)
+        if not len(ids) == len(plan.seen_shards) == len(plan.expiry_days):
+            raise ValueError("an ingest plan's columns differ in length")
+        positions, counts = group_positions(plan.seen_shards, SEEN_SHARDS)
+        pairs: list[Any] = [None] * (2 * len(ids))  # id1, expiry day1, id2, ...
+        pairs[0::2] = take(ids, positions)
+        pairs[1::2] = take(plan.expiry_days, positions)
         events: list[Any] = []
-        order: list[int] = []
-        for shard, (flat, positions) in by_shard.items():
-            events += (ref(Keys.seen(p, shard)), len(positions))
-            events += flat
-            order += positions
+        start = 0
+        for shard, count in enumerate(counts):
+            if count:
+                events += (ref(Keys.seen(p, shard)), count)
+                events += pairs[2 * start : 2 * (start + count)]
+                start += count
+        order = positions.tolist()
         tiers: list[Any] = []
         for month, sku, expected in plan.tier_checks:
             tiers += (ref(Keys.tier(p, month)), sku, str(expected))
