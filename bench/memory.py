@@ -5,7 +5,8 @@ the real ingest path in-process, see bench/dataset.py) is measured key by key wi
 `MEMORY USAGE <key> SAMPLES 0` (every element counted, allocator overhead included):
 
 * dedup state: the 64 `tl:{p:P}:seen:<shard>` hashes (event id -> expiry day);
-* log: the `tl:{p:P}:log` stream (one entry per accepted batch: zlib(msgpack(events)));
+* log: the `tl:{p:P}:log` stream (one entry per accepted batch: LZ4(msgpack(coded
+  columns)); zlib before the fourth session);
 * totals (`tot:<day>`, `daily`, `tier:<month>`): bounded by cells x days, not by events,
   reported beside the figure but not in it.
 

@@ -8,6 +8,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import lz4.frame
 import msgspec
 
 from service.domain.eventlog import (
@@ -15,6 +16,7 @@ from service.domain.eventlog import (
     compress_log,
     decode_log,
     decode_log_entry,
+    decompress_log,
     encode_log,
 )
 from service.domain.events import EventIn
@@ -101,12 +103,17 @@ def test_entries_of_rows_still_read() -> None:
     assert decode_log_entry(blob) is None  # its totals were queued when it was accepted
 
 
-async def test_a_large_entry_is_compressed_alike_in_a_thread() -> None:
-    """`compress_log` gives the bytes `encode_log` gives, below and above its thread size."""
+def test_entries_are_lz4_frames_and_zlib_entries_are_still_read() -> None:
+    """New entries are LZ4 frames of the msgpack columns; an entry of the same columns
+    written as a zlib stream (every entry before LZ4) decodes to the same events."""
     rng = random.Random(5)
-    for n in (3, 5_000):  # ~0.1 kB and ~0.2 MB of columns
+    for n in (3, 5_000):
         events, epoch_us = _events(rng, n)
         args = (events, epoch_us, [1] * n, [2] * n, [(1, "gpu", "compute", "e")], [0] * n, [""] * n)
         raw = encode_log(*args, compress=False)  # type: ignore[arg-type]
-        assert (await compress_log(raw)) == encode_log(*args)  # type: ignore[arg-type]
-        assert len(raw) > 64 << 10 if n > 3 else len(raw) < 64 << 10
+        blob = encode_log(*args)  # type: ignore[arg-type]
+        assert blob == compress_log(raw) and lz4.frame.decompress(blob) == raw
+        assert decompress_log(blob) == raw == decompress_log(zlib.compress(raw, 1))
+        assert decode_log(zlib.compress(raw)) == decode_log(blob)
+        assert decode_log_entry(zlib.compress(raw)) == decode_log_entry(blob) is not None
+        assert [row.id for row in decode_log(blob)] == [ev.id for ev in events]

@@ -1,7 +1,8 @@
 """The accepted-event log: one entry per accepted batch, enough to price every event again
 and to fold its totals.
 
-An entry is one zlib-compressed msgpack blob. Since the totals are folded from the log
+An entry is one LZ4-compressed msgpack blob (an LZ4 frame; entries written before the fourth
+session are zlib streams, and are still read). Since the totals are folded from the log
 (service/domain/folding.py), it is written in columns, its labels coded (format 2):
 
     [2, ids, epoch_us, quantity_micro, cost_nano, tags,
@@ -24,13 +25,13 @@ Entries written before the fold read the log are rows (format 1, still read):
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+import lz4.frame
 import msgspec
 
 from costcore import dictionary_encode
@@ -114,16 +115,24 @@ class LoggedEvent(NamedTuple):
         )
 
 
-# zlib lets go of the interpreter while it compresses: a large entry is compressed in a thread,
-# on the other core, while the worker goes on with its requests (`compress_log`).
-_THREAD_ABOVE_BYTES = 64 << 10
+# LZ4, not zlib: it compresses a 5,000-event entry about eight times faster (~0.03 µs an event
+# against ~0.28) for an entry about 1.5 times larger, so a worker compresses it inline; zlib
+# entries (the only kind before) are still read.
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
 
-async def compress_log(data: bytes) -> bytes:
-    """The log entry of `encode_log(..., compress=False)`'s bytes."""
-    if len(data) > _THREAD_ABOVE_BYTES:
-        return await asyncio.to_thread(zlib.compress, data, 1)
-    return zlib.compress(data, 1)
+def compress_log(data: bytes) -> bytes:
+    """A log entry of `encode_log(..., compress=False)`'s bytes."""
+    compressed: bytes = lz4.frame.compress(data)
+    return compressed
+
+
+def decompress_log(blob: bytes) -> bytes:
+    """The msgpack bytes of a log entry, LZ4 or zlib."""
+    if blob[:4] == _LZ4_MAGIC:
+        data: bytes = lz4.frame.decompress(blob)
+        return data
+    return zlib.decompress(blob)
 
 
 def encode_log(
@@ -138,7 +147,7 @@ def encode_log(
 ) -> bytes:
     """The log entry of an accepted batch (format 2): `rates` are the distinct (version, sku,
     category, fixed) of the batch, `rate_codes` each event's index among them, `attributed`
-    each event's attributed tags. Not `compress`ed: for `compress_log`."""
+    each event's attributed tags. Not `compress`ed: msgpack only."""
     stages, stage_codes = dictionary_encode([ev.stage for ev in events])
     experiments, experiment_codes = dictionary_encode([ev.experiment for ev in events])
     owners, owner_codes = dictionary_encode([ev.owner for ev in events])
@@ -162,12 +171,12 @@ def encode_log(
         attributed_codes.tolist(),
     ]
     data = msgspec.msgpack.encode(columns)
-    return zlib.compress(data, 1) if compress else data
+    return compress_log(data) if compress else data
 
 
 def decode_log_entry(blob: bytes) -> CodedLog | None:
     """A log entry as written, or None for an entry of rows (format 1)."""
-    data = zlib.decompress(blob)
+    data = decompress_log(blob)
     try:
         raw = _coded_decoder.decode(data)
     except msgspec.ValidationError:  # rows, or an unknown format
@@ -177,7 +186,7 @@ def decode_log_entry(blob: bytes) -> CodedLog | None:
 
 def decode_log(blob: bytes) -> list[LoggedEvent]:
     """A log entry (either format) as rows."""
-    raw: list[Any] = _decoder.decode(zlib.decompress(blob))
+    raw: list[Any] = _decoder.decode(decompress_log(blob))
     if not (raw and raw[0] == COLUMNS_FORMAT):
         return [LoggedEvent(*row) for row in raw]
     e = CodedLog._make(raw[1:])

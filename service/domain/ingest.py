@@ -27,7 +27,7 @@ from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
 from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
-from service.domain.eventlog import LoggedEvent, compress_log, encode_log
+from service.domain.eventlog import LoggedEvent, encode_log
 from service.domain.events import (
     DecodedItem,
     EventIn,
@@ -185,12 +185,12 @@ class PricedBatch:
         rates = self.rates
         return [rates[c][2] for c in self.rate_codes]
 
-    def log_entry(self, compress: bool = True) -> bytes:
+    def log_entry(self) -> bytes:
         """The batch's entry in the accepted-event log (see `encode_log`)."""
         b = self.batch
         return encode_log(
             b.events, b.epoch_us, b.quantity_micro, self.costs, self.rates, self.rate_codes,
-            self.attributed, compress,
+            self.attributed,
         )  # fmt: skip
 
     @property
@@ -770,7 +770,7 @@ class Ingestor:
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
             increments=priced.increments,
-            log_blob=await compress_log(priced.log_entry(compress=False)),
+            log_blob=priced.log_entry(),
             currency=catalog.currency or "",
             rate_card=catalog.name,
             duplicates_seen=duplicates,

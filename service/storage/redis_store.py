@@ -26,7 +26,7 @@ tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions,
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
                                         ``pend_events``)
-tl:P:log                        stream  one entry per accepted batch: zlib(msgpack(coded
+tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
                                         columns)), service/domain/eventlog.py; the totals
                                         are folded from it
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
