@@ -20,9 +20,11 @@ from costcore.columns import (
     group_coded_reference,
     group_positions_reference,
     pair_codes_reference,
+    parse_time_reference,
     rate_rows_reference,
     remap_codes_reference,
     scan_events_reference,
+    scan_wire_events_reference,
     take_reference,
 )
 from costcore.money import (
@@ -48,9 +50,11 @@ if TYPE_CHECKING:
         group_coded,
         group_positions,
         pair_codes,
+        parse_time,
         rate_rows,
         remap_codes,
         scan_events,
+        scan_wire_events,
         take,
     )
     from costcore._kernel import price_batch
@@ -84,6 +88,8 @@ __all__ = [
     "pair_codes_reference",
     "parse_price",
     "parse_quantity",
+    "parse_time",
+    "parse_time_reference",
     "price_batch",
     "price_batch_reference",
     "rate_rows",
@@ -93,6 +99,8 @@ __all__ = [
     "round_half_even_div",
     "scan_events",
     "scan_events_reference",
+    "scan_wire_events",
+    "scan_wire_events_reference",
     "take",
     "take_reference",
 ]
@@ -136,9 +144,11 @@ _COLUMNS = (
     "group_coded",
     "group_positions",
     "pair_codes",
+    "parse_time",
     "rate_rows",
     "remap_codes",
     "scan_events",
+    "scan_wire_events",
     "take",
 )
 

@@ -64,7 +64,7 @@ cdef void _init_tables():
 _init_tables()
 
 
-cdef inline int64_t _days_from_civil(int64_t y, int64_t m, int64_t d):
+cdef inline int64_t _days_from_civil(int64_t y, int64_t m, int64_t d) noexcept nogil:
     # Howard Hinnant's algorithm: days since 1970-01-01 of a proleptic Gregorian date.
     cdef int64_t era, yoe, doy, doe
     if m <= 2:
@@ -81,109 +81,6 @@ cdef inline int64_t _floor_div(int64_t a, int64_t b):
     if (a % b != 0) and ((a < 0) != (b < 0)):
         q -= 1
     return q
-
-
-def scan_events(
-    events,
-    quantities,
-    int64_t min_epoch_us,
-    int64_t max_epoch_us,
-    long shards,
-    projects,
-    labels,
-    tag_keys,
-    tag_values,
-):
-    """Compiled `costcore.columns.scan_events_reference` (same contract)."""
-    if shards <= 0:
-        raise ValueError(f"shards must be > 0, got {shards}")
-    cdef Py_ssize_t n = len(events)
-    status = bytearray(n)
-    epoch_arr = array("q", bytes(8 * n))
-    day_arr = array("q", bytes(8 * n))
-    quantity_arr = array("q", bytes(8 * n))
-    shard_arr = array("q", bytes(8 * n))
-    cdef unsigned char[::1] st = status
-    cdef int64_t[::1] epoch_v = epoch_arr
-    cdef int64_t[::1] day_v = day_arr
-    cdef int64_t[::1] quantity_v = quantity_arr
-    cdef int64_t[::1] shard_v = shard_arr
-    cdef Py_ssize_t i, k, length
-    cdef Py_ssize_t passed = 0
-    cdef const unsigned char* data
-    cdef uint32_t crc
-    cdef uint8_t ch
-    cdef int64_t us, days
-    cdef bint ok
-    cdef object ev, q, t, tz, off, event_id, text
-    for i in range(n):
-        st[i] = 1
-        ev = events[i]
-        if ev is None:
-            continue
-        event_id = ev.id
-        if type(event_id) is not str or not PyUnicode_IS_ASCII(event_id):
-            continue
-        length = PyUnicode_GET_LENGTH(event_id)
-        if length == 0 or length > 200:
-            continue
-        data = _ascii_data(event_id)
-        if not _alnum[<uint8_t>data[0]]:
-            continue
-        ok = True
-        crc = 0xFFFFFFFF
-        for k in range(length):
-            ch = <uint8_t>data[k]
-            if not _id_rest[ch]:
-                ok = False
-                break
-            crc = _crc_table[(crc ^ ch) & 0xFF] ^ (crc >> 8)
-        if not ok:
-            continue
-        crc = crc ^ 0xFFFFFFFF
-        if ev.project not in projects:
-            continue
-        text = ev.experiment
-        if text and text not in labels:
-            continue
-        text = ev.owner
-        if text and text not in labels:
-            continue
-        tags = ev.tags
-        if tags:
-            for key, value in tags.items():
-                if key not in tag_keys or value not in tag_values:
-                    ok = False
-                    break
-            if not ok:
-                continue
-        q = quantities.get(str(ev.quantity))
-        if q is None:
-            continue
-        t = ev.time
-        if not isinstance(t, datetime):
-            continue
-        tz = datetime_tzinfo(t)
-        if tz is None:
-            continue
-        us = ((_days_from_civil(datetime_year(t), datetime_month(t), datetime_day(t)) * 86400
-               + datetime_hour(t) * 3600 + datetime_minute(t) * 60 + datetime_second(t))
-              * 1000000 + datetime_microsecond(t))
-        if tz is not _UTC:
-            off = t.utcoffset()
-            if off is None:
-                continue
-            us -= ((<int64_t>timedelta_days(off) * 86400 + timedelta_seconds(off)) * 1000000
-                   + timedelta_microseconds(off))
-        if us < min_epoch_us or us > max_epoch_us:
-            continue
-        st[i] = 0
-        epoch_v[i] = us
-        day_v[i] = _floor_div(us, 86400000000)
-        quantity_v[i] = q
-        shard_v[i] = crc % <uint32_t>shards
-        passed += 1
-    return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
 
 
 cdef extern from *:
@@ -544,3 +441,230 @@ def take(values, positions):
         v = values[p]
         out[i] = v
     return out
+
+
+cdef inline int _digits(const unsigned char* s, Py_ssize_t at, int count) noexcept nogil:
+    """The decimal number of `count` digits at s[at], or -1 if one is not a digit."""
+    cdef int value = 0, k
+    cdef unsigned char c
+    for k in range(count):
+        c = s[at + k]
+        if c < 48 or c > 57:
+            return -1
+        value = value * 10 + (c - 48)
+    return value
+
+
+cdef inline int _days_in_month(int64_t y, int m) noexcept nogil:
+    if m == 2:
+        return 29 if (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)) else 28
+    return 30 if m in (4, 6, 9, 11) else 31
+
+
+cdef bint _parse_time(const unsigned char* s, Py_ssize_t n, int64_t* out) noexcept nogil:
+    """`YYYY-MM-DDTHH:MM:SS[.f]` then `Z` or `±HH:MM` (a fraction of 1 to 6 digits), the
+    one form the fast pass reads: µs since the epoch into `out`, or False for anything else
+    (the caller then lets msgspec read the event, which accepts more)."""
+    cdef int year, month, day, hour, minute, second, oh, om, k, digit
+    cdef int64_t micro = 0, scale = 100000, offset = 0
+    cdef Py_ssize_t pos = 19
+    if n < 20 or s[4] != 45 or s[7] != 45 or s[10] != 84 or s[13] != 58 or s[16] != 58:
+        return False
+    year = _digits(s, 0, 4)
+    month = _digits(s, 5, 2)
+    day = _digits(s, 8, 2)
+    hour = _digits(s, 11, 2)
+    minute = _digits(s, 14, 2)
+    second = _digits(s, 17, 2)
+    if year < 1 or month < 1 or month > 12 or day < 1 or hour < 0 or hour > 23:
+        return False
+    if minute < 0 or minute > 59 or second < 0 or second > 59:
+        return False
+    if day > _days_in_month(year, month):
+        return False
+    if s[pos] == 46:  # "."
+        pos += 1
+        for k in range(7):
+            if pos >= n or s[pos] < 48 or s[pos] > 57:
+                break
+            if k == 6:
+                return False  # more than µs: msgspec rounds; leave it to msgspec
+            digit = s[pos] - 48
+            micro += digit * scale
+            scale //= 10
+            pos += 1
+        if scale == 100000:
+            return False  # a "." with no digit
+    if pos == n - 1 and s[pos] == 90:  # "Z"
+        offset = 0
+    elif pos == n - 6 and (s[pos] == 43 or s[pos] == 45) and s[pos + 3] == 58:
+        oh = _digits(s, pos + 1, 2)
+        om = _digits(s, pos + 4, 2)
+        if oh < 0 or oh > 23 or om < 0 or om > 59:
+            return False
+        offset = (<int64_t>oh * 3600 + om * 60) * 1000000
+        if s[pos] == 45:
+            offset = -offset
+    else:
+        return False
+    out[0] = ((_days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second)
+              * 1000000 + micro - offset)
+    return True
+
+
+def parse_time(text):
+    """Compiled `costcore.columns.parse_time_reference` (same contract)."""
+    cdef int64_t us = 0
+    if type(text) is not str or not PyUnicode_IS_ASCII(text):
+        return None
+    if not _parse_time(_ascii_data(text), PyUnicode_GET_LENGTH(text), &us):
+        return None
+    return us
+
+
+cdef inline bint _id_shard(object event_id, uint32_t* crc_out):
+    """Whether the id passes the id pattern; its CRC-32 into `crc_out`."""
+    cdef Py_ssize_t length, k
+    cdef const unsigned char* data
+    cdef uint32_t crc = 0xFFFFFFFF
+    cdef uint8_t ch
+    if type(event_id) is not str or not PyUnicode_IS_ASCII(event_id):
+        return False
+    length = PyUnicode_GET_LENGTH(event_id)
+    if length == 0 or length > 200:
+        return False
+    data = _ascii_data(event_id)
+    if not _alnum[<uint8_t>data[0]]:
+        return False
+    for k in range(length):
+        ch = <uint8_t>data[k]
+        if not _id_rest[ch]:
+            return False
+        crc = _crc_table[(crc ^ ch) & 0xFF] ^ (crc >> 8)
+    crc_out[0] = crc ^ 0xFFFFFFFF
+    return True
+
+
+def scan_events(
+    events,
+    quantities,
+    int64_t min_epoch_us,
+    int64_t max_epoch_us,
+    long shards,
+    projects,
+    labels,
+    tag_keys,
+    tag_values,
+):
+    """Compiled `costcore.columns.scan_events_reference` (same contract)."""
+    return _scan(events, quantities, min_epoch_us, max_epoch_us, shards, projects, labels,
+                 tag_keys, tag_values, False)
+
+
+def scan_wire_events(
+    events,
+    quantities,
+    int64_t min_epoch_us,
+    int64_t max_epoch_us,
+    long shards,
+    projects,
+    labels,
+    tag_keys,
+    tag_values,
+):
+    """Compiled `costcore.columns.scan_wire_events_reference` (same contract)."""
+    return _scan(events, quantities, min_epoch_us, max_epoch_us, shards, projects, labels,
+                 tag_keys, tag_values, True)
+
+
+cdef object _scan(
+    events,
+    quantities,
+    int64_t min_epoch_us,
+    int64_t max_epoch_us,
+    long shards,
+    projects,
+    labels,
+    tag_keys,
+    tag_values,
+    bint wire,
+):
+    """Both scans: `wire` events carry their time as text and their quantity as sent (a
+    str or an int, looked up as it is); the others an aware datetime and a Decimal (looked
+    up by its str())."""
+    if shards <= 0:
+        raise ValueError(f"shards must be > 0, got {shards}")
+    cdef Py_ssize_t n = len(events)
+    status = bytearray(n)
+    epoch_arr = array("q", bytes(8 * n))
+    day_arr = array("q", bytes(8 * n))
+    quantity_arr = array("q", bytes(8 * n))
+    shard_arr = array("q", bytes(8 * n))
+    cdef unsigned char[::1] st = status
+    cdef int64_t[::1] epoch_v = epoch_arr
+    cdef int64_t[::1] day_v = day_arr
+    cdef int64_t[::1] quantity_v = quantity_arr
+    cdef int64_t[::1] shard_v = shard_arr
+    cdef Py_ssize_t i
+    cdef Py_ssize_t passed = 0
+    cdef uint32_t crc = 0
+    cdef int64_t us = 0
+    cdef bint ok
+    cdef object ev, q, t, tz, off, text, tags
+    for i in range(n):
+        st[i] = 1
+        ev = events[i]
+        if ev is None or not _id_shard(ev.id, &crc):
+            continue
+        if ev.project not in projects:
+            continue
+        text = ev.experiment
+        if text and text not in labels:
+            continue
+        text = ev.owner
+        if text and text not in labels:
+            continue
+        tags = ev.tags
+        if tags:
+            ok = True
+            for key, value in tags.items():
+                if key not in tag_keys or value not in tag_values:
+                    ok = False
+                    break
+            if not ok:
+                continue
+        q = quantities.get(ev.quantity if wire else str(ev.quantity))
+        if q is None:
+            continue
+        t = ev.time
+        if wire:
+            if type(t) is not str or not PyUnicode_IS_ASCII(t):
+                continue
+            if not _parse_time(_ascii_data(t), PyUnicode_GET_LENGTH(t), &us):
+                continue
+        else:
+            if not isinstance(t, datetime):
+                continue
+            tz = datetime_tzinfo(t)
+            if tz is None:
+                continue
+            us = ((_days_from_civil(datetime_year(t), datetime_month(t), datetime_day(t)) * 86400
+                   + datetime_hour(t) * 3600 + datetime_minute(t) * 60 + datetime_second(t))
+                  * 1000000 + datetime_microsecond(t))
+            if tz is not _UTC:
+                off = t.utcoffset()
+                if off is None:
+                    continue
+                us -= ((<int64_t>timedelta_days(off) * 86400 + timedelta_seconds(off)) * 1000000
+                       + timedelta_microseconds(off))
+        if us < min_epoch_us or us > max_epoch_us:
+            continue
+        st[i] = 0
+        epoch_v[i] = us
+        day_v[i] = _floor_div(us, 86400000000)
+        quantity_v[i] = q
+        shard_v[i] = crc % <uint32_t>shards
+        passed += 1
+    return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
+
+

@@ -27,10 +27,11 @@ modified.
 from __future__ import annotations
 
 import bisect
+import re
 import zlib
 from array import array
-from collections.abc import Container, Hashable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Container, Hashable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, NamedTuple, Protocol
 
@@ -43,9 +44,11 @@ __all__ = [
     "group_coded_reference",
     "group_positions_reference",
     "pair_codes_reference",
+    "parse_time_reference",
     "rate_rows_reference",
     "remap_codes_reference",
     "scan_events_reference",
+    "scan_wire_events_reference",
     "take_reference",
 ]
 
@@ -93,6 +96,52 @@ def scan_events_reference(
     tag_values: Container[str],
 ) -> ScanResult:
     """Plain-Python reference of `costcore.scan_events` (see the module docstring)."""
+    args = (min_epoch_us, max_epoch_us, shards, projects, labels, tag_keys, tag_values)
+    return _scan_reference(events, lambda ev: quantities.get(str(ev.quantity)), _epoch_us, *args)
+
+
+def scan_wire_events_reference(
+    events: Sequence[Any],
+    quantities: Mapping[Any, int],
+    min_epoch_us: int,
+    max_epoch_us: int,
+    shards: int,
+    projects: Container[str],
+    labels: Container[str],
+    tag_keys: Container[str],
+    tag_values: Container[str],
+) -> ScanResult:
+    """Plain-Python reference of `costcore.scan_wire_events`: `scan_events` for events as they
+    arrive, their time the text sent (read by `parse_time_reference`; any other form does not
+    pass) and their quantity the value sent (a str or an int, looked up in `quantities` as it
+    is, not by its str())."""
+    args = (min_epoch_us, max_epoch_us, shards, projects, labels, tag_keys, tag_values)
+    return _scan_reference(events, lambda ev: quantities.get(ev.quantity), _wire_epoch_us, *args)
+
+
+def _epoch_us(ev: Any) -> int | None:
+    if not isinstance(ev.time, datetime) or ev.time.utcoffset() is None:
+        return None
+    delta = ev.time - _EPOCH
+    return int((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+
+
+def _wire_epoch_us(ev: Any) -> int | None:
+    return parse_time_reference(ev.time) if isinstance(ev.time, str) else None
+
+
+def _scan_reference(
+    events: Sequence[Any],
+    quantity_of: Callable[[Any], int | None],
+    epoch_us_of: Callable[[Any], int | None],
+    min_epoch_us: int,
+    max_epoch_us: int,
+    shards: int,
+    projects: Container[str],
+    labels: Container[str],
+    tag_keys: Container[str],
+    tag_values: Container[str],
+) -> ScanResult:
     if shards <= 0:
         raise ValueError(f"shards must be > 0, got {shards}")
     n = len(events)
@@ -112,15 +161,11 @@ def scan_events_reference(
             continue
         if any(k not in tag_keys or v not in tag_values for k, v in ev.tags.items()):
             continue
-        q = quantities.get(str(ev.quantity))
+        q = quantity_of(ev)
         if q is None:
             continue
-        offset = ev.time.utcoffset()
-        if offset is None:
-            continue
-        delta = ev.time - _EPOCH
-        us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-        if not min_epoch_us <= us <= max_epoch_us:
+        us = epoch_us_of(ev)
+        if us is None or not min_epoch_us <= us <= max_epoch_us:
             continue
         status[i] = 0
         epoch_us[i] = us
@@ -129,6 +174,36 @@ def scan_events_reference(
         shard[i] = zlib.crc32(ev.id.encode()) % shards
         passed += 1
     return ScanResult(status, epoch_us, day, quantity, shard, passed)
+
+
+_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(Z|[+-]\d{2}:\d{2})",
+    re.ASCII,
+)
+
+
+def parse_time_reference(text: str) -> int | None:
+    """Plain-Python reference of `costcore.parse_time`: µs since the epoch of a time written
+    ``YYYY-MM-DDTHH:MM:SS[.f]`` with a fraction of 1 to 6 digits, then ``Z`` or ``±HH:MM``
+    (hours below 24), or None for any other text (a subset of what RFC 3339 and msgspec
+    accept: the fast pass reads only this form and leaves the rest to msgspec)."""
+    m = _TIME.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    micro = int((m.group(7) or "0").ljust(6, "0"))
+    zone = m.group(8)
+    try:
+        offset = timedelta(0)
+        if zone != "Z":
+            hours, minutes = int(zone[1:3]), int(zone[4:6])
+            if minutes > 59:
+                return None
+            offset = timedelta(hours=hours, minutes=minutes) * (-1 if zone[0] == "-" else 1)
+        when = datetime(year, month, day, hour, minute, second, micro, timezone(offset))
+    except ValueError:  # no such date or time, or an offset of 24 hours or more
+        return None
+    return (when - _EPOCH) // timedelta(microseconds=1)
 
 
 def dictionary_encode_reference(values: Sequence[Hashable]) -> tuple[list[Any], array[int]]:

@@ -8,8 +8,9 @@ import zlib
 from array import array
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -468,3 +469,94 @@ def test_compiled_take_equals_the_reference(values: list[Any], data: st.DataObje
             take(values, [len(values)])
         with pytest.raises(IndexError):
             take(values, [-1])
+
+
+# --- the fast path's reading of times as sent ------------------------------------------------
+
+time_texts = st.one_of(
+    st.builds(
+        lambda y, mo, d, h, mi, s, frac, zone, sep: (
+            f"{y:04d}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}:{s:02d}{frac}{zone}"
+        ),
+        st.integers(0, 9999),
+        st.integers(0, 13),
+        st.integers(0, 32),
+        st.integers(0, 24),
+        st.integers(0, 60),
+        st.integers(0, 60),
+        st.sampled_from(["", ".", ".5", ".25", ".123", ".123456", ".1234567", ".0000001"]),
+        st.sampled_from(
+            ["Z", "z", "", "+00:00", "-00:00", "+05:45", "-09:30", "+23:59", "+24:00", "+05:60"]
+        ),
+        st.sampled_from(["T", "T", "T", "t", " "]),
+    ),
+    st.text(alphabet="0123456789-:TZ.+ ", max_size=32),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(time_texts)
+def test_compiled_parse_time_equals_the_reference_and_agrees_with_msgspec(text: str) -> None:
+    from costcore import parse_time_reference
+
+    want = parse_time_reference(text)
+    assert _compiled_fn("parse_time")(text) == want
+    if want is not None:  # what the fast path reads, msgspec reads as the same instant
+        read = msgspec.json.decode(msgspec.json.encode(text), type=datetime)
+        assert read.tzinfo is not None
+        assert (read - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) == want
+
+
+def test_parse_time_reads_its_one_form_only() -> None:
+    parse = _compiled_fn("parse_time")
+    assert parse("1970-01-01T00:00:00Z") == 0
+    assert parse("1970-01-01T01:00:00.5+01:00") == 500_000
+    assert parse("1969-12-31T23:59:59.999999Z") == -1
+    assert parse("2024-02-29T00:00:00Z") is not None and parse("2026-02-29T00:00:00Z") is None
+    for other in (
+        "2026-11-30t01:02:03Z",
+        "2026-11-30 01:02:03Z",
+        "2026-11-30T01:02:03z",
+        "2026-11-30T01:02:03.1234567Z",
+        "2026-11-30T01:02:03",
+        "é",
+        "",
+        None,
+        5,
+    ):
+        assert parse(other) is None, other
+
+
+wire_events = st.builds(
+    lambda e, text, q: _Wire(e.id, text, e.project, e.experiment, e.owner, e.tags, q),
+    events,
+    time_texts | st.just("2026-11-30T11:00:00Z") | st.just("2026-11-30T11:00:00.5+05:45"),
+    st.sampled_from(["1", "0.5", "1.50", 3, 12, "x", None]),
+)
+
+
+class _Wire(NamedTuple):
+    id: str
+    time: str
+    project: str
+    experiment: str
+    owner: str
+    tags: dict[str, str]
+    quantity: Any
+
+
+WIRE_QUANTITIES: dict[Any, int] = {"1": 1_000_000, "0.5": 500_000, 3: 3_000_000}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(wire_events, st.none()), max_size=30), st.sampled_from([1, 7, 64]))
+def test_compiled_scan_wire_equals_the_reference(batch: list[Any], shards: int) -> None:
+    from costcore import parse_time_reference, scan_wire_events_reference
+
+    args = (WIRE_QUANTITIES, MIN_US, MAX_US, shards, PROJECTS, LABELS, TAG_KEYS, TAG_VALUES)
+    want = scan_wire_events_reference(batch, *args)
+    assert _compiled_fn("scan_wire_events")(batch, *args) == want
+    for i, ev in enumerate(batch):  # a passing event is read as its time and quantity say
+        if want.status[i] == 0:
+            assert want.epoch_us[i] == parse_time_reference(ev.time)
+            assert want.quantity_micro[i] == WIRE_QUANTITIES[ev.quantity]

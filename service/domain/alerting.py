@@ -10,6 +10,7 @@ import msgspec
 from service.domain.budgets import (
     AlertRecord,
     Budget,
+    BudgetEvent,
     alert_id,
     amount_nano,
     counters_for,
@@ -21,7 +22,6 @@ from service.domain.budgets import (
     scope_labels,
     threshold_limit,
 )
-from service.domain.events import EventIn
 from service.storage.redis_store import BudgetCounter, LimitCheck, Store
 
 
@@ -67,7 +67,7 @@ async def budget_counters(
     store: Store,
     project: str,
     budgets: Sequence[Budget],
-    priced: Sequence[tuple[EventIn, str, int]],
+    priced: Sequence[tuple[BudgetEvent, str, int]],
     currency: str,
     now: datetime,
 ) -> list[BudgetCounter]:

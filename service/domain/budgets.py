@@ -30,12 +30,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple, Protocol
 
 import msgspec
 
 from costcore.money import format_money, parse_price
-from service.domain.events import EventIn, Label, ProjectName, TagKey, TagValue
+from service.domain.events import Label, ProjectName, TagKey, TagValue
 from service.domain.ratecards import COST_CATEGORIES, DecimalString
 
 Period = Literal["monthly", "weekly", "window"]
@@ -152,7 +152,32 @@ def amount_nano(budget: Budget) -> int:
     return parse_price(Decimal(budget.amount))
 
 
-def matches(budget: Budget, event: EventIn, category: str) -> bool:
+class BudgetEvent(Protocol):
+    """What a budget reads of an event: its scope labels and its time."""
+
+    @property
+    def stage(self) -> str: ...
+    @property
+    def experiment(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def tags(self) -> dict[str, str]: ...
+    @property
+    def time(self) -> datetime: ...
+
+
+class TimedEvent(NamedTuple):
+    """A `BudgetEvent` of an event whose time was read into epoch µs (see `timed`)."""
+
+    stage: str
+    experiment: str
+    owner: str
+    tags: dict[str, str]
+    time: datetime
+
+
+def matches(budget: Budget, event: BudgetEvent, category: str) -> bool:
     s = budget.scope
     if s.stage is not None and event.stage != s.stage:
         return False
@@ -265,7 +290,7 @@ def alert_id(budget: Budget, period: str, suffix: str) -> str:
 
 def counters_for(
     budgets: Iterable[Budget],
-    priced: Sequence[tuple[EventIn, str, int]],
+    priced: Sequence[tuple[BudgetEvent, str, int]],
 ) -> dict[tuple[str, str], tuple[Budget, PeriodBounds, int]]:
     """Sum the batch's cost per (budget, period). `priced` is (event, category, cost nano)."""
     sums: dict[tuple[str, str], tuple[Budget, PeriodBounds, int]] = {}
@@ -283,7 +308,7 @@ def counters_for(
 
 
 def daily_for(
-    budgets: Iterable[Budget], priced: Sequence[tuple[EventIn, str, int]]
+    budgets: Iterable[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
 ) -> dict[tuple[str, int], int]:
     """Sum the batch's cost per (budget with a growth rule, event day)."""
     sums: dict[tuple[str, int], int] = {}

@@ -35,7 +35,7 @@ import lz4.frame
 import msgspec
 
 from costcore import dictionary_encode
-from service.domain.events import EventIn
+from service.domain.events import AcceptedEvent, EventIn
 from service.storage.redis_store import Store
 
 COLUMNS_FORMAT = 2
@@ -136,7 +136,7 @@ def decompress_log(blob: bytes) -> bytes:
 
 
 def encode_log(
-    events: Sequence[EventIn],
+    events: Sequence[AcceptedEvent],
     epoch_us: Sequence[int],
     quantity_micro: Sequence[int],
     cost_nano: Sequence[int],

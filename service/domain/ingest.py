@@ -16,21 +16,32 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 
-from costcore import dictionary_encode, pair_codes, price_batch, rate_rows, remap_codes, scan_events
+from costcore import (
+    dictionary_encode,
+    pair_codes,
+    price_batch,
+    rate_rows,
+    remap_codes,
+    scan_events,
+    scan_wire_events,
+)
 from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
-from service.domain.budgets import Budget
+from service.domain.budgets import Budget, TimedEvent
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from service.domain.eventlog import LoggedEvent, encode_log
 from service.domain.events import (
+    AcceptedEvent,
     DecodedItem,
     EventIn,
+    WireEvent,
     identifier_problem,
     known_valid,
     valid_project,
@@ -69,6 +80,51 @@ class IngestReport(msgspec.Struct):
     cost_by_project: dict[str, str] = {}
 
 
+class _Rejections:
+    """The events a body loses, as the report lists them and as dead letters (kept per
+    project, for the caller to see, fix and post again)."""
+
+    def __init__(self, now: datetime, batch: bool) -> None:
+        self.now = now
+        self.batch = batch
+        self.rejected: list[RejectedEvent] = []
+        self.dead_letters: dict[str, list[tuple[str, bytes, int]]] = {}
+
+    def reject(self, item: DecodedItem, reason: str, where: str) -> None:
+        ev = item.event
+        raw = msgspec.to_builtins(ev) if ev is not None else item.raw
+        project = ev.project if ev is not None else _raw_project(item.raw)
+        if project is not None and not valid_project(project):
+            project = None  # never a key built from a name that breaks the pattern
+        event_id = ev.id if ev is not None else _raw_id(item.raw)
+        if not where.startswith("$"):
+            where = f"$[{item.index}].{where}" if self.batch else f"$.{where}"
+        self.rejected.append(RejectedEvent(item.index, event_id, reason, where, project))
+        if project is not None and event_id is not None:
+            record = msgspec.json.encode(
+                {
+                    "id": event_id,
+                    "project": project,
+                    "reason": reason,
+                    "field": where,
+                    "rejected_at": self.now.isoformat(),
+                    "event": raw,
+                }
+            )
+            self.dead_letters.setdefault(project, []).append(
+                (event_id, record, int(self.now.timestamp() * 1000))
+            )
+
+
+def _wire_quantity(value: str | int) -> int | None:
+    """Micro-units of a quantity as sent, read as `EventIn.quantity` reads it (msgspec's own
+    conversion to Decimal); None when that or the quantity's checks would refuse it."""
+    try:
+        return parse_quantity(msgspec.convert(value, Decimal))
+    except (msgspec.ValidationError, ValueError, ArithmeticError):
+        return None
+
+
 class ForbiddenProject(Exception):
     def __init__(self, project: str, index: int) -> None:
         super().__init__(project)
@@ -83,7 +139,7 @@ class IngestConflict(Exception):
 @dataclass
 class PendingEvent:
     index: int
-    event: EventIn
+    event: AcceptedEvent
     quantity_micro: int
     epoch_us: int
     day: str
@@ -112,7 +168,7 @@ class PendingBatch:
     is known; pricing computes it itself when it is missing.
     """
 
-    events: list[EventIn]
+    events: list[AcceptedEvent]
     index: list[int]  # position in the request body
     quantity_micro: list[int]
     epoch_us: list[int]
@@ -122,6 +178,15 @@ class PendingBatch:
 
     def __len__(self) -> int:
         return len(self.events)
+
+    def timed(self) -> list[TimedEvent]:
+        """The events as budgets read them, each with its time from `epoch_us`."""
+        return [
+            TimedEvent(
+                ev.stage, ev.experiment, ev.owner, ev.tags, _EPOCH + timedelta(microseconds=us)
+            )
+            for ev, us in zip(self.events, self.epoch_us, strict=True)
+        ]
 
     def take(self, keep: Sequence[int]) -> PendingBatch:
         """The events at these positions (in this order)."""
@@ -394,6 +459,8 @@ class Ingestor:
         self._known_projects: set[str] = set()
         # Quantity text -> micro-units, for the compiled pass (quantities repeat).
         self._quantities: dict[str, int] = {}
+        # Quantity as sent (str or int) -> micro-units, for `ingest_wire`.
+        self._wire_quantities: dict[str | int, int] = {}
         # Project settings and pricing catalogs as last read; see `ingest` for why a stale
         # entry can cost a retry but never a wrong total.
         self._meta: dict[str, dict[str, str]] = {}
@@ -412,42 +479,79 @@ class Ingestor:
                 project = item.event.project if item.event else _raw_project(item.raw)
                 if project is not None and not principal.can_access(project):
                     raise ForbiddenProject(project, item.index)
+        rejections = _Rejections(datetime.now(UTC), batch)
+        batches, duplicates = self._columns(items, rejections.now, rejections.reject)
+        by_index: dict[int, DecodedItem] = {}
 
+        def item_at(index: int) -> DecodedItem:
+            if not by_index:
+                by_index.update((it.index, it) for it in items)
+            return by_index[index]
+
+        return await self._ingest_batches(batches, duplicates, rejections, item_at)
+
+    async def ingest_wire(
+        self, events: list[WireEvent], principal: Principal
+    ) -> IngestReport | None:
+        """`ingest` of a batch read by `decode_wire_batch`, when every event passes the compiled
+        checks (`costcore.scan_wire_events`), belongs to one project and has an id of its own:
+        the usual scheduler batch, without a datetime or a Decimal made per event. None for any
+        other batch, before anything is written: the caller then decodes it with
+        `decode_events` and calls `ingest`, which reads and checks every event exactly.
+        Raises ForbiddenProject as `ingest` does."""
+        if principal.projects is not None:
+            for index, ev in enumerate(events):
+                if not principal.can_access(ev.project):
+                    raise ForbiddenProject(ev.project, index)
+        n = len(events)
+        if not n:
+            return None
         now = datetime.now(UTC)
-        rejected: list[RejectedEvent] = []
-        dead_letters: dict[str, list[tuple[str, bytes, int]]] = {}
-        duplicates = 0
+        now_us = _to_epoch_us(now)
+        quantities = self._wire_quantities
+        if len(quantities) > _QUANTITY_MEMO_LIMIT:
+            quantities.clear()
+        for value in {ev.quantity for ev in events}.difference(quantities):
+            micro = _wire_quantity(value)
+            if micro is None:
+                return None  # `ingest` rejects it with its reason
+            quantities[value] = micro
+        scan = scan_wire_events(
+            events,
+            quantities,
+            now_us - self.window_days * 86_400_000_000,
+            now_us + int(self.future_skew.total_seconds()) * 1_000_000,
+            SEEN_SHARDS,
+            *known_valid(),
+        )
+        project = events[0].project
+        if scan.passed != n or len({ev.id for ev in events if ev.project == project}) != n:
+            return None
+        pending = PendingBatch(
+            list(events),
+            list(range(n)),
+            scan.quantity_micro.tolist(),
+            scan.epoch_us.tolist(),
+            scan.day.tolist(),
+            scan.shard.tolist(),
+        )
 
-        def reject(item: DecodedItem, reason: str, where: str) -> None:
-            ev = item.event
-            raw = msgspec.to_builtins(ev) if ev is not None else item.raw
-            project = ev.project if ev is not None else _raw_project(item.raw)
-            if project is not None and not valid_project(project):
-                project = None  # never a key built from a name that breaks the pattern
-            event_id = ev.id if ev is not None else _raw_id(item.raw)
-            if not where.startswith("$"):
-                where = f"$[{item.index}].{where}" if batch else f"$.{where}"
-            rejected.append(RejectedEvent(item.index, event_id, reason, where, project))
-            if project is not None and event_id is not None:
-                record = msgspec.json.encode(
-                    {
-                        "id": event_id,
-                        "project": project,
-                        "reason": reason,
-                        "field": where,
-                        "rejected_at": now.isoformat(),
-                        "event": raw,
-                    }
-                )
-                dead_letters.setdefault(project, []).append(
-                    (event_id, record, int(now.timestamp() * 1000))
-                )
+        def item_at(index: int) -> DecodedItem:  # for a rejection's message and dead letter
+            return DecodedItem(index, events[index].event())
 
-        batches, duplicates = self._columns(items, now, reject)
+        return await self._ingest_batches({project: pending}, 0, _Rejections(now, True), item_at)
 
+    async def _ingest_batches(
+        self,
+        batches: dict[str, PendingBatch],
+        duplicates: int,
+        rejections: _Rejections,
+        item_at: Callable[[int], DecodedItem],
+    ) -> IngestReport:
+        """Price and apply each project's checked events; the report of the whole body."""
+        reject = rejections.reject
         accepted = 0
         cost_by_project: dict[str, int] = {}
-        by_index: dict[int, DecodedItem] = {}
         for project, pending in batches.items():
             # Settings and rate card come from this worker's cache first; the ingest script
             # refuses a batch priced with settings that moved (then they are read again).
@@ -470,13 +574,12 @@ class Ingestor:
                 if bad:
                     if not fresh:
                         continue
-                    if not by_index:
-                        by_index = {it.index: it for it in items}
                     for i in bad:
-                        ev = pending.events[i]
-                        reason = _unpriceable(ev, catalog, card_name, meta.get("currency"))
+                        item = item_at(pending.index[i])
+                        assert item.event is not None
+                        reason = _unpriceable(item.event, catalog, card_name, meta.get("currency"))
                         assert reason is not None
-                        reject(by_index[pending.index[i]], reason[0], reason[1])
+                        reject(item, reason[0], reason[1])
                     bad_set = set(bad)
                     pending = pending.take([i for i in range(len(pending)) if i not in bad_set])
                 if not len(pending) or catalog is None:
@@ -485,15 +588,10 @@ class Ingestor:
                 if applied is None:
                     continue  # settings or rate card moved: read them again
                 done, dups, cost, overflowed = applied
-                if len(overflowed):
-                    if not by_index:
-                        by_index = {it.index: it for it in items}
-                    for index in overflowed.index:
-                        reject(
-                            by_index[index],
-                            "cost exceeds the largest representable amount",
-                            "quantity",
-                        )
+                for index in overflowed.index:
+                    reject(
+                        item_at(index), "cost exceeds the largest representable amount", "quantity"
+                    )
                 accepted += done
                 duplicates += dups
                 if done:
@@ -504,12 +602,12 @@ class Ingestor:
             else:
                 raise IngestConflict(project)
 
-        for project, records in dead_letters.items():
+        for project, records in rejections.dead_letters.items():
             await self.store.put_rejected(project, records)
         return IngestReport(
             accepted=accepted,
             duplicates=duplicates,
-            rejected=sorted(rejected, key=lambda r: r.index),
+            rejected=sorted(rejections.rejected, key=lambda r: r.index),
             cost_by_project={p: format_money(c) for p, c in cost_by_project.items()},
         )
 
@@ -755,7 +853,7 @@ class Ingestor:
                 self.store,
                 project,
                 budgets,
-                list(zip(batch.events, priced.categories, priced.costs, strict=True)),
+                list(zip(batch.timed(), priced.categories, priced.costs, strict=True)),
                 catalog.currency or "",
                 datetime.now(UTC),
             )

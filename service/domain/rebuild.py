@@ -69,10 +69,10 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     async for _, rows in read_log(store, project, last):
         assert catalog is not None
         batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
-        for e in batch:
-            if (catalog.history.index_at(e.event.time), e.event.sku) not in catalog.row_of:
+        for row in rows:
+            if (catalog.history.index_at(row.event(project).time), row.sku) not in catalog.row_of:
                 raise RebuildError(
-                    f"event {e.event.id!r} can no longer be priced: SKU {e.event.sku!r} "
+                    f"event {row.id!r} can no longer be priced: SKU {row.sku!r} "
                     "has no price in effect at its time"
                 )
         for tier_key in tier_keys_needed(batch, catalog):
@@ -84,9 +84,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         entry = decode_log_entry(priced.log_entry())
         assert entry is not None
         sums.add(sums_of_log([entry]))
-        costed = list(
-            zip((e.event for e in priced.events), priced.categories, priced.costs, strict=True)
-        )
+        costed = list(zip(priced.batch.timed(), priced.categories, priced.costs, strict=True))
         spend = hashes.setdefault(Keys.budget_spend(project), {})
         for (budget_id, period), (_, _, delta) in counters_for(budgets, costed).items():
             _add(spend, spend_field(budget_id, period), delta)

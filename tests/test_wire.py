@@ -1,0 +1,206 @@
+"""The ingest fast path (`decode_wire_batch` + `Ingestor.ingest_wire`) answers every body
+exactly as the exact path (`decode_events` + `Ingestor.ingest`) does, and logs the same
+events: same accepted, duplicates and rejections (reason and field), same log rows (ids,
+times, quantities, costs), whichever events send it back to the exact path."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from service.domain.auth import Principal
+from service.domain.catalog import RateCards
+from service.domain.eventlog import read_log
+from service.domain.events import JSON, MSGPACK, decode_events, decode_wire_batch
+from service.domain.ingest import ForbiddenProject, Ingestor, IngestReport
+from service.domain.ratecards import RateCardIn
+from service.storage.redis_store import Store
+from tests.conftest import TEST_CARD
+
+ADMIN = Principal("test", "admin", None)
+HOUR_AGO = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=250_000)
+
+
+def ev(event_id: str, **fields: Any) -> dict[str, Any]:
+    base = {
+        "id": event_id,
+        "time": HOUR_AGO.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "project": "PROJECT",
+        "sku": "gpu.h100.hour",
+        "quantity": "1",
+    }
+    return {**base, **fields}
+
+
+def at(delta: timedelta, form: str) -> str:
+    """HOUR_AGO + delta written in one of several RFC 3339 forms."""
+    when = HOUR_AGO + delta
+    if form == "Z":
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if form == "offset":
+        return when.astimezone(datetime.now(UTC).astimezone().tzinfo).isoformat()
+    if form == "+05:45":
+        return when.astimezone(
+            datetime.strptime("+0545", "%z").tzinfo  # type: ignore[arg-type]
+        ).isoformat(timespec="milliseconds")
+    if form == "-09:30":
+        return when.astimezone(datetime.strptime("-0930", "%z").tzinfo).isoformat()  # type: ignore[arg-type]
+    if form == "lower-z":
+        return when.strftime("%Y-%m-%dt%H:%M:%Sz")
+    if form == "space":
+        return when.strftime("%Y-%m-%d %H:%M:%SZ")
+    if form == "nanos":
+        return when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "789Z"
+    if form == "-00:00":
+        return when.strftime("%Y-%m-%dT%H:%M:%S-00:00")
+    raise ValueError(form)
+
+
+def cases(new: str) -> dict[str, list[dict[str, Any]]]:
+    """Each case: a list of events (project "PROJECT" is replaced per path). Some go the fast
+    way, some fall back on the exact path, some mix accepted and rejected events. `new` makes
+    the labels of "new labels and tags" new to this process (the checked-values caches are
+    the process's)."""
+    return _cases(new)
+
+
+def _cases(new: str) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "plain": [ev(f"a{i}", quantity=str(i % 4 + 1)) for i in range(20)],
+        "time forms": [
+            ev(f"t-{form}-{i}", time=at(timedelta(minutes=i), form))
+            for i in range(3)
+            for form in ("Z", "offset", "+05:45", "-09:30", "lower-z", "space", "nanos", "-00:00")
+        ],
+        "quantity forms": [
+            ev("q1", quantity=3),
+            ev("q2", quantity="1.50"),
+            ev("q3", quantity="1e1"),
+            ev("q4", quantity="0.000001"),
+            ev("q5", quantity="+2"),
+            ev("q6", quantity="1_000"),
+        ],
+        "a float quantity": [ev("f1"), ev("f2", quantity=1.5)],
+        "bad quantities": [ev("b1"), ev("b2", quantity="-1"), ev("b3", quantity="1.1234567")],
+        "nan": [ev("n1", quantity="NaN"), ev("n2")],
+        "too old and too new": [
+            ev("o1", time=at(-timedelta(days=400), "Z")),
+            ev("o2", time=at(timedelta(days=30), "Z")),
+            ev("o3"),
+        ],
+        "unknown sku": [ev("u1", sku="tpu.v9.hour"), ev("u2")],
+        "id twice in the batch": [ev("d1"), ev("d1", quantity="2"), ev("d2")],
+        "new labels and tags": [
+            ev("l1", experiment=f"exp-{new}", owner=f"owner.{new}", tags={"team": f"x-{new}"}),
+            ev("l2", experiment=f"exp-{new}", stage="pretrain"),
+        ],
+        "labels seen before": [
+            ev("s1", experiment=f"exp-{new}", owner=f"owner.{new}", tags={"team": f"x-{new}"})
+        ],
+        "bad id and label": [ev("-bad"), ev("x1", experiment="has space"), ev("x2")],
+        "graduated storage": [
+            ev(f"g{i}", sku="storage.hot.gb_day", quantity=str(40 * (i + 1))) for i in range(6)
+        ],
+        "fixed and elastic": [ev("r1", sku="gpu.h100.reserved.hour"), ev("r2", quantity="2")],
+    }
+
+
+def body(events: list[dict[str, Any]], project: str, media: str) -> bytes:
+    named = [{**e, "project": project} if e.get("project") == "PROJECT" else e for e in events]
+    return msgspec.msgpack.encode(named) if media == MSGPACK else json.dumps(named).encode()
+
+
+async def post_as_the_route_does(
+    ingestor: Ingestor, data: bytes, media: str, who: Principal = ADMIN
+) -> tuple[IngestReport, bool]:
+    """(report, whether the fast path answered)."""
+    wire = decode_wire_batch(data, media)
+    if wire is not None:
+        report = await ingestor.ingest_wire(wire, who)
+        if report is not None:
+            return report, True
+    items, batch = decode_events(data, media)
+    return await ingestor.ingest(items, who, batch), False
+
+
+async def post_exactly(
+    ingestor: Ingestor, data: bytes, media: str, who: Principal = ADMIN
+) -> IngestReport:
+    items, batch = decode_events(data, media)
+    return await ingestor.ingest(items, who, batch)
+
+
+def normalized(report: IngestReport, project: str) -> Any:
+    raw = msgspec.to_builtins(report)
+    for r in raw["rejected"]:
+        if r.get("project") == project:
+            r["project"] = "PROJECT"
+    raw["cost_by_project"] = {
+        ("PROJECT" if k == project else k): v for k, v in raw["cost_by_project"].items()
+    }
+    return raw
+
+
+async def logged(store: Store, project: str) -> list[Any]:
+    rows = []
+    async for _, batch in read_log(store, project, await store.last_log_entry(project)):
+        rows += [row._replace(id=row.id) for row in batch]
+    return rows
+
+
+@pytest.mark.parametrize("media", [JSON, MSGPACK])
+async def test_fast_and_exact_paths_answer_and_log_alike(store: Store, media: str) -> None:
+    cards = RateCards(store)
+    await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
+    fast, exact = Ingestor(store, cards), Ingestor(store, cards)
+    answered_fast = []
+    for name, events in cases(secrets.token_hex(4)).items():
+        for attempt in range(2):  # the second time, every accepted event is a duplicate
+            got, was_fast = await post_as_the_route_does(fast, body(events, "pa", media), media)
+            want = await post_exactly(exact, body(events, "pb", media), media)
+            assert normalized(got, "pa") == normalized(want, "pb"), (name, attempt)
+            if was_fast:
+                answered_fast.append((name, attempt))
+    assert await logged(store, "pa") == await logged(store, "pb")
+    # The cases meant for it went the fast way; the others fell back (and still agreed).
+    assert ("plain", 1) in answered_fast and ("quantity forms", 0) in answered_fast
+    assert ("labels seen before", 0) in answered_fast
+    assert ("graduated storage", 0) in answered_fast
+    for name in ("a float quantity", "bad quantities", "id twice in the batch", "nan"):
+        assert (name, 0) not in answered_fast, name
+    assert ("new labels and tags", 0) not in answered_fast  # taught the caches, then fast
+    assert ("time forms", 0) not in answered_fast  # "space" and "nanos" are msgspec's
+
+
+async def test_fast_path_refuses_a_project_outside_the_token_first(store: Store) -> None:
+    cards = RateCards(store)
+    await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
+    ingestor = Ingestor(store, cards)
+    limited = Principal("t", "ingest", frozenset({"pa"}))
+    data = json.dumps([ev("z1", project="pa"), ev("z2", project="other")]).encode()
+    wire = decode_wire_batch(data, JSON)
+    assert wire is not None
+    with pytest.raises(ForbiddenProject) as fast:
+        await ingestor.ingest_wire(wire, limited)
+    with pytest.raises(ForbiddenProject) as exact:
+        await post_exactly(ingestor, data, JSON, limited)
+    assert (fast.value.project, fast.value.index) == (exact.value.project, exact.value.index)
+    assert await store.last_log_entry("pa") == ""  # nothing written
+
+
+def test_only_arrays_of_json_or_msgpack_events_go_the_fast_way() -> None:
+    one = ev("w1", project="pa")
+    assert decode_wire_batch(json.dumps([one]).encode(), JSON) is not None
+    assert decode_wire_batch(msgspec.msgpack.encode([one]), MSGPACK) is not None
+    assert decode_wire_batch(json.dumps(one).encode(), JSON) is None  # a single event
+    assert decode_wire_batch(json.dumps([{**one, "extra": 1}]).encode(), JSON) is None
+    assert decode_wire_batch(json.dumps([{**one, "quantity": 1.5}]).encode(), JSON) is None
+    assert decode_wire_batch(b"[" * 10_000, JSON) is None
+    assert decode_wire_batch(json.dumps([one]).encode(), "application/x-ndjson") is None
+    wire = decode_wire_batch(json.dumps([one]).encode(), JSON)
+    assert wire is not None and wire[0].event().time.tzinfo is not None
