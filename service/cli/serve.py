@@ -24,6 +24,7 @@ from service.cli.ui import ui
 from service.config import Settings
 from service.domain.auth import mint
 from service.domain.folding import Folder
+from service.runtime import tune_garbage_collector
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
 
@@ -128,6 +129,7 @@ def fold_forever(url: str, parent: int) -> None:
 
     async def go() -> None:
         async with open_store(url) as store:
+            tune_garbage_collector()
             folder = Folder(store, every_project=True)
             await folder.run(keep_going=lambda: os.getppid() == parent)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import random
 import sys
@@ -55,6 +54,7 @@ from service.http.routes.ui import DashboardController
 from service.http.routes.webhooks import WebhookController
 from service.http.security import BearerTokenMiddleware
 from service.metrics import time_redis_commands
+from service.runtime import tune_garbage_collector
 from service.storage.redis_store import Store
 
 log = logging.getLogger("trainledger")
@@ -212,16 +212,6 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     return app
 
 
-def _tune_garbage_collector() -> None:
-    """The objects alive after start-up (modules, the app, caches) live as long as the
-    process: moving them out of the collector's sight, and collecting less often, cuts the
-    full-collection pauses that otherwise set the tail latency of queries (bench/README.md,
-    queries)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
 def _share_the_interpreter_finely() -> None:
     """A fold sums its batches in a thread (service/domain/folding.py); with Python's default
     5 ms switch interval a request waits up to 5 ms for the interpreter while it runs. 1 ms
@@ -233,6 +223,6 @@ def serve_app() -> Litestar:
     """The app as `trainledger serve` runs it (one per worker process): `create_app` plus
     process-wide tuning that an app embedded in another process (the tests) must not get."""
     app = create_app()
-    app.on_startup.append(_tune_garbage_collector)
+    app.on_startup.append(tune_garbage_collector)
     app.on_startup.append(_share_the_interpreter_finely)
     return app
