@@ -35,7 +35,7 @@ from typing import Annotated, Literal, NamedTuple, Protocol
 import msgspec
 
 from costcore.money import format_money, parse_price
-from service.domain.events import Label, ProjectName, TagKey, TagValue
+from service.domain.events import Label, LabelledEvent, ProjectName, TagKey, TagValue
 from service.domain.ratecards import COST_CATEGORIES, DecimalString
 
 Period = Literal["monthly", "weekly", "window"]
@@ -152,17 +152,9 @@ def amount_nano(budget: Budget) -> int:
     return parse_price(Decimal(budget.amount))
 
 
-class BudgetEvent(Protocol):
+class BudgetEvent(LabelledEvent, Protocol):
     """What a budget reads of an event: its scope labels and its time."""
 
-    @property
-    def stage(self) -> str: ...
-    @property
-    def experiment(self) -> str: ...
-    @property
-    def owner(self) -> str: ...
-    @property
-    def tags(self) -> dict[str, str]: ...
     @property
     def time(self) -> datetime: ...
 

@@ -85,7 +85,20 @@ class EventIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     tags: _TagsField = {}
 
 
-class AcceptedEvent(Protocol):
+class LabelledEvent(Protocol):
+    """An event's scope labels: what budgets and the log read besides its id and times."""
+
+    @property
+    def stage(self) -> str: ...
+    @property
+    def experiment(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def tags(self) -> dict[str, str]: ...
+
+
+class AcceptedEvent(LabelledEvent, Protocol):
     """What the ledger reads of an event once it is checked: `EventIn` and `WireEvent` both
     have it (the time and quantity are read into columns by then: epoch µs, micro-units)."""
 
@@ -95,14 +108,6 @@ class AcceptedEvent(Protocol):
     def project(self) -> str: ...
     @property
     def sku(self) -> str: ...
-    @property
-    def stage(self) -> str: ...
-    @property
-    def experiment(self) -> str: ...
-    @property
-    def owner(self) -> str: ...
-    @property
-    def tags(self) -> dict[str, str]: ...
 
 
 class WireEvent(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc=False):
