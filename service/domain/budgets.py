@@ -26,9 +26,9 @@ Limits, all in nano-currency:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Literal, NamedTuple, Protocol
 
@@ -280,38 +280,114 @@ def alert_id(budget: Budget, period: str, suffix: str) -> str:
     return f"{budget.id}:{period}:{suffix}"
 
 
+@dataclass
+class _Group:
+    """A batch's events that every budget sees alike: the same UTC day, and the same value of
+    every label and tag some budget's scope reads."""
+
+    event: BudgetEvent  # the first of them: its labels stand for all
+    category: str
+    day: date
+    cost: int
+    # Each event's time and cost, kept only on a day where a window budget starts or ends
+    # (there the exact time decides); None elsewhere.
+    timed: list[tuple[datetime, int]] | None
+
+
+def _groups(
+    budgets: Sequence[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
+) -> list[_Group]:
+    """The batch's events grouped for the budgets, in order of each group's first event: a
+    batch's thousands of events fall into a few hundred groups, and each budget then checks
+    its scope and finds its period once per group, not once per event."""
+    edges = {
+        edge.astimezone(UTC).date()
+        for b in budgets
+        for edge in (b.window_start, b.window_end)
+        if b.period == "window" and edge is not None
+    }
+    # Only what some budget's scope reads tells events apart (`matches` reads nothing else).
+    scopes = [b.scope for b in budgets]
+    by_stage = any(s.stage is not None for s in scopes)
+    by_experiment = any(s.experiment is not None for s in scopes)
+    by_owner = any(s.owner is not None for s in scopes)
+    by_category = any(s.category is not None for s in scopes)
+    tag_keys = sorted({k for s in scopes for k in s.tags})
+    groups: dict[tuple[object, ...], _Group] = {}
+    for event, category, cost in priced:
+        when = event.time
+        if when.tzinfo is not UTC:
+            when = when.astimezone(UTC)
+        day = when.date()
+        tags = event.tags
+        key = (
+            event.stage if by_stage else None,
+            event.experiment if by_experiment else None,
+            event.owner if by_owner else None,
+            tuple([tags.get(k) for k in tag_keys]) if tag_keys and tags else None,
+            category if by_category else None,
+            day,
+        )
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(event, category, day, 0, [] if day in edges else None)
+        group.cost += cost
+        if group.timed is not None:
+            group.timed.append((when, cost))
+    return list(groups.values())
+
+
 def counters_for(
-    budgets: Iterable[Budget],
+    budgets: Sequence[Budget],
     priced: Sequence[tuple[BudgetEvent, str, int]],
 ) -> dict[tuple[str, str], tuple[Budget, PeriodBounds, int]]:
-    """Sum the batch's cost per (budget, period). `priced` is (event, category, cost nano)."""
+    """Sum the batch's cost per (budget, period). `priced` is (event, category, cost nano).
+    Keys in order of budget, then of each period's first event."""
     sums: dict[tuple[str, str], tuple[Budget, PeriodBounds, int]] = {}
-    for budget in budgets:
-        for event, category, cost in priced:
-            if not matches(budget, event, category):
-                continue
-            bounds = period_of(budget, event.time)
-            if bounds is None:
-                continue
+
+    def add(budget: Budget, bounds: PeriodBounds | None, cost: int) -> None:
+        if bounds is not None:
             key = (budget.id, bounds.name)
             held = sums.get(key)
             sums[key] = (budget, bounds, (held[2] if held else 0) + cost)
+
+    groups = _groups(budgets, priced)
+    for budget in budgets:
+        periods: dict[date, PeriodBounds | None] = {}
+        for group in groups:
+            if not matches(budget, group.event, group.category):
+                continue
+            if budget.period == "window" and group.timed is not None:
+                for when, cost in group.timed:  # the window starts or ends this day
+                    add(budget, period_of(budget, when), cost)
+                continue
+            day = group.day
+            if day not in periods:
+                # Any time of the day falls in the same period (a window's edges are not on it).
+                midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+                periods[day] = period_of(budget, midnight)
+            add(budget, periods[day], group.cost)
     return sums
 
 
 def daily_for(
-    budgets: Iterable[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
+    budgets: Sequence[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
 ) -> dict[tuple[str, int], int]:
     """Sum the batch's cost per (budget with a growth rule, event day)."""
     sums: dict[tuple[str, int], int] = {}
-    for budget in budgets:
-        if budget.growth is None:
-            continue
-        for event, category, cost in priced:
-            if matches(budget, event, category):
-                key = (budget.id, day_number(event.time))
-                sums[key] = sums.get(key, 0) + cost
+    growing = [b for b in budgets if b.growth is not None]
+    if not growing:
+        return sums
+    groups = _groups(growing, priced)
+    for budget in growing:
+        for group in groups:
+            if matches(budget, group.event, group.category):
+                key = (budget.id, (group.day - _EPOCH_DAY).days)
+                sums[key] = sums.get(key, 0) + group.cost
     return sums
+
+
+_EPOCH_DAY = date(1970, 1, 1)
 
 
 def money(nano: int) -> str:
