@@ -1,7 +1,7 @@
 """A batch's budget sums (`counters_for`, `daily_for`) are formed per group of events (same
-labels, category and UTC day), not per event; they equal the per-event sums of the plain
-definition below for any mix of scopes, periods, window edges inside the batch's days, time
-offsets and tags, keys in the same order."""
+UTC day and the labels some scope reads), not per event; they equal the per-event sums of
+the plain definition below (each event's time as a datetime, every budget) for any mix of
+scopes, periods, window edges inside the batch's days and tags, keys in the same order."""
 
 from __future__ import annotations
 
@@ -31,19 +31,25 @@ class _Event(NamedTuple):
     experiment: str
     owner: str
     tags: dict[str, str]
-    time: datetime
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _at(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
 
 
 def counters_by_event(
-    budgets: Sequence[Budget], priced: Sequence[tuple[Any, str, int]]
+    budgets: Sequence[Budget], priced: Sequence[tuple[Any, int, str, int]]
 ) -> dict[tuple[str, str], tuple[Budget, PeriodBounds, int]]:
     """The definition: every event, every budget."""
     sums: dict[tuple[str, str], tuple[Budget, PeriodBounds, int]] = {}
     for budget in budgets:
-        for event, category, cost in priced:
+        for event, us, category, cost in priced:
             if not matches(budget, event, category):
                 continue
-            bounds = period_of(budget, event.time)
+            bounds = period_of(budget, _at(us))
             if bounds is None:
                 continue
             key = (budget.id, bounds.name)
@@ -53,23 +59,22 @@ def counters_by_event(
 
 
 def daily_by_event(
-    budgets: Sequence[Budget], priced: Sequence[tuple[Any, str, int]]
+    budgets: Sequence[Budget], priced: Sequence[tuple[Any, int, str, int]]
 ) -> dict[tuple[str, int], int]:
     sums: dict[tuple[str, int], int] = {}
     for budget in budgets:
         if budget.growth is None:
             continue
-        for event, category, cost in priced:
+        for event, us, category, cost in priced:
             if matches(budget, event, category):
-                key = (budget.id, day_number(event.time))
+                key = (budget.id, day_number(_at(us)))
                 sums[key] = sums.get(key, 0) + cost
     return sums
 
 
-offsets = st.sampled_from(
-    [UTC, timezone(timedelta(hours=5, minutes=45)), timezone(timedelta(hours=-9, minutes=-30))]
-)
-# Minutes from T0 over four days; windows start and end on minutes of those days too.
+# Minutes from T0 over four days (and before the epoch); windows start and end on minutes of
+# those days too, written with offsets.
+T0_US = (T0 - EPOCH) // timedelta(microseconds=1)
 minutes = st.integers(-2 * 1440, 2 * 1440)
 events = st.tuples(
     st.builds(
@@ -78,10 +83,16 @@ events = st.tuples(
         st.sampled_from(["", "exp-a", "exp-b"]),
         st.sampled_from(["", "alice"]),
         st.dictionaries(st.sampled_from(["team", "rework"]), st.sampled_from(["x", "y"])),
-        st.builds(lambda m, tz: (T0 + timedelta(minutes=m)).astimezone(tz), minutes, offsets),
+    ),
+    st.one_of(
+        st.builds(lambda m, s: T0_US + m * 60_000_000 + s, minutes, st.integers(0, 59_999_999)),
+        st.integers(-3 * 86_400_000_000, 86_400_000_000),  # around the epoch: floors
     ),
     st.sampled_from(["compute", "storage"]),
     st.integers(0, 10**12),
+)
+offsets = st.sampled_from(
+    [UTC, timezone(timedelta(hours=5, minutes=45)), timezone(timedelta(hours=-9, minutes=-30))]
 )
 
 
@@ -112,8 +123,9 @@ def budgets(draw: st.DrawFn) -> list[Budget]:
         }
         if period == "window":
             start, end = sorted(draw(st.lists(minutes, min_size=2, max_size=2)))
-            fields["window_start"] = (T0 + timedelta(minutes=start)).isoformat()
-            fields["window_end"] = (T0 + timedelta(minutes=end)).isoformat()
+            tz = draw(offsets)
+            fields["window_start"] = (T0 + timedelta(minutes=start)).astimezone(tz).isoformat()
+            fields["window_end"] = (T0 + timedelta(minutes=end)).astimezone(tz).isoformat()
         if draw(st.booleans()):
             fields["growth"] = {"multiple": "2", "trailing_days": 3}
         out.append(msgspec.convert(fields, Budget))
@@ -123,7 +135,7 @@ def budgets(draw: st.DrawFn) -> list[Budget]:
 @settings(max_examples=300, deadline=None)
 @given(budgets(), st.lists(events, max_size=60))
 def test_grouped_sums_equal_the_per_event_definition(
-    budget_list: list[Budget], priced: list[tuple[_Event, str, int]]
+    budget_list: list[Budget], priced: list[tuple[_Event, int, str, int]]
 ) -> None:
     got = counters_for(budget_list, priced)
     want = counters_by_event(budget_list, priced)
@@ -147,7 +159,7 @@ def test_a_window_edge_inside_a_day_splits_that_day_exactly() -> None:
         },
         Budget,
     )
-    at = [T0 + timedelta(hours=h) for h in (11, 12, 13, 29, 30, 31)]
-    priced = [(_Event("eval", "", "", {}, t), "compute", 1) for t in at]
+    at = [T0_US + h * 3_600_000_000 for h in (11, 12, 13, 29, 30, 31)]
+    priced = [(_Event("eval", "", "", {}), us, "compute", 1) for us in at]
     (key, (_, _, total)), *_ = counters_for([budget], priced).items()
     assert key == ("w", "window") and total == 3  # 12:00, 13:00 and the next day's 05:00

@@ -10,7 +10,7 @@ import msgspec
 from service.domain.budgets import (
     AlertRecord,
     Budget,
-    BudgetEvent,
+    PricedEvent,
     alert_id,
     amount_nano,
     counters_for,
@@ -67,7 +67,7 @@ async def budget_counters(
     store: Store,
     project: str,
     budgets: Sequence[Budget],
-    priced: Sequence[tuple[BudgetEvent, str, int]],
+    priced: Sequence[PricedEvent],
     currency: str,
     now: datetime,
 ) -> list[BudgetCounter]:

@@ -46,7 +46,10 @@ async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
         spend: dict[str, int] = {}
         days: dict[str, int] = {}
         async for _, rows in read_log(store, budget.project, last):
-            batch = [(row.event(budget.project), row.category, row.cost_nano) for row in rows]
+            batch = [
+                (row.event(budget.project), row.epoch_us, row.category, row.cost_nano)
+                for row in rows
+            ]
             for (_, period), (_, _, delta) in counters_for([budget], batch).items():
                 field = spend_field(budget.id, period)
                 spend[field] = spend.get(field, 0) + delta

@@ -28,9 +28,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Annotated, Literal, NamedTuple, Protocol
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -152,24 +152,7 @@ def amount_nano(budget: Budget) -> int:
     return parse_price(Decimal(budget.amount))
 
 
-class BudgetEvent(LabelledEvent, Protocol):
-    """What a budget reads of an event: its scope labels and its time."""
-
-    @property
-    def time(self) -> datetime: ...
-
-
-class TimedEvent(NamedTuple):
-    """A `BudgetEvent` of an event whose time was read into epoch µs (see `timed`)."""
-
-    stage: str
-    experiment: str
-    owner: str
-    tags: dict[str, str]
-    time: datetime
-
-
-def matches(budget: Budget, event: BudgetEvent, category: str) -> bool:
+def matches(budget: Budget, event: LabelledEvent, category: str) -> bool:
     s = budget.scope
     if s.stage is not None and event.stage != s.stage:
         return False
@@ -280,28 +263,36 @@ def alert_id(budget: Budget, period: str, suffix: str) -> str:
     return f"{budget.id}:{period}:{suffix}"
 
 
+# What budgets read of a priced event: its labels, its time (µs since the epoch), its SKU's
+# category and its cost (nano).
+PricedEvent = tuple[LabelledEvent, int, str, int]
+_DAY_US = 86_400_000_000
+
+
 @dataclass
 class _Group:
     """A batch's events that every budget sees alike: the same UTC day, and the same value of
     every label and tag some budget's scope reads."""
 
-    event: BudgetEvent  # the first of them: its labels stand for all
+    event: LabelledEvent  # the first of them: its labels stand for all
     category: str
-    day: date
+    day: int  # days since 1970-01-01 (UTC)
     cost: int
-    # Each event's time and cost, kept only on a day where a window budget starts or ends
-    # (there the exact time decides); None elsewhere.
-    timed: list[tuple[datetime, int]] | None
+    # Each event's time (epoch µs) and cost, kept only on a day where a window budget starts
+    # or ends (there the exact time decides); None elsewhere.
+    timed: list[tuple[int, int]] | None
 
 
-def _groups(
-    budgets: Sequence[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
-) -> list[_Group]:
+def _epoch_us(when: datetime) -> int:
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+def _groups(budgets: Sequence[Budget], priced: Sequence[PricedEvent]) -> list[_Group]:
     """The batch's events grouped for the budgets, in order of each group's first event: a
-    batch's thousands of events fall into a few hundred groups, and each budget then checks
-    its scope and finds its period once per group, not once per event."""
+    batch's thousands of events fall into a few groups, and each budget then checks its scope
+    and finds its period once per group, not once per event."""
     edges = {
-        edge.astimezone(UTC).date()
+        _epoch_us(edge) // _DAY_US
         for b in budgets
         for edge in (b.window_start, b.window_end)
         if b.period == "window" and edge is not None
@@ -314,11 +305,8 @@ def _groups(
     by_category = any(s.category is not None for s in scopes)
     tag_keys = sorted({k for s in scopes for k in s.tags})
     groups: dict[tuple[object, ...], _Group] = {}
-    for event, category, cost in priced:
-        when = event.time
-        if when.tzinfo is not UTC:
-            when = when.astimezone(UTC)
-        day = when.date()
+    for event, us, category, cost in priced:
+        day = us // _DAY_US
         tags = event.tags
         key = (
             event.stage if by_stage else None,
@@ -333,16 +321,16 @@ def _groups(
             group = groups[key] = _Group(event, category, day, 0, [] if day in edges else None)
         group.cost += cost
         if group.timed is not None:
-            group.timed.append((when, cost))
+            group.timed.append((us, cost))
     return list(groups.values())
 
 
 def counters_for(
-    budgets: Sequence[Budget],
-    priced: Sequence[tuple[BudgetEvent, str, int]],
+    budgets: Sequence[Budget], priced: Sequence[PricedEvent]
 ) -> dict[tuple[str, str], tuple[Budget, PeriodBounds, int]]:
-    """Sum the batch's cost per (budget, period). `priced` is (event, category, cost nano).
-    Keys in order of budget, then of each period's first event."""
+    """Sum the batch's cost per (budget, period): the cost of the events in the budget's
+    scope whose time falls in the period. Keys in order of budget, then of each period's
+    first event."""
     sums: dict[tuple[str, str], tuple[Budget, PeriodBounds, int]] = {}
 
     def add(budget: Budget, bounds: PeriodBounds | None, cost: int) -> None:
@@ -353,27 +341,26 @@ def counters_for(
 
     groups = _groups(budgets, priced)
     for budget in budgets:
-        periods: dict[date, PeriodBounds | None] = {}
+        periods: dict[int, PeriodBounds | None] = {}
         for group in groups:
             if not matches(budget, group.event, group.category):
                 continue
             if budget.period == "window" and group.timed is not None:
-                for when, cost in group.timed:  # the window starts or ends this day
-                    add(budget, period_of(budget, when), cost)
+                for us, cost in group.timed:  # the window starts or ends this day
+                    add(budget, period_of(budget, _EPOCH + timedelta(microseconds=us)), cost)
                 continue
             day = group.day
             if day not in periods:
                 # Any time of the day falls in the same period (a window's edges are not on it).
-                midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
-                periods[day] = period_of(budget, midnight)
+                periods[day] = period_of(budget, _EPOCH + timedelta(days=day))
             add(budget, periods[day], group.cost)
     return sums
 
 
 def daily_for(
-    budgets: Sequence[Budget], priced: Sequence[tuple[BudgetEvent, str, int]]
+    budgets: Sequence[Budget], priced: Sequence[PricedEvent]
 ) -> dict[tuple[str, int], int]:
-    """Sum the batch's cost per (budget with a growth rule, event day)."""
+    """Sum the batch's cost per (budget with a growth rule, UTC day of the event)."""
     sums: dict[tuple[str, int], int] = {}
     growing = [b for b in budgets if b.growth is not None]
     if not growing:
@@ -382,12 +369,9 @@ def daily_for(
     for budget in growing:
         for group in groups:
             if matches(budget, group.event, group.category):
-                key = (budget.id, (group.day - _EPOCH_DAY).days)
+                key = (budget.id, group.day)
                 sums[key] = sums.get(key, 0) + group.cost
     return sums
-
-
-_EPOCH_DAY = date(1970, 1, 1)
 
 
 def money(nano: int) -> str:

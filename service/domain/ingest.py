@@ -34,7 +34,7 @@ from costcore.money import format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
-from service.domain.budgets import Budget, TimedEvent
+from service.domain.budgets import Budget
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from service.domain.eventlog import LoggedEvent, encode_log
 from service.domain.events import (
@@ -178,15 +178,6 @@ class PendingBatch:
 
     def __len__(self) -> int:
         return len(self.events)
-
-    def timed(self) -> list[TimedEvent]:
-        """The events as budgets read them, each with its time from `epoch_us`."""
-        return [
-            TimedEvent(
-                ev.stage, ev.experiment, ev.owner, ev.tags, _EPOCH + timedelta(microseconds=us)
-            )
-            for ev, us in zip(self.events, self.epoch_us, strict=True)
-        ]
 
     def take(self, keep: Sequence[int]) -> PendingBatch:
         """The events at these positions (in this order)."""
@@ -853,7 +844,9 @@ class Ingestor:
                 self.store,
                 project,
                 budgets,
-                list(zip(batch.timed(), priced.categories, priced.costs, strict=True)),
+                list(
+                    zip(batch.events, batch.epoch_us, priced.categories, priced.costs, strict=True)
+                ),
                 catalog.currency or "",
                 datetime.now(UTC),
             )

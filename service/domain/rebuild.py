@@ -84,7 +84,8 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         entry = decode_log_entry(priced.log_entry())
         assert entry is not None
         sums.add(sums_of_log([entry]))
-        costed = list(zip(priced.batch.timed(), priced.categories, priced.costs, strict=True))
+        b = priced.batch
+        costed = list(zip(b.events, b.epoch_us, priced.categories, priced.costs, strict=True))
         spend = hashes.setdefault(Keys.budget_spend(project), {})
         for (budget_id, period), (_, _, delta) in counters_for(budgets, costed).items():
             _add(spend, spend_field(budget_id, period), delta)
