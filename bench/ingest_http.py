@@ -18,8 +18,10 @@ before and after as a cross-check. Ceiling: the service's decoder on the same bo
 run (bench/decode.py `decode_rate`: `decode_wire_batch`, the decode these bodies get on the
 HTTP path since the fourth session; `decode_events` before, a slower one; garbage collector
 on, as in the server). Also recorded: CPU seconds of the server's worker, of its folding
-process and of its Valkey per second of load (how busy each was). Then, informational, JSON
-once more with `more_connections` (8): the same worker with more batches in flight.
+process and of its Valkey per second of load (how busy each was). Then, informational: JSON
+on a second project that keeps `budgets` (3) budgets (`BUDGETS`: what a project watching its
+spend might keep; their alerts are never reached), and JSON once more with
+`more_connections` (8): the same worker with more batches in flight.
 Target (issue): >= 250,000 events/s on this 2-core machine, and >= 30 % of the decode rate.
 """
 
@@ -50,10 +52,13 @@ DEFAULTS: dict[str, Any] = {
     # Informational, beside the headline: JSON again with more connections (more batches in
     # flight at once); 0 skips it.
     "more_connections": 8,
+    # Informational: JSON again on a project with this many budgets (of BUDGETS); 0 skips it.
+    "budgets": 3,
 }
 QUICK: dict[str, Any] = {**DEFAULTS, "seconds": 6.0, "decode_repeat": 5}
 TINY: dict[str, Any] = {
     **DEFAULTS,
+    "budgets": 1,
     "batch": 50,
     "seconds": 1.0,
     "connections": 2,
@@ -92,6 +97,16 @@ class IngestRun:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+# Budgets for the informational run: what a project watching its spend might keep (alerts at
+# 50 and 90 %; the amounts are never reached, so no alert fires during the run).
+BUDGETS: tuple[dict[str, Any], ...] = (
+    {"period": "monthly"},
+    {"period": "weekly", "scope": {"stage": "pretrain"}},
+    {"period": "monthly", "scope": {"category": "storage"}, "growth": {"trailing_days": 7}},
+)
+BUDGETED_PROJECT = "bench-budgets"
 
 
 def template(workload: Workload, batch: int, count: int = 1) -> list[list[dict[str, Any]]]:
@@ -264,6 +279,30 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
                 connections=int(p["connections"]),
                 tool=str(p["tool"]),
             )
+        budgeted = None
+        if int(p["budgets"]) and "json" in bodies:
+            for i, spec in enumerate(BUDGETS[: int(p["budgets"])]):
+                budget = {"project": BUDGETED_PROJECT, "name": f"b{i}", "amount": "1000000000"}
+                budget |= {"thresholds": [50, 90], **spec}
+                status, answer = server.request("POST", "/v1/budgets", budget)
+                if status != 201:
+                    raise RuntimeError(f"POST budget: {status} {answer}")
+            budgeted_bodies = [
+                encode(events, "json")
+                for events in template(
+                    Workload(days=1, project=BUDGETED_PROJECT), batch, int(p["templates"])
+                )
+            ]
+            budgeted = post_load(
+                server,
+                budgeted_bodies,
+                "json",
+                batch=batch,
+                seconds=float(p["seconds"]),
+                connections=int(p["connections"]),
+                tool=str(p["tool"]),
+                project=BUDGETED_PROJECT,
+            )
         more = int(p["more_connections"])
         wider = None
         if more and "json" in bodies:
@@ -310,6 +349,18 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
                 ratio=wider.events_per_s / decode_rates["json"],
             )
         )
+    if budgeted is not None:
+        rows.append(
+            row(
+                f"json, {int(p['budgets'])} budget{'s' * (int(p['budgets']) != 1)} on the "
+                f"project ({budgeted.tool}, "
+                f"{p['connections']} conns; informational)",
+                budgeted.events_per_s,
+                "events/s",
+                ceiling=decode_rates["json"],
+                ratio=budgeted.events_per_s / decode_rates["json"],
+            )
+        )
     head = runs.get("json") or next(iter(runs.values()))
     return result(
         "ingest_http",
@@ -329,6 +380,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
             "templates": p["templates"],
             "runs": {fmt: r.as_dict() for fmt, r in runs.items()},
             "more_connections": wider.as_dict() if wider is not None else None,
+            "budgets": budgeted.as_dict() if budgeted is not None else None,
             "decode_events_per_s": decode_rates,
         },
         notes=[
