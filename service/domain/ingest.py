@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from costcore import (
+    ScanResult,
     dictionary_encode,
     pair_codes,
     price_batch,
@@ -178,6 +179,20 @@ class PendingBatch:
 
     def __len__(self) -> int:
         return len(self.events)
+
+    @classmethod
+    def scanned(
+        cls, events: list[AcceptedEvent], index: list[int], scan: ScanResult
+    ) -> PendingBatch:
+        """The events of a scan that every one of them passed, with its columns."""
+        return cls(
+            events,
+            index,
+            scan.quantity_micro.tolist(),
+            scan.epoch_us.tolist(),
+            scan.day.tolist(),
+            scan.shard.tolist(),
+        )
 
     def take(self, keep: Sequence[int]) -> PendingBatch:
         """The events at these positions (in this order)."""
@@ -498,7 +513,6 @@ class Ingestor:
         if not n:
             return None
         now = datetime.now(UTC)
-        now_us = _to_epoch_us(now)
         quantities = self._wire_quantities
         if len(quantities) > _QUANTITY_MEMO_LIMIT:
             quantities.clear()
@@ -508,24 +522,12 @@ class Ingestor:
                 return None  # `ingest` rejects it with its reason
             quantities[value] = micro
         scan = scan_wire_events(
-            events,
-            quantities,
-            now_us - self.window_days * 86_400_000_000,
-            now_us + int(self.future_skew.total_seconds()) * 1_000_000,
-            SEEN_SHARDS,
-            *known_valid(),
+            events, quantities, *self._window_us(now), SEEN_SHARDS, *known_valid()
         )
         project = events[0].project
         if scan.passed != n or len({ev.id for ev in events if ev.project == project}) != n:
             return None
-        pending = PendingBatch(
-            list(events),
-            list(range(n)),
-            scan.quantity_micro.tolist(),
-            scan.epoch_us.tolist(),
-            scan.day.tolist(),
-            scan.shard.tolist(),
-        )
+        pending = PendingBatch.scanned(list(events), list(range(n)), scan)
 
         def item_at(index: int) -> DecodedItem:  # for a rejection's message and dead letter
             return DecodedItem(index, events[index].event())
@@ -602,6 +604,13 @@ class Ingestor:
             cost_by_project={p: format_money(c) for p, c in cost_by_project.items()},
         )
 
+    def _window_us(self, now: datetime) -> tuple[int, int]:
+        """The event times accepted now (epoch µs, both ends included): the deduplication
+        window back, the future skew ahead."""
+        now_us = _to_epoch_us(now)
+        ahead = int(self.future_skew.total_seconds()) * 1_000_000
+        return now_us - self.window_days * 86_400_000_000, now_us + ahead
+
     def _columns(
         self,
         items: list[DecodedItem],
@@ -614,9 +623,7 @@ class Ingestor:
         valid; an event it does not pass goes through the exact checks here, which reject
         it with its reason or accept it (and teach the caches its values).
         """
-        now_us = _to_epoch_us(now)
-        min_us = now_us - self.window_days * 86_400_000_000
-        max_us = now_us + int(self.future_skew.total_seconds()) * 1_000_000
+        min_us, max_us = self._window_us(now)
         events = [item.event for item in items]
         quantities = self._quantities
         if len(quantities) > _QUANTITY_MEMO_LIMIT:
@@ -631,16 +638,8 @@ class Ingestor:
             project = events[0].project  # type: ignore[union-attr]
             ids = {ev.id for ev in events if ev.project == project}  # type: ignore[union-attr]
             if len(ids) == n:
-                return {
-                    project: PendingBatch(
-                        events,  # type: ignore[arg-type]
-                        [item.index for item in items],
-                        scan.quantity_micro.tolist(),
-                        scan.epoch_us.tolist(),
-                        scan.day.tolist(),
-                        scan.shard.tolist(),
-                    )
-                }, 0
+                index = [item.index for item in items]
+                return {project: PendingBatch.scanned(events, index, scan)}, 0  # type: ignore[arg-type]
         batches: dict[str, PendingBatch] = {}
         seen_in_batch: set[tuple[str, str]] = set()
         duplicates = 0
