@@ -18,10 +18,11 @@ before and after as a cross-check. Ceiling: the service's decoder on the same bo
 run (bench/decode.py `decode_rate`: `decode_wire_batch`, the decode these bodies get on the
 HTTP path since the fourth session; `decode_events` before, a slower one; garbage collector
 on, as in the server). Also recorded: CPU seconds of the server's worker, of its folding
-process and of its Valkey per second of load (how busy each was). Then, informational: JSON
-on a second project that keeps `budgets` (3) budgets (`BUDGETS`: what a project watching its
-spend might keep; their alerts are never reached), and JSON once more with
-`more_connections` (8): the same worker with more batches in flight.
+process, of its Valkey and of Valkey's append-only-file rewrites (forked children, counted as
+each ends) per second of load, and the share of the whole machine's CPU that was busy. Then,
+informational: JSON on a second project that keeps `budgets` (3) budgets (`BUDGETS`: what a
+project watching its spend might keep; their alerts are never reached), and JSON once more
+with `more_connections` (8): the same worker with more batches in flight.
 Target (issue): >= 250,000 events/s on this 2-core machine, and >= 30 % of the decode rate.
 """
 
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from bench import loadgen
 from bench.common import BENCH_CARD, CONTENT_TYPE, EventFactory, Workload, encode, result, row
 from bench.decode import decode_rate
-from bench.server import Server, process_cpu_seconds
+from bench.server import Server, machine_cpu_seconds, process_cpu_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -85,6 +86,13 @@ class IngestRun:
     server_cpu: float  # CPU seconds of the HTTP worker(s) per wall second
     valkey_cpu: float  # CPU seconds of Valkey per wall second
     fold_cpu: float  # CPU seconds of the folding process per wall second
+    # CPU seconds per wall second of Valkey's append-only-file rewrites (forked children,
+    # counted as each ends), and how many rewrites ended in the run.
+    rewrite_cpu: float
+    rewrites: int
+    # Share of the whole machine's CPU time that was busy during the load (all processes,
+    # the load generator and the kernel included): 1.0 = every core busy all the time.
+    machine_busy: float
     tool: str
     body_bytes: int
     # Valkey's own account of the load: microseconds per accepted event, by command
@@ -152,6 +160,17 @@ def _commandstats(server: Server, reset: bool = False) -> dict[str, dict[str, fl
         client.close()
 
 
+def _rewrites(server: Server) -> int:
+    """Append-only-file rewrites Valkey has completed since it started."""
+    import redis
+
+    client = redis.Redis.from_url(server.redis_url)
+    try:
+        return int(client.info("persistence").get("aof_rewrites", 0))
+    finally:
+        client.close()
+
+
 def _accepted(server: Server, project: str) -> int:
     import redis
 
@@ -194,6 +213,9 @@ def post_load(
     _commandstats(server, reset=True)
     cpu_before = process_cpu_seconds(pids)
     vcpu_before = process_cpu_seconds([vpid] if vpid else [])
+    rcpu_before = process_cpu_seconds([vpid] if vpid else [], reaped_children=True)
+    rewrites_before = _rewrites(server)
+    busy_before, all_before = machine_cpu_seconds()
     fcpu_before = process_cpu_seconds([fpid] if fpid else [])
     use_wrk = tool == "wrk" or (tool == "auto" and loadgen.have_wrk())
     if use_wrk:
@@ -227,6 +249,9 @@ def post_load(
         )
     cpu = process_cpu_seconds(pids) - cpu_before
     vcpu = process_cpu_seconds([vpid] if vpid else []) - vcpu_before
+    busy_after, all_after = machine_cpu_seconds()
+    rcpu = process_cpu_seconds([vpid] if vpid else [], reaped_children=True) - rcpu_before
+    rewrites = _rewrites(server) - rewrites_before
     fcpu = process_cpu_seconds([fpid] if fpid else []) - fcpu_before
     accepted_delta = _accepted(server, project) - accepted_before
     stats = _commandstats(server)
@@ -251,6 +276,9 @@ def post_load(
         server_cpu=cpu / res.seconds,
         valkey_cpu=vcpu / res.seconds,
         fold_cpu=fcpu / res.seconds,
+        rewrite_cpu=rcpu / res.seconds,
+        rewrites=rewrites,
+        machine_busy=(busy_after - busy_before) / max(all_after - all_before, 1e-9),
         tool=res.tool,
         body_bytes=len(bodies[0]),
         valkey_us_per_event=per_event,
@@ -385,7 +413,8 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         notes=[
             "load generator on the same 2-core machine as the server and its Valkey",
-            "server_cpu / valkey_cpu / fold_cpu in details: CPU seconds per second of load",
+            "server_cpu / valkey_cpu / fold_cpu / rewrite_cpu in details: CPU seconds per second"
+            " of load; machine_busy: share of all cores busy during it",
         ],
         rows=rows,
     )

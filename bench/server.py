@@ -254,14 +254,31 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User+system CPU seconds used so far by the given processes."""
+def process_cpu_seconds(pids: list[int], reaped_children: bool = False) -> float:
+    """User+system CPU seconds used so far by the given processes; with `reaped_children`,
+    those of their children that have exited and been waited for instead (Valkey's
+    append-only-file rewrites run in a forked child, invisible in Valkey's own time)."""
     ticks = os.sysconf("SC_CLK_TCK")
+    first = 13 if reaped_children else 11  # cutime, cstime / utime, stime
     total = 0.0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / ticks
+        total += (int(fields[first]) + int(fields[first + 1])) / ticks
     return total
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far, all CPUs summed (/proc/stat):
+    busy is everything but idle and I/O wait. (0, 0) where /proc/stat is missing."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0, 0.0
+    # user nice system idle iowait irq softirq steal (guest time is already in user)
+    ticks = [int(v) for v in fields[:8]] + [0] * max(0, 8 - len(fields))
+    hz = os.sysconf("SC_CLK_TCK")
+    every = sum(ticks)
+    return (every - ticks[3] - ticks[4]) / hz, every / hz

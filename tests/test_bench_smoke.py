@@ -59,3 +59,35 @@ def test_benchmark_runs_on_a_tiny_input(name: str) -> None:
     # The table renders whatever the figures are.
     assert name in markdown_table([res])
     assert results_table([res]).row_count >= 1
+
+
+def _burn(seconds: float) -> None:
+    import time
+
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_cpu_accounting_sees_a_reaped_child_and_the_machine() -> None:
+    """The ingest benchmark's CPU split: a child's CPU shows among the parent's reaped
+    children (how Valkey's append-only-file rewrites are counted), not in its own time, and
+    the machine's busy share lies in [0, 1] and grows while something runs."""
+    import multiprocessing
+    import os
+
+    from bench.server import machine_cpu_seconds, process_cpu_seconds
+
+    me = [os.getpid()]
+    own_before = process_cpu_seconds(me)
+    reaped_before = process_cpu_seconds(me, reaped_children=True)
+    busy_before, all_before = machine_cpu_seconds()
+    child = multiprocessing.get_context("fork").Process(target=_burn, args=(0.3,))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    reaped = process_cpu_seconds(me, reaped_children=True) - reaped_before
+    assert reaped >= 0.2  # the child's 0.3 s, at clock-tick resolution
+    assert process_cpu_seconds(me) - own_before < reaped
+    busy_after, all_after = machine_cpu_seconds()
+    assert 0 < busy_after - busy_before <= all_after - all_before
