@@ -212,8 +212,9 @@ def post_load(
     accepted_before = _accepted(server, project)
     _commandstats(server, reset=True)
     cpu_before = process_cpu_seconds(pids)
-    vcpu_before = process_cpu_seconds([vpid] if vpid else [])
-    rcpu_before = process_cpu_seconds([vpid] if vpid else [], reaped_children=True)
+    valkey = [vpid] if vpid else []
+    vcpu_before = process_cpu_seconds(valkey)
+    rcpu_before = process_cpu_seconds(valkey, reaped_children=True)
     rewrites_before = _rewrites(server)
     busy_before, all_before = machine_cpu_seconds()
     fcpu_before = process_cpu_seconds([fpid] if fpid else [])
@@ -248,9 +249,9 @@ def post_load(
             )
         )
     cpu = process_cpu_seconds(pids) - cpu_before
-    vcpu = process_cpu_seconds([vpid] if vpid else []) - vcpu_before
+    vcpu = process_cpu_seconds(valkey) - vcpu_before
     busy_after, all_after = machine_cpu_seconds()
-    rcpu = process_cpu_seconds([vpid] if vpid else [], reaped_children=True) - rcpu_before
+    rcpu = process_cpu_seconds(valkey, reaped_children=True) - rcpu_before
     rewrites = _rewrites(server) - rewrites_before
     fcpu = process_cpu_seconds([fpid] if fpid else []) - fcpu_before
     accepted_delta = _accepted(server, project) - accepted_before
