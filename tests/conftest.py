@@ -1,10 +1,10 @@
 """Shared fixtures: real Redis-protocol servers and the app over real HTTP.
 
 Every Redis-backed test runs against the embedded Valkey this suite starts itself,
-again against the system Redis on 127.0.0.1:6379 when one answers there
-(database 13, flushed per test), and again against a Redis Cluster of three masters
-and three replicas this suite starts from the same Valkey binary (tests/cluster.py;
-`TRAINLEDGER_TEST_CLUSTER=0` leaves it out). No mock stands in for any of them.
+again against the system Redis on 127.0.0.1:6379 when one answers there (a database this
+run claims for itself, tests/shared_redis.py, flushed per test), and again against a Redis
+Cluster of three masters and three replicas this suite starts from the same Valkey binary
+(tests/cluster.py; `TRAINLEDGER_TEST_CLUSTER=0` leaves it out). No mock stands in for any of them.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from service.http.app import create_app
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store, cluster_options
 from tests.cluster import ValkeyCluster
+from tests.shared_redis import claim_database
 
 # Building a TLS context loads the CA bundle (~50 ms); the tests speak plain HTTP on
 # loopback, so every client shares one context instead of building its own.
 _TLS_CONTEXT = ssl.create_default_context()
 
-SYSTEM_REDIS_URL = os.environ.get("TRAINLEDGER_TEST_SYSTEM_REDIS", "redis://127.0.0.1:6379/13")
 CLUSTER_ENABLED = os.environ.get("TRAINLEDGER_TEST_CLUSTER", "1") != "0"
 
 
@@ -67,11 +67,13 @@ def sync_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-def _system_redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(SYSTEM_REDIS_URL, socket_timeout=0.5).ping())
-    except redis.RedisError:
-        return False
+@pytest.fixture(scope="session")
+def system_redis() -> str:
+    """A database of the shared system Redis claimed for this run alone (tests/shared_redis.py)."""
+    url = claim_database()
+    if url is None:
+        pytest.skip("no system Redis on 127.0.0.1:6379, or no database free for this run")
+    return url
 
 
 @pytest.fixture(scope="session")
@@ -106,9 +108,7 @@ def redis_url(request: pytest.FixtureRequest) -> str:
             pytest.skip("TRAINLEDGER_TEST_CLUSTER=0")
         cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
         return cluster.url
-    if not _system_redis_up():
-        pytest.skip(f"no system Redis at {SYSTEM_REDIS_URL}")
-    return SYSTEM_REDIS_URL
+    return str(request.getfixturevalue("system_redis"))
 
 
 @pytest.fixture
