@@ -7,6 +7,7 @@ import msgspec
 from litestar import Controller, Request, delete, get, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, JSONBody, PathParameter
 
 from service.domain.auth import Principal, TokenIn, TokenView, mint, view_of
@@ -121,7 +122,12 @@ class TokenController(Controller):
     tags = ["tokens"]
     guards = [requires("admin")]
 
-    @post("/", summary="Create a token (shown once)")
+    @post(
+        "/",
+        summary="Create a token (shown once)",
+        description="An admin token limited to some projects mints only tokens limited to a "
+        "subset of them (`projects` must be given); an admin token for every project mints any.",
+    )
     async def create(
         self,
         data: JSONBody[TokenIn],
@@ -148,14 +154,29 @@ class TokenController(Controller):
         await services.store.put_token(digest, record["id"], record)
         return view_of(record, token)
 
-    @get("/", summary="List tokens (without their secrets)")
+    @get(
+        "/",
+        summary="List tokens (without their secrets)",
+        description="An admin token limited to some projects sees only tokens limited to them.",
+    )
     async def list_tokens(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[TokenView]:
         views = [view_of(r) for r in await services.store.token_records()]
         return [v for v in views if request.user.covers(v.projects)]
 
-    @delete("/{token_id:str}", summary="Revoke a token", status_code=204)
+    @delete(
+        "/{token_id:str}",
+        summary="Revoke a token",
+        description="An admin token limited to some projects revokes only tokens limited to "
+        "them (others are a 404). The last admin token for every project is never revoked.",
+        status_code=204,
+        responses={
+            409: ResponseSpec(
+                None, description="The last admin token for every project: mint another first"
+            )
+        },
+    )
     async def revoke(
         self,
         token_id: FromPath[str],
