@@ -454,6 +454,10 @@ async def test_the_issues_reproductions(api: Api) -> None:
         assert _ambiguous(r), r.text
         r = await c.get("/v1/costs/summary", params=[("project", "pb"), ("project", "pa")])
         assert _ambiguous(r), r.text
+        # The second name percent-encoded, or with the value empty: still the same name twice.
+        for raw in ("project=pa&%70roject=pb", "project=pa&project=", "project=&project=pb"):
+            r = await c.get(f"/v1/costs/summary?{raw}")
+            assert _ambiguous(r), (raw, r.text)
     async with api.client() as admin:
         r = await admin.get("/v1/events/rejected", params={"project": "pb"})
         ids = [item["id"] for item in r.json()["items"]]
