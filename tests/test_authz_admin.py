@@ -9,6 +9,7 @@ token for every project cannot be revoked.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 import httpx
@@ -215,3 +216,29 @@ async def test_admins_stored_before_the_rule_still_count(clean_redis: str) -> No
         assert not await store.revoke_token("no-such-id")
     finally:
         await store.close()
+
+
+def test_the_cli_refuses_to_revoke_the_last_unscoped_admin(clean_redis: str) -> None:
+    """`trainledger token revoke` goes straight to Redis, and keeps the same rule."""
+    from service.cli.tokens import cmd_token
+    from service.config import Settings
+
+    settings = Settings(redis_url=clean_redis)
+    client = sync_client(clean_redis)
+    try:
+        cmd_token(
+            argparse.Namespace(token_command="create", role="admin", project=None, name="cli"),
+            settings,
+        )
+        (only,) = [i.decode() for i in client.hkeys(Keys.token_index())]
+        revoke = argparse.Namespace(token_command="revoke", token_id=only)
+        assert cmd_token(revoke, settings) == 1
+        assert client.hexists(Keys.token_index(), only)
+        cmd_token(
+            argparse.Namespace(token_command="create", role="admin", project=None, name="cli 2"),
+            settings,
+        )
+        assert cmd_token(revoke, settings) == 0
+        assert not client.hexists(Keys.token_index(), only)
+    finally:
+        client.close()
