@@ -10,7 +10,7 @@ from service.cli.serve import run_with_store
 from service.cli.ui import ui
 from service.config import Settings
 from service.domain.auth import ROLES, mint, view_of
-from service.storage.redis_store import Store
+from service.storage.redis_store import LastUnscopedAdmin, Store
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,10 +42,20 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         ui.out.print(table)
         return 0
 
-    async def revoke(store: Store) -> bool:
-        return await store.revoke_token(args.token_id)
+    async def revoke(store: Store) -> bool | None:
+        try:
+            return await store.revoke_token(args.token_id)
+        except LastUnscopedAdmin:
+            return None
 
-    if run_with_store(settings, revoke):
+    revoked = run_with_store(settings, revoke)
+    if revoked is None:
+        ui.err.print(
+            f"[red]{args.token_id} is the last admin token for every project; "
+            "create another (token create --role admin) before revoking it[/]"
+        )
+        return 1
+    if revoked:
         ui.err.print(f"revoked {args.token_id}")
         return 0
     ui.err.print(f"[red]no token with id {args.token_id}[/]")

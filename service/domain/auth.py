@@ -38,6 +38,21 @@ class Principal:
     def can_access(self, project: str) -> bool:
         return self.projects is None or project in self.projects
 
+    @property
+    def unscoped(self) -> bool:
+        """A token for every project (an admin one manages tokens and global rate cards)."""
+        return self.projects is None
+
+    def covers(self, projects: frozenset[str] | list[str] | None) -> bool:
+        """Every project of `projects` (None: every project) is within this token's."""
+        if self.projects is None:
+            return True
+        return projects is not None and all(p in self.projects for p in projects)
+
+    def may_grant(self, role: str) -> bool:
+        """A token it mints may do nothing this one may not."""
+        return _GRANTS.get(role, frozenset()) <= _GRANTS.get(self.role, frozenset())
+
 
 class TokenIn(msgspec.Struct, forbid_unknown_fields=True):
     role: Role

@@ -78,7 +78,8 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 # Answers any operation can give, besides its own: bad parameters or body, missing or
 # unknown token, a role or project the token lacks, the per-token rate limit, Redis away.
 COMMON_ERRORS = {
-    "400": "The request is malformed (the problem names the field and the reason)",
+    "400": "The request is malformed (the problem names the field and the reason), names its "
+    "project more than once or where the operation does not take it, or repeats a parameter",
     "401": "No bearer token, or an unknown or revoked one",
     "403": "The token's role or projects do not allow this",
     "429": "Over the per-token rate limit; retry after `Retry-After` seconds",

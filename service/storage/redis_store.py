@@ -55,6 +55,8 @@ tl:webhooks                     hash    webhook id -> JSON (url, format, secret,
 tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
 tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
 tl:tokens                       hash    token id -> sha256, for listing and revoking
+{tl:tokens}:unscoped-admins      set     ids of admin tokens for every project (same slot as
+                                        tl:tokens: the last one is never revoked)
 ==============================  ======  =====================================================
 
 Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
@@ -221,6 +223,12 @@ class Keys:
     @staticmethod
     def token_index() -> str:
         return f"{NAMESPACE}:tokens"
+
+    @staticmethod
+    def unscoped_admins() -> str:
+        """Ids of the admin tokens for every project; the hash tag puts it in the slot of
+        `token_index`, so one script sees both."""
+        return f"{{{NAMESPACE}:tokens}}:unscoped-admins"
 
     @staticmethod
     def webhooks() -> str:
@@ -615,6 +623,27 @@ if n == by then redis.call('PEXPIRE', KEYS[1], 2000) end
 return n
 """
 
+# Revoke a token by id unless it is the last admin token for every project.
+#   KEYS[1] token index (id -> digest), KEYS[2] ids of unscoped admin tokens (same slot)
+#   ARGV[1] token id
+# Returns the token's digest (revoked: the caller deletes its record), false (no such token) or
+# 0 (refused: the last unscoped admin). Ids in KEYS[2] no longer in the index are dropped first.
+REVOKE_TOKEN_LUA = r"""
+local digest = redis.call('HGET', KEYS[1], ARGV[1])
+if not digest then return false end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  local live = 0
+  for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then live = live + 1
+    else redis.call('SREM', KEYS[2], id) end
+  end
+  if live <= 1 then return 0 end
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return digest
+"""
+
 # Count duplicates that were answered without reaching INGEST (every event already seen).
 COUNT_DUPLICATES_LUA = r"""
 return redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[1])
@@ -835,6 +864,10 @@ def _bytes(value: Any) -> bytes:
 _Encodable = bytes | bytearray | memoryview | str | int | float
 
 
+def _unscoped_admin(record: dict[str, str]) -> bool:
+    return record.get("role") == "admin" and record.get("projects") == "*"
+
+
 def _mapping(fields: dict[str, str]) -> Mapping[_Encodable, _Encodable]:
     return cast(Mapping[_Encodable, _Encodable], fields)
 
@@ -856,6 +889,10 @@ def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
     if status == 4:
         return IngestOutcome(4)
     return IngestOutcome(2)
+
+
+class LastUnscopedAdmin(Exception):
+    """Revoking this token would leave no admin token for every project."""
 
 
 class ReplicationTimeout(RedisTimeoutError):
@@ -953,6 +990,7 @@ class Store:
         self._init_budget = client.register_script(INIT_BUDGET_LUA)
         self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
         self._rate_window = client.register_script(RATE_WINDOW_LUA)
+        self._revoke_token = client.register_script(REVOKE_TOKEN_LUA)
         self._dispatch_alert = client.register_script(DISPATCH_ALERT_LUA)
         self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
         self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
@@ -1125,6 +1163,8 @@ class Store:
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(Keys.token(digest), mapping=_mapping(record))
         pipe.hset(Keys.token_index(), token_id, digest)
+        if _unscoped_admin(record):
+            pipe.sadd(Keys.unscoped_admins(), token_id)
         await pipe.execute()
 
     async def token_record(self, digest: str) -> dict[str, str] | None:
@@ -1141,13 +1181,21 @@ class Store:
         return records
 
     async def revoke_token(self, token_id: str) -> bool:
-        digest = await self.client.hget(Keys.token_index(), token_id)
+        """Revoke a token (False: no such token). Raises `LastUnscopedAdmin` rather than revoke
+        the last admin token for every project: nobody could manage tokens afterwards."""
+        # Admin tokens stored before the set existed join it here (idempotent); the script
+        # counts only ids still in the index, so one revoked meanwhile does not count.
+        unscoped = [r["id"] for r in await self.token_records() if _unscoped_admin(r)]
+        if unscoped:
+            await self.client.sadd(Keys.unscoped_admins(), *unscoped)
+        digest = await self._revoke_token(
+            keys=[Keys.token_index(), Keys.unscoped_admins()], args=[token_id]
+        )
         if digest is None:
             return False
-        pipe = self.client.pipeline(transaction=False)
-        pipe.delete(Keys.token(_text(digest)))
-        pipe.hdel(Keys.token_index(), token_id)
-        await pipe.execute()
+        if digest == 0:
+            raise LastUnscopedAdmin(token_id)
+        await self.client.delete(Keys.token(_text(digest)))
         return True
 
     async def count_request(self, token_id: str, second: int, count: int = 1) -> int:

@@ -7,6 +7,7 @@ import msgspec
 from litestar import Controller, Request, delete, get, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, JSONBody, PathParameter
 
 from service.domain.auth import Principal, TokenIn, TokenView, mint, view_of
@@ -17,6 +18,7 @@ from service.domain.rebuild import RebuildError, RebuildReport, rebuild_project
 from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.security import forget_cached_tokens, requires
+from service.storage.redis_store import LastUnscopedAdmin
 
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
 PathProject = Annotated[str, PathParameter(pattern=PROJECT_PATTERN)]
@@ -111,28 +113,95 @@ class ProjectController(Controller):
 
 
 class TokenController(Controller):
+    """Tokens. An admin token for every project manages every token. An admin token limited
+    to some projects mints tokens limited to some of its projects (any role: none is higher
+    than admin), and lists and revokes only tokens limited to its projects. The last admin
+    token for every project cannot be revoked (409). See docs/authorization.md."""
+
     path = "/v1/tokens"
     tags = ["tokens"]
     guards = [requires("admin")]
 
-    @post("/", summary="Create a token (shown once)")
+    @post(
+        "/",
+        summary="Create a token (shown once)",
+        description="An admin token limited to some projects mints only tokens limited to a "
+        "subset of them (`projects` must be given); an admin token for every project mints any.",
+    )
     async def create(
-        self, data: JSONBody[TokenIn], services: NamedDependency[Services]
+        self,
+        data: JSONBody[TokenIn],
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
     ) -> TokenView:
         if data.projects is not None:
             for i, p in enumerate(data.projects):
                 if not _PROJECT_RE.match(p):
                     raise invalid(f"$.projects[{i}]", "not a valid project name")
+        principal = request.user
+        if not principal.may_grant(data.role):
+            raise _forbidden(f"a {principal.role} token may not mint a {data.role} token", "$.role")
+        if data.projects is None and not principal.unscoped:
+            raise _forbidden(
+                "this token is limited to some projects: the token it mints must name a subset "
+                "of them in `projects`",
+                "$.projects",
+            )
+        for i, p in enumerate(data.projects or []):
+            if not principal.can_access(p):
+                raise _forbidden(f"this token may not access project {p!r}", f"$.projects[{i}]")
         token, digest, record = mint(data.role, data.projects, data.name)
         await services.store.put_token(digest, record["id"], record)
         return view_of(record, token)
 
-    @get("/", summary="List tokens (without their secrets)")
-    async def list_tokens(self, services: NamedDependency[Services]) -> list[TokenView]:
-        return [view_of(r) for r in await services.store.token_records()]
+    @get(
+        "/",
+        summary="List tokens (without their secrets)",
+        description="An admin token limited to some projects sees only tokens limited to them.",
+    )
+    async def list_tokens(
+        self, request: Request[Principal, str, State], services: NamedDependency[Services]
+    ) -> list[TokenView]:
+        views = [view_of(r) for r in await services.store.token_records()]
+        return [v for v in views if request.user.covers(v.projects)]
 
-    @delete("/{token_id:str}", summary="Revoke a token", status_code=204)
-    async def revoke(self, token_id: FromPath[str], services: NamedDependency[Services]) -> None:
-        if not await services.store.revoke_token(token_id):
+    @delete(
+        "/{token_id:str}",
+        summary="Revoke a token",
+        description="An admin token limited to some projects revokes only tokens limited to "
+        "them (others are a 404). The last admin token for every project is never revoked.",
+        status_code=204,
+        responses={
+            409: ResponseSpec(
+                None, description="The last admin token for every project: mint another first"
+            )
+        },
+    )
+    async def revoke(
+        self,
+        token_id: FromPath[str],
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
+    ) -> None:
+        # A token outside this one's projects is answered like one that does not exist.
+        found = [r for r in await services.store.token_records() if r["id"] == token_id]
+        if not found or not request.user.covers(view_of(found[0]).projects):
+            raise problem(404, "Not found", f"no token with id {token_id!r}", kind="not-found")
+        try:
+            revoked = await services.store.revoke_token(token_id)
+        except LastUnscopedAdmin as exc:
+            raise problem(
+                409,
+                "Conflict",
+                f"token {token_id!r} is the last admin token for every project; mint another "
+                "before revoking it",
+                kind="last-admin",
+                field="token_id",
+            ) from exc
+        if not revoked:
             raise problem(404, "Not found", f"no token with id {token_id!r}", kind="not-found")
         forget_cached_tokens()
+
+
+def _forbidden(detail: str, field: str) -> Exception:
+    return problem(403, "Forbidden", detail, kind="forbidden", field=field)

@@ -3,12 +3,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from litestar import Controller, Request, delete, get, post
-from litestar.datastructures import State
+from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from service.domain.auth import Principal
 from service.domain.budgeting import (
     AlertView,
     BudgetConflict,
@@ -48,17 +46,9 @@ class BudgetController(Controller):
     async def create(
         self,
         data: JSONBody[BudgetIn],
-        request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> Budget:
-        if not request.user.can_access(data.project):
-            raise problem(
-                403,
-                "Forbidden",
-                f"this token may not access project {data.project!r}",
-                kind="forbidden",
-                field="project",
-            )
+        # The guard checked the body's project (`service.http.security`).
         try:
             return await create_budget(
                 services.store, data, await _currency(services, data.project)

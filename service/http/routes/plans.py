@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-from litestar import Controller, Request, get, post
-from litestar.datastructures import State
+from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from service.domain.auth import Principal
 from service.domain.budgets import BudgetError
 from service.domain.planning import (
     PlanNotFound,
@@ -25,16 +23,6 @@ from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.routes.events import ProjectParam
 from service.http.security import requires
-
-
-def _forbidden(project: str) -> Exception:
-    return problem(
-        403,
-        "Forbidden",
-        f"this token may not access project {project!r}",
-        kind="forbidden",
-        field="project",
-    )
 
 
 async def _load(services: Services, project: str, plan_id: str) -> PlanRecord:
@@ -59,11 +47,9 @@ class PlanController(Controller):
     async def estimate_only(
         self,
         data: JSONBody[PlanIn],
-        request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> PlanEstimate:
-        if not request.user.can_access(data.project):
-            raise _forbidden(data.project)
+        # The guard checked the body's project (`service.http.security`).
         try:
             return await estimate(services.rate_cards, data)
         except PlanError as exc:
@@ -79,11 +65,9 @@ class PlanController(Controller):
     async def create(
         self,
         data: JSONBody[PlanIn],
-        request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> PlanRecord:
-        if not request.user.can_access(data.project):
-            raise _forbidden(data.project)
+        # The guard checked the body's project (`service.http.security`).
         try:
             return await register(services.store, services.rate_cards, data)
         except (PlanError, BudgetError) as exc:

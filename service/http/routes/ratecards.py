@@ -4,10 +4,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import msgspec
-from litestar import Controller, get, put
+from litestar import Controller, Request, get, put
+from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter
 
+from service.domain.auth import Principal
 from service.domain.ratecards import (
     NAME_PATTERN,
     RateCardError,
@@ -40,11 +42,25 @@ class RateCardController(Controller):
         guards=[requires("admin")],
         status_code=201,
         summary="Add a version to a rate card",
-        description="Each PUT adds an immutable version that takes effect at `effective_from`.",
+        description="Each PUT adds an immutable version that takes effect at `effective_from`. "
+        "Rate cards are global (every project that picks one is priced by it): only an admin "
+        "token for every project may add a version.",
     )
     async def put_card(
-        self, name: CardName, data: JSONBody[RateCardIn], services: NamedDependency[Services]
+        self,
+        name: CardName,
+        data: JSONBody[RateCardIn],
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
     ) -> RateCardVersion:
+        if not request.user.unscoped:
+            # A card is shared by every project that picks it: a new version reprices them all.
+            raise problem(
+                403,
+                "Forbidden",
+                "rate cards are global: only an admin token for every project may change one",
+                kind="forbidden",
+            )
         try:
             validate_rate_card(data)
         except RateCardError as exc:
