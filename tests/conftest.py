@@ -37,6 +37,12 @@ from tests.cluster import ValkeyCluster
 # loopback, so every client shares one context instead of building its own.
 _TLS_CONTEXT = ssl.create_default_context()
 
+# The key that seals webhook URLs and secrets in Redis (service/storage/sealing.py). Apps and
+# delivery workers the tests run in this process read it from the environment; tests that
+# start `trainledger serve` on an external Redis pass it on (an external Redis needs one).
+TEST_SECRET_KEY = "dGVzdHMtb25seSBrZXksIG5ldmVyIGluIHVzZTogMDE="
+os.environ.setdefault("TRAINLEDGER_SECRET_KEY", TEST_SECRET_KEY)
+
 SYSTEM_REDIS_URL = os.environ.get("TRAINLEDGER_TEST_SYSTEM_REDIS", "redis://127.0.0.1:6379/13")
 CLUSTER_ENABLED = os.environ.get("TRAINLEDGER_TEST_CLUSTER", "1") != "0"
 
