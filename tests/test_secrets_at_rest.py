@@ -8,6 +8,7 @@ file in the data directory (the append-only file included) searched for the secr
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import secrets
 import stat
@@ -358,3 +359,25 @@ def test_keys_from_the_environment_a_file_or_the_data_dir(tmp_path: Path) -> Non
     with pytest.raises(SecretKeyError, match=KEY_ENV):
         load_sealer(tmp_path / "empty", environ={})  # not created unless asked to
     assert not (tmp_path / "empty").exists()
+
+
+async def test_a_sealed_url_copied_into_another_webhook_is_refused(store: Store) -> None:
+    """Someone able to write to Redis cannot point one webhook's alerts at another's URL by
+    copying the sealed value across: it carries the id of the webhook it was sealed for."""
+    sealer = Sealer.generate()
+    a = await create_webhook(
+        store, WebhookIn(url="https://a.example/in"), resolver=_public, sealer=sealer
+    )
+    b = await create_webhook(
+        store,
+        WebhookIn(url="https://b.example/in", projects=["other"]),
+        resolver=_public,
+        sealer=sealer,
+    )
+    raw = await store.webhooks()
+    stored_a, stored_b = json.loads(raw[a.id]), json.loads(raw[b.id])
+    await store.put_webhook(b.id, json.dumps({**stored_b, "sealed": stored_a["sealed"]}).encode())
+    opened = {w.id: w for w in await load_webhooks(store, sealer)}
+    assert opened[a.id].url == "https://a.example/in" and opened[a.id].unsealable is None
+    assert opened[b.id].url == "" and opened[b.id].secret is None
+    assert opened[b.id].unsealable == "its sealed URL and secret belong to another webhook"

@@ -242,8 +242,10 @@ class WebhookRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class _Credentials(msgspec.Struct, omit_defaults=True):
     """What is sealed: the URL (for the chat formats it is the credential; for `standard`
-    it may carry tokens) and the signing secret."""
+    it may carry tokens) and the signing secret, with the webhook's id (so a sealed value
+    copied into another webhook's record is refused, not sent that webhook's alerts)."""
 
+    id: str
     url: str
     secret: str | None = None
 
@@ -298,7 +300,7 @@ _credentials_decoder = msgspec.json.Decoder(_Credentials)
 
 def seal_webhook(record: WebhookRecord, sealer: Sealer) -> bytes:
     """The webhook as Redis keeps it: its URL and secret sealed."""
-    sealed = sealer.seal(msgspec.json.encode(_Credentials(record.url, record.secret)))
+    sealed = sealer.seal(msgspec.json.encode(_Credentials(record.id, record.url, record.secret)))
     return msgspec.json.encode(
         StoredWebhook(
             id=record.id,
@@ -319,7 +321,10 @@ def open_webhook(raw: bytes, sealer: Sealer) -> WebhookRecord:
     url, secret, why = "", None, None
     try:
         credentials = _credentials_decoder.decode(sealer.open(stored.sealed))
-        url, secret = credentials.url, credentials.secret
+        if credentials.id != stored.id:
+            why = "its sealed URL and secret belong to another webhook"
+        else:
+            url, secret = credentials.url, credentials.secret
     except Unsealable as exc:
         why = f"its URL and secret cannot be decrypted: {exc}"
     return WebhookRecord(
