@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Seals webhook secrets in a bench run on an external Redis (nothing secret is registered).
+BENCH_SECRET_KEY = "YmVuY2gtb25seSBrZXksIG5vdGhpbmcgc2VjcmV0IDE="
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,6 +74,9 @@ class Server:
         env["TRAINLEDGER_DATA_DIR"] = str(self.data_dir)
         if self.external_redis_url:
             env["TRAINLEDGER_REDIS_URL"] = self.external_redis_url
+            # An external Redis needs the key that seals webhook secrets given: a fixed one
+            # (the bench registers no real webhook), so that runs on one Redis agree.
+            env.setdefault("TRAINLEDGER_SECRET_KEY", BENCH_SECRET_KEY)
         cmd = [
             sys.executable,
             "-m",

@@ -38,6 +38,11 @@ from tests.shared_redis import claim_database
 # loopback, so every client shares one context instead of building its own.
 _TLS_CONTEXT = ssl.create_default_context()
 
+# The key that seals webhook URLs and secrets in Redis (service/storage/sealing.py). Apps and
+# delivery workers the tests run in this process read it from the environment; tests that
+# start `trainledger serve` on an external Redis pass it on (an external Redis needs one).
+TEST_SECRET_KEY = "dGVzdHMtb25seSBrZXksIG5ldmVyIGluIHVzZTogMDE="
+os.environ.setdefault("TRAINLEDGER_SECRET_KEY", TEST_SECRET_KEY)
 CLUSTER_ENABLED = os.environ.get("TRAINLEDGER_TEST_CLUSTER", "1") != "0"
 
 

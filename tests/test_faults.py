@@ -40,7 +40,14 @@ import uvicorn
 from service.alerts.delivery import DeliveryConfig
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
-from tests.conftest import TEST_CARD, event, free_port, make_admin_token, wait_until_ready
+from tests.conftest import (
+    TEST_CARD,
+    TEST_SECRET_KEY,
+    event,
+    free_port,
+    make_admin_token,
+    wait_until_ready,
+)
 from tests.test_budgets import this_month
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,6 +106,7 @@ class Service:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
         env.update(self.delivery.env())
         env["TRAINLEDGER_REDIS_URL"] = self.redis_url
+        env["TRAINLEDGER_SECRET_KEY"] = TEST_SECRET_KEY  # an external Redis needs one given
         env["TRAINLEDGER_DATA_DIR"] = str(self.data_dir)
         env["TRAINLEDGER_PUBLIC_URL"] = self.base_url
         # Webhook targets on loopback are refused unless allowed (the SSRF allow-list).

@@ -17,7 +17,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.http.observability import JsonFormatter, request_id
 from service.metrics import rejection_reason
 
-from .conftest import TEST_CARD, Api, event, free_port, make_admin_token, wait_until_ready
+from .conftest import (
+    TEST_CARD,
+    TEST_SECRET_KEY,
+    Api,
+    event,
+    free_port,
+    make_admin_token,
+    wait_until_ready,
+)
 from .test_ingest import post, put_card
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,6 +135,7 @@ async def test_two_workers_share_metrics_and_log_json(clean_redis: str, tmp_path
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINLEDGER_", "PROMETHEUS"))}
     env.update(TRAINLEDGER_REDIS_URL=clean_redis, TRAINLEDGER_DATA_DIR=str(tmp_path))
+    env["TRAINLEDGER_SECRET_KEY"] = TEST_SECRET_KEY  # an external Redis needs one given
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(

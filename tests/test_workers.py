@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Api, event, free_port, wait_until_ready
+from tests.conftest import TEST_SECRET_KEY, Api, event, free_port, wait_until_ready
 from tests.test_budgets import alerts, make_budget, this_month
 from tests.test_ingest import post, put_card
 
@@ -29,6 +29,7 @@ def start_workers(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
     env["TRAINLEDGER_REDIS_URL"] = redis_url
     env["TRAINLEDGER_DATA_DIR"] = str(data_dir)
+    env["TRAINLEDGER_SECRET_KEY"] = TEST_SECRET_KEY  # an external Redis needs one given
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -67,6 +67,7 @@ from service.domain.costs import cost_report
 from service.domain.events import ProjectName
 from service.metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from service.storage.redis_store import Store
+from service.storage.sealing import Sealer, Unsealable, load_sealer
 
 log = logging.getLogger("trainledger.webhooks")
 
@@ -224,12 +225,38 @@ class WebhookIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class WebhookRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """As stored (with its secret)."""
+    """A webhook with its URL and secret in the clear (in memory only: `StoredWebhook` is
+    what Redis holds)."""
 
     id: str
     url: str
     format: WebhookFormat
     secret: str | None = None
+    projects: list[str] | None = None
+    kinds: list[str] | None = None
+    created_at: datetime
+    description: str = ""
+    # Why the stored URL and secret could not be opened (another key): then `url` is "".
+    unsealable: str | None = None
+
+
+class _Credentials(msgspec.Struct, omit_defaults=True):
+    """What is sealed: the URL (for the chat formats it is the credential; for `standard`
+    it may carry tokens) and the signing secret, with the webhook's id (so a sealed value
+    copied into another webhook's record is refused, not sent that webhook's alerts)."""
+
+    id: str
+    url: str
+    secret: str | None = None
+
+
+class StoredWebhook(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """As stored in Redis: `sealed` is the URL and the secret, encrypted and authenticated
+    (`service.storage.sealing`); the rest is what filters and listings need."""
+
+    id: str
+    format: WebhookFormat
+    sealed: str
     projects: list[str] | None = None
     kinds: list[str] | None = None
     created_at: datetime
@@ -247,6 +274,10 @@ class WebhookView(msgspec.Struct, kw_only=True):
     kinds: list[str] | None
     created_at: datetime
     description: str
+    # Set when the configured key cannot open the stored URL and secret (they were
+    # encrypted with another TRAINLEDGER_SECRET_KEY): `url` is then empty, and deliveries
+    # to it fail with this reason until the key is configured again.
+    unreadable: str | None = None
 
 
 class WebhookCreated(WebhookView, kw_only=True, omit_defaults=True):
@@ -263,7 +294,51 @@ class WebhookError(ValueError):
         self.reason = reason
 
 
-_webhook_decoder = msgspec.json.Decoder(WebhookRecord)
+_stored_decoder = msgspec.json.Decoder(StoredWebhook)
+_credentials_decoder = msgspec.json.Decoder(_Credentials)
+
+
+def seal_webhook(record: WebhookRecord, sealer: Sealer) -> bytes:
+    """The webhook as Redis keeps it: its URL and secret sealed."""
+    sealed = sealer.seal(msgspec.json.encode(_Credentials(record.id, record.url, record.secret)))
+    return msgspec.json.encode(
+        StoredWebhook(
+            id=record.id,
+            format=record.format,
+            sealed=sealed,
+            projects=record.projects,
+            kinds=record.kinds,
+            created_at=record.created_at,
+            description=record.description,
+        )
+    )
+
+
+def open_webhook(raw: bytes, sealer: Sealer) -> WebhookRecord:
+    """A stored webhook with its URL and secret opened; `unsealable` says why not when the
+    key cannot open them (`msgspec.DecodeError` when the record itself is unreadable)."""
+    stored = _stored_decoder.decode(raw)
+    url, secret, why = "", None, None
+    try:
+        credentials = _credentials_decoder.decode(sealer.open(stored.sealed))
+        if credentials.id != stored.id:
+            why = "its sealed URL and secret belong to another webhook"
+        else:
+            url, secret = credentials.url, credentials.secret
+    except Unsealable as exc:
+        why = f"its URL and secret cannot be decrypted: {exc}"
+    return WebhookRecord(
+        id=stored.id,
+        url=url,
+        format=stored.format,
+        secret=secret,
+        projects=stored.projects,
+        kinds=stored.kinds,
+        created_at=stored.created_at,
+        description=stored.description,
+        unsealable=why,
+    )
+
 
 _SAMPLE_ALERT = AlertMessage(
     id="bud_sample:2026-01:t100",
@@ -318,13 +393,14 @@ def new_webhook(
 def webhook_view(record: WebhookRecord) -> WebhookView:
     return WebhookView(
         id=record.id,
-        url=redacted_url(record.url, record.format),
+        url=redacted_url(record.url, record.format) if record.unsealable is None else "",
         format=record.format,
         has_secret=record.secret is not None,
         projects=record.projects,
         kinds=record.kinds,
         created_at=record.created_at,
         description=record.description,
+        unreadable=record.unsealable,
     )
 
 
@@ -338,6 +414,8 @@ async def create_webhook(
     data: WebhookIn,
     allowlist: AllowList | Sequence[str] = (),
     resolver: Resolver | None = None,
+    *,
+    sealer: Sealer,
 ) -> WebhookRecord:
     """Register a webhook. Its host is resolved now, and refused if any address it resolves
     to is not public (unless allow-listed); a name that does not resolve yet is accepted,
@@ -352,20 +430,53 @@ async def create_webhook(
         raise WebhookError("$.url", str(exc)) from exc
     except (UnresolvedTarget, TimeoutError):
         pass
-    await store.put_webhook(record.id, msgspec.json.encode(record))
+    await store.put_webhook(record.id, seal_webhook(record, sealer))
     origin = f"{target.scheme}://{target.host}:{target.port}"  # never the path or query
     log.info("webhook %s registered (%s, %s)", record.id, record.format, origin)
     return record
 
 
-async def load_webhooks(store: Store) -> list[WebhookRecord]:
+# Webhooks whose URL and secret this process could not open and has said so (once each).
+_reported_unsealable: set[str] = set()
+
+
+async def load_webhooks(store: Store, sealer: Sealer) -> list[WebhookRecord]:
+    """Every webhook, its URL and secret opened. One the key cannot open is kept (listed,
+    deletable; its deliveries fail with the reason) and logged once per process."""
     out = []
     for webhook_id, raw in (await store.webhooks()).items():
         try:
-            out.append(_webhook_decoder.decode(raw))
+            record = open_webhook(raw, sealer)
         except msgspec.DecodeError:
             log.error("webhook %s is stored in an unreadable form; ignored", webhook_id)
+            continue
+        if record.unsealable is not None and record.id not in _reported_unsealable:
+            _reported_unsealable.add(record.id)
+            log.error("webhook %s: %s", record.id, record.unsealable)
+        out.append(record)
     return out
+
+
+async def reseal_webhooks(store: Store, sealer: Sealer) -> tuple[int, int]:
+    """Seal every stored webhook still sealed with an older key again with the first one
+    (key rotation). Returns (resealed, unopenable). A webhook changed or deleted meanwhile
+    is left as it is now."""
+    resealed = unopenable = 0
+    for webhook_id, raw in (await store.webhooks()).items():
+        try:
+            stored = _stored_decoder.decode(raw)
+        except msgspec.DecodeError:
+            continue
+        if sealer.sealed_with_first_key(stored.sealed):
+            continue
+        try:
+            fresh = msgspec.structs.replace(stored, sealed=sealer.reseal(stored.sealed))
+        except Unsealable:
+            unopenable += 1
+            continue
+        if await store.replace_webhook(webhook_id, raw, msgspec.json.encode(fresh)):
+            resealed += 1
+    return resealed, unopenable
 
 
 def wants(webhook: WebhookRecord, project: str, kind: str) -> bool:
@@ -685,8 +796,12 @@ class DeliveryWorker:
         allowlist: AllowList | Sequence[str] = (),
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store = store
+        # Opens the webhooks' stored URLs and secrets; None: the key from the environment
+        # (TRAINLEDGER_SECRET_KEY or TRAINLEDGER_SECRET_KEY_FILE).
+        self.sealer = sealer or load_sealer(None)
         self.config = config
         self.public_url = public_url
         # Hosts and networks exempt from the https and public-address rules (Settings).
@@ -762,7 +877,7 @@ class DeliveryWorker:
     async def dispatch(self) -> int:
         """Move every new (or abandoned) alert of every project into the outbox. Returns the
         number of deliveries created."""
-        webhooks = await load_webhooks(self.store)
+        webhooks = await load_webhooks(self.store, self.sealer)
         created = 0
         idle_ms = int(self.config.claim_idle_s * 1000)
         for project in await self.store.projects():
@@ -823,7 +938,7 @@ class DeliveryWorker:
         projects = await self.store.projects()
         if not projects:
             return jobs
-        webhooks = {w.id: w for w in await load_webhooks(self.store)}
+        webhooks = {w.id: w for w in await load_webhooks(self.store, self.sealer)}
         self._rng.shuffle(projects)  # no project starves the others
         for project in projects:
             if len(jobs) >= limit:
@@ -886,6 +1001,9 @@ class DeliveryWorker:
         webhook = job.webhook
         if webhook is None:
             await self._finish(job, record, "failed", error="the webhook was deleted")
+            return
+        if webhook.unsealable is not None:  # the wrong key: retried, as the key may be fixed
+            await self._failed_attempt(job, record, None, _clip(webhook.unsealable), None)
             return
         secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
         try:

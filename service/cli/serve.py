@@ -27,6 +27,14 @@ from service.domain.folding import Folder
 from service.runtime import tune_garbage_collector
 from service.storage.embedded import EmbeddedValkey
 from service.storage.redis_store import Store
+from service.storage.sealing import (
+    CHECK_PLAINTEXT,
+    KEY_ENV,
+    Sealer,
+    SecretKeyError,
+    Unsealable,
+    load_sealer,
+)
 
 # The local admin token `serve` writes on first start; client commands fall back to it.
 ADMIN_TOKEN_FILE = "admin-token"
@@ -80,6 +88,35 @@ async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
     path.write_text(token + "\n")
     os.chmod(path, 0o600)
     return token
+
+
+async def ensure_secret_key(store: Store, sealer: Sealer) -> str | None:
+    """Check that the key opens the secrets this Redis holds (a check value sealed with the
+    key of the first start), and re-seal with the first key whatever an older key of the
+    list sealed (rotation). Returns why the server must not start, or None."""
+    from service.alerts.delivery import reseal_webhooks
+
+    stored = await store.sealing_check(sealer.seal(CHECK_PLAINTEXT))
+    try:
+        if sealer.open(stored) != CHECK_PLAINTEXT:
+            raise Unsealable("not the check value")
+    except Unsealable:
+        return (
+            f"{KEY_ENV}: the secrets stored in this Redis were encrypted with another key. "
+            f"Set {KEY_ENV} (or the key file) to the key they were stored with; to change "
+            f"keys, list the new one first and the old one after it: {KEY_ENV}=NEW,OLD"
+        )
+    if not sealer.sealed_with_first_key(stored):
+        await store.replace_sealing_check(stored, sealer.reseal(stored))
+    resealed, unopenable = await reseal_webhooks(store, sealer)
+    if resealed:
+        ui.err.print(f"re-encrypted {resealed} webhook(s) with the first key of {KEY_ENV}")
+    if unopenable:
+        ui.err.print(
+            f"[bold red]{unopenable} webhook(s) cannot be decrypted with the configured key[/]"
+            " (their deliveries fail until it is configured again)"
+        )
+    return None
 
 
 def _share_metrics_between_workers(data_dir: Path) -> None:
@@ -147,6 +184,8 @@ def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
+    from service.http.protocol import TimedHttpToolsProtocol, read_timeouts
+
     settings = replace(
         settings,
         redis_url=args.redis_url or settings.redis_url,
@@ -159,17 +198,36 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # disposition that kills the process before the `finally` below stops the embedded
     # Valkey, leaving it running, orphaned, on a data dir whose lock is gone. Exit instead.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        read_timeouts()  # the workers read them too: refuse bad values here, once
+    except ValueError as exc:
+        ui.err.print(f"[bold red]cannot start:[/] {exc}", highlight=False)
+        return 2
+    try:
+        # With the embedded Valkey the data dir is this server's own: a key is made there on
+        # first start. An external Redis may be shared by several servers, which must all
+        # use one key: it has to be given.
+        sealer = load_sealer(settings.data_dir, create=url is None)
+    except SecretKeyError as exc:
+        ui.err.print(f"[bold red]cannot start:[/] {exc}", highlight=False)
+        return 2
     if url is None:
         embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
         url = embedded.start()
         ui.err.print(f"[green]embedded Valkey[/] on {url} (data in {settings.data_dir.resolve()})")
     try:
 
-        async def bootstrap() -> str | None:
+        async def bootstrap() -> tuple[str | None, str | None]:
             async with open_store(url) as store:
-                return await ensure_admin_token(store, settings.data_dir)
+                refused = await ensure_secret_key(store, sealer)
+                if refused is not None:
+                    return None, refused
+                return await ensure_admin_token(store, settings.data_dir), None
 
-        token = asyncio.run(bootstrap())
+        token, refused = asyncio.run(bootstrap())
+        if refused is not None:
+            ui.err.print(f"[bold red]cannot start:[/] {refused}", highlight=False)
+            return 2
         if token:
             saved = settings.data_dir / ADMIN_TOKEN_FILE
             ui.err.print(f"[bold yellow]local admin token[/] (saved in {saved}):")
@@ -195,7 +253,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             log_config=None,  # the app configures logging (JSON by default)
             access_log=False,
             loop="uvloop",
-            http="httptools",
+            # httptools, with read timeouts for the request head and body (slow clients):
+            # TRAINLEDGER_HEADER_TIMEOUT_S and TRAINLEDGER_BODY_TIMEOUT_S.
+            http=TimedHttpToolsProtocol,
             # Longer than a load balancer's usual idle timeout (60 s), so that it, not the
             # server, closes idle connections: a client never sends on a connection the server
             # is closing (uvicorn's 5 s default did that to bursty schedulers).

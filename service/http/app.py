@@ -56,11 +56,12 @@ from service.http.security import BearerTokenMiddleware
 from service.metrics import time_redis_commands
 from service.runtime import tune_garbage_collector
 from service.storage.redis_store import Store
+from service.storage.sealing import Sealer, load_sealer
 
 log = logging.getLogger("trainledger")
 
 
-def build_services(settings: Settings, store: Store) -> Services:
+def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services:
     rate_cards = RateCards(store)
     folder = Folder(store) if settings.fold_in_workers else None
     ingestor = Ingestor(
@@ -71,7 +72,7 @@ def build_services(settings: Settings, store: Store) -> Services:
         log_retention_days=settings.log_retention_days,
         folder=folder,
     )
-    return Services(settings, store, rate_cards, ingestor, folder)
+    return Services(settings, store, rate_cards, ingestor, folder, sealer)
 
 
 SWEEP_INTERVAL_SECONDS = 3600.0
@@ -106,9 +107,10 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             raise RuntimeError(
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
+        sealer = load_sealer(settings.data_dir)  # `trainledger serve` made sure there is one
         store = Store.from_url(url)
         time_redis_commands(store)
-        services = app.state.services = build_services(settings, store)
+        services = app.state.services = build_services(settings, store, sealer)
         app.state.store = store
         app.state.settings = settings
         worker = DeliveryWorker(
@@ -116,6 +118,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             DeliveryConfig.from_env(),
             settings.public_url,
             allowlist=settings.webhook_allowlist,
+            sealer=sealer,
         )
         app.state.delivery_worker = worker
         background = [

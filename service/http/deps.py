@@ -9,6 +9,7 @@ from service.domain.catalog import RateCards
 from service.domain.folding import Folder
 from service.domain.ingest import Ingestor
 from service.storage.redis_store import Store
+from service.storage.sealing import Sealer
 
 
 @dataclass
@@ -18,3 +19,4 @@ class Services:
     rate_cards: RateCards
     ingestor: Ingestor
     folder: Folder | None  # None: a folding process runs beside the workers
+    sealer: Sealer  # seals and opens the secrets kept in Redis (webhook URLs and secrets)

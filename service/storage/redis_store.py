@@ -51,7 +51,9 @@ tl:ratecard:<name>              hash    version number -> JSON of that version (
                                         the number of versions, is the card's revision: a
                                         cached card is stale when it moved)
 tl:projects                     set     project names that have data or settings
-tl:webhooks                     hash    webhook id -> JSON (url, format, secret, filters)
+tl:webhooks                     hash    webhook id -> JSON (filters; url and secret sealed,
+                                        service/storage/sealing.py)
+tl:sealing                      hash    ``check`` -> a known text sealed with the secret key
 tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
 tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
 tl:tokens                       hash    token id -> sha256, for listing and revoking
@@ -233,6 +235,10 @@ class Keys:
     @staticmethod
     def webhooks() -> str:
         return f"{NAMESPACE}:webhooks"
+
+    @staticmethod
+    def sealing() -> str:
+        return f"{NAMESPACE}:sealing"
 
     @staticmethod
     def deliveries(project: str) -> str:
@@ -770,6 +776,16 @@ end
 return moved
 """
 
+# Replace one hash field's value only if it is still the one read (a compare-and-set).
+#   KEYS[1] the hash; ARGV[1] field, ARGV[2] value as read, ARGV[3] new value. Returns 1 if set.
+REPLACE_FIELD_LUA = r"""
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"""
+
 
 @dataclass(frozen=True)
 class IngestPlan:
@@ -995,6 +1011,7 @@ class Store:
         self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
         self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
         self._redeliver = client.register_script(REDELIVER_LUA)
+        self._replace_field = client.register_script(REPLACE_FIELD_LUA)
         # One server only: ingest scripts go out on one pipelined connection of their own, in
         # call order, so a project's batches execute in the order they were priced without
         # each waiting for the answer to the one before (`submit_batch`).
@@ -1750,6 +1767,18 @@ class Store:
 
     async def delete_webhook(self, webhook_id: str) -> bool:
         return bool(await self.client.hdel(Keys.webhooks(), webhook_id))
+
+    async def replace_webhook(self, webhook_id: str, old: bytes, new: bytes) -> bool:
+        """Store `new` for the webhook if it is still stored as `old` (re-sealing)."""
+        return bool(await self._replace_field(keys=[Keys.webhooks()], args=[webhook_id, old, new]))
+
+    async def sealing_check(self, candidate: str) -> bytes:
+        """The stored check value of the secret key, storing `candidate` if there is none."""
+        await self.client.hsetnx(Keys.sealing(), "check", candidate)
+        return _bytes(await self.client.hget(Keys.sealing(), "check"))
+
+    async def replace_sealing_check(self, old: bytes, new: str) -> bool:
+        return bool(await self._replace_field(keys=[Keys.sealing()], args=["check", old, new]))
 
     async def alerts_to_dispatch(
         self, project: str, group: str, consumer: str, count: int, min_idle_ms: int

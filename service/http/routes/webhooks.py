@@ -79,7 +79,12 @@ class WebhookController(Controller):
                         field=f"$.projects[{i}]",
                     )
         try:
-            record = await create_webhook(services.store, data, services.settings.webhook_allowlist)
+            record = await create_webhook(
+                services.store,
+                data,
+                services.settings.webhook_allowlist,
+                sealer=services.sealer,
+            )
         except WebhookError as exc:
             raise invalid(exc.field, exc.reason) from exc
         return created_view(record)
@@ -90,7 +95,7 @@ class WebhookController(Controller):
     ) -> list[WebhookView]:
         return [
             webhook_view(w)
-            for w in await load_webhooks(services.store)
+            for w in await load_webhooks(services.store, services.sealer)
             if _visible(request.user, w)
         ]
 
@@ -107,7 +112,8 @@ class WebhookController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> None:
-        found = [w for w in await load_webhooks(services.store) if w.id == webhook_id]
+        webhooks = await load_webhooks(services.store, services.sealer)
+        found = [w for w in webhooks if w.id == webhook_id]
         if not found or not _visible(request.user, found[0]):
             raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found")
         await services.store.delete_webhook(webhook_id)
