@@ -46,7 +46,7 @@ from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
 from service.http.routes.export import ExportController
-from service.http.routes.health import healthz, readyz
+from service.http.routes.health import StoreReachability, healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
 from service.http.routes.reports import ExperimentController, ReportController
@@ -118,9 +118,13 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             allowlist=settings.webhook_allowlist,
         )
         app.state.delivery_worker = worker
+        reach = app.state.store_reachability = StoreReachability(
+            store, settings.healthz_unreachable_seconds
+        )
         background = [
             asyncio.create_task(sweep_forever(store)),
             asyncio.create_task(worker.run()),
+            asyncio.create_task(reach.run()),
         ]
         if services.folder is not None:
             background.append(asyncio.create_task(services.folder.run()))

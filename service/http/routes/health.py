@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import asyncio
+import time
+
 import msgspec
 from litestar import Response, get
 from litestar.datastructures import State
 
 import costcore
 from service import __version__
+from service.storage.redis_store import Store
 
 
 class Health(msgspec.Struct):
@@ -14,10 +18,44 @@ class Health(msgspec.Struct):
     kernel: dict[str, str]
 
 
+class StoreReachability:
+    """When this worker last reached Redis: a background task pings it about once a second.
+
+    `/healthz` (liveness) fails once that was longer ago than `limit_seconds` (0: never), so
+    an orchestrator restarts a service whose store stays away, while `/readyz` (readiness)
+    answers 503 from the first failed ping."""
+
+    def __init__(self, store: Store, limit_seconds: float) -> None:
+        self.store = store
+        self.limit_seconds = limit_seconds
+        self.last_reached = time.monotonic()
+        self.interval = min(1.0, limit_seconds / 4) if limit_seconds > 0 else 1.0
+
+    def unreachable_for(self) -> float:
+        return max(0.0, time.monotonic() - self.last_reached)
+
+    def alive(self) -> bool:
+        return self.limit_seconds <= 0 or self.unreachable_for() <= self.limit_seconds
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.store.ping(), timeout=max(self.interval, 0.5))
+                self.last_reached = time.monotonic()
+            except Exception:  # any failure to reach Redis counts as down
+                pass
+            await asyncio.sleep(self.interval)
+
+
 @get("/healthz", exclude_from_auth=True, tags=["health"], summary="Liveness")
-async def healthz() -> Health:
+async def healthz(state: State) -> Response[Health]:
+    """200 while the process works and its Redis was reachable within
+    `TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS`; 503 after that (restart me)."""
     info = {k: str(v) for k, v in costcore.kernel_build_info().items()}
-    return Health("ok", __version__, info)
+    reach: StoreReachability | None = state.get("store_reachability")
+    if reach is not None and not reach.alive():
+        return Response(Health("store-unreachable", __version__, info), status_code=503)
+    return Response(Health("ok", __version__, info))
 
 
 @get("/readyz", exclude_from_auth=True, tags=["health"], summary="Readiness: Redis answers")
