@@ -37,13 +37,17 @@ class StoreReachability:
     def alive(self) -> bool:
         return self.limit_seconds <= 0 or self.unreachable_for() <= self.limit_seconds
 
+    async def probe(self) -> bool:
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=max(self.interval, 0.5))
+        except Exception:  # any failure to reach Redis counts as down
+            return False
+        self.last_reached = time.monotonic()
+        return True
+
     async def run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self.store.ping(), timeout=max(self.interval, 0.5))
-                self.last_reached = time.monotonic()
-            except Exception:  # any failure to reach Redis counts as down
-                pass
+            await self.probe()
             await asyncio.sleep(self.interval)
 
 
@@ -53,7 +57,8 @@ async def healthz(state: State) -> Response[Health]:
     `TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS`; 503 after that (restart me)."""
     info = {k: str(v) for k, v in costcore.kernel_build_info().items()}
     reach: StoreReachability | None = state.get("store_reachability")
-    if reach is not None and not reach.alive():
+    # Past the limit, one more ping first: the store may have come back since the last probe.
+    if reach is not None and not reach.alive() and not await reach.probe():
         return Response(Health("store-unreachable", __version__, info), status_code=503)
     return Response(Health("ok", __version__, info))
 
@@ -62,6 +67,8 @@ async def healthz(state: State) -> Response[Health]:
 async def readyz(state: State) -> Response[dict[str, str]]:
     try:
         await state.services.store.ping()
+        if (reach := state.get("store_reachability")) is not None:
+            reach.last_reached = time.monotonic()
     except Exception as exc:  # any failure to reach Redis means not ready
         return Response(
             {"status": "unavailable", "redis": type(exc).__name__},
