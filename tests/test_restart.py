@@ -150,10 +150,16 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 
 def assert_valkey_gone(data_dir: Path) -> None:
-    client = redis.Redis(unix_socket_path=str(data_dir / "valkey.sock"), socket_timeout=5)
+    # With the password: a live server would answer (without it, it would refuse with an
+    # AuthenticationError, which is a ConnectionError too).
+    password = (data_dir / "valkey.password").read_text().strip()
+    client = redis.Redis(
+        unix_socket_path=str(data_dir / "valkey.sock"), password=password, socket_timeout=5
+    )
     try:
-        with pytest.raises(redis.ConnectionError):
+        with pytest.raises(redis.ConnectionError) as refused:
             client.ping()
+        assert not isinstance(refused.value, redis.AuthenticationError)
     finally:
         client.close()
 
