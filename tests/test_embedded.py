@@ -244,8 +244,12 @@ def test_sigkilled_serve_takes_its_valkey_along_and_a_new_serve_counts_everythin
     valkey = the_valkey_of(data)
 
     first.sigkill()
-    # The server does not outlive its parent (it gets SIGTERM, flushes and exits).
+    # The server does not outlive its parent (it gets SIGTERM, flushes and exits); nor do
+    # the workers (with --workers 2) or the folding process.
     poll(lambda: not running(valkey), f"valkey-server {valkey} to exit after its parent")
+    assert len(first.descendants) >= (4 if workers == "2" else 2), first.descendants
+    left = first.descendants
+    poll(lambda: not [p for p in left if running(p)], f"all of {left} to exit after serve")
 
     second = serve(data, "--workers", workers)
     assert the_valkey_of(data) != valkey

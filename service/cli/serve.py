@@ -188,6 +188,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if args.workers > 1:
             _share_metrics_between_workers(settings.data_dir)
         os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
+        os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
         folder = _start_folder(url)
         ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
         uvicorn.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import sys
 from collections.abc import AsyncIterator
@@ -55,6 +56,7 @@ from service.http.routes.webhooks import WebhookController
 from service.http.security import BearerTokenMiddleware
 from service.metrics import time_redis_commands
 from service.runtime import tune_garbage_collector
+from service.storage.embedded import exit_with_parent
 from service.storage.redis_store import Store
 
 log = logging.getLogger("trainledger")
@@ -227,6 +229,8 @@ def serve_app() -> Litestar:
     """The app as `trainledger serve` runs it (one per worker process): `create_app` plus
     process-wide tuning that an app embedded in another process (the tests) must not get."""
     app = create_app()
+    if serve_pid := os.environ.get("TRAINLEDGER_SERVE_PID"):
+        exit_with_parent(int(serve_pid))  # a worker process leaves with `serve`
     app.on_startup.append(tune_garbage_collector)
     app.on_startup.append(_share_the_interpreter_finely)
     return app

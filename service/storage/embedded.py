@@ -94,29 +94,48 @@ def _tighten(data_dir: Path) -> None:
                     os.chmod(path, mode & 0o7700)
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child get SIGTERM when the thread that started it (and
-    so its process) dies: Linux's PR_SET_PDEATHSIG. None elsewhere."""
+def _prctl_pdeathsig() -> Callable[[int], int] | None:
+    """Linux's prctl(PR_SET_PDEATHSIG, sig), or None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    parent = os.getpid()
     pr_set_pdeathsig = 1
+    return lambda sig: int(prctl(pr_set_pdeathsig, sig, 0, 0, 0))
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when the thread that started it (and
+    so its process) dies: Linux's PR_SET_PDEATHSIG. None elsewhere."""
+    arm_pdeathsig = _prctl_pdeathsig()
+    if arm_pdeathsig is None:
+        return None
+    parent = os.getpid()
 
     def arm() -> None:  # runs in the child between fork and exec
-        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        arm_pdeathsig(signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before the signal was armed
             os.kill(os.getpid(), signal.SIGKILL)
 
     return arm
+
+
+def exit_with_parent(parent: int) -> None:
+    """Make this process get SIGTERM when process `parent` (its parent) dies: `trainledger
+    serve`'s worker processes call it, so that a SIGKILLed `serve` leaves none of them
+    serving on. Linux only; elsewhere nothing."""
+    arm_pdeathsig = _prctl_pdeathsig()
+    if arm_pdeathsig is None or parent == os.getpid():
+        return
+    arm_pdeathsig(signal.SIGTERM)
+    if os.getppid() != parent:  # already gone before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _alive(pid: int) -> bool:
