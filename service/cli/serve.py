@@ -90,7 +90,7 @@ def _share_metrics_between_workers(data_dir: Path) -> None:
     as that mode requires."""
     directory = (data_dir / "prometheus-multiproc").resolve()
     shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    directory.mkdir(mode=0o700, parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
 
 
