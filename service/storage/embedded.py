@@ -81,17 +81,42 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# What the data dir holds (and so what a start makes private): the server's files, the
+# admin token, the metrics files of `serve`'s workers. Nothing else there is touched.
+_OWN_FILES = {
+    "appendonlydir",
+    "prometheus-multiproc",
+    "valkey.conf",
+    "valkey.log",
+    "valkey.url",
+    PASSWORD_FILE,
+    PID_FILE,
+    OWNER_LOCK,
+    SERVER_LOCK,
+    "admin-token",
+    "dump.rdb",
+}
+
+
+def _own(name: str) -> bool:
+    return name in _OWN_FILES or name.startswith("temp-") or name.endswith((".aof", ".rdb"))
+
+
 def _tighten(data_dir: Path) -> None:
-    """Data dir 0700, and nothing in it readable or writable by group or others (files an
-    earlier version made 0644 included). Symbolic links are left alone, not followed."""
+    """Data dir 0700, and its files (those this service makes) the owner's alone: what an
+    earlier version made 0755 / 0644 included. Symbolic links are left alone."""
     os.chmod(data_dir, 0o700)
-    for root, dirs, files in os.walk(data_dir):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            with contextlib.suppress(FileNotFoundError):
-                mode = os.lstat(path).st_mode
-                if not os.path.islink(path) and mode & 0o077:
-                    os.chmod(path, mode & 0o7700)
+    paths = []
+    for entry in os.scandir(data_dir):
+        if _own(entry.name) and not entry.is_symlink():
+            paths.append(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                paths += [e.path for e in os.scandir(entry.path) if not e.is_symlink()]
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(path).st_mode
+            if mode & 0o077:
+                os.chmod(path, mode & 0o7700)
 
 
 def _prctl_pdeathsig() -> Callable[[int], int] | None:
@@ -447,6 +472,17 @@ class EmbeddedValkey:
             return ""
 
     def _supervise(self) -> None:
+        try:
+            self._supervise_server()
+        except Exception as exc:  # a bug or an unusable installation: say so, never hang
+            if not self._started.is_set():
+                self._start_error = exc
+            else:
+                log.exception("the Valkey supervisor failed; the server is no longer restarted")
+        finally:
+            self._started.set()
+
+    def _supervise_server(self) -> None:
         """The supervisor thread: starts the server, reaps it when it exits (no zombie) and
         starts it again, pausing RESTART_DELAY_SECONDS, doubled while it keeps failing."""
         delay = RESTART_DELAY_SECONDS
