@@ -4,7 +4,7 @@ It keeps an append-only file in the data directory, so a restart finds every
 acknowledged write again. Other processes on the same machine (the CLI, extra workers)
 read the server's URL from `valkey.url` and connect to it.
 
-The rules this module keeps (docs/embedded-valkey.md says why):
+The rules this module keeps (docs/embedded-valkey.md has them all):
 
 * The server is an authority (a token digest written into it makes an admin), so it
   never runs open: every embedded server has a random password, made once with
