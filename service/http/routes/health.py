@@ -9,6 +9,7 @@ from litestar.datastructures import State
 
 import costcore
 from service import __version__
+from service.http.problems import problem
 from service.storage.redis_store import Store
 
 
@@ -52,15 +53,22 @@ class StoreReachability:
 
 
 @get("/healthz", exclude_from_auth=True, tags=["health"], summary="Liveness")
-async def healthz(state: State) -> Response[Health]:
+async def healthz(state: State) -> Health:
     """200 while the process works and its Redis was reachable within
     `TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS`; 503 after that (restart me)."""
-    info = {k: str(v) for k, v in costcore.kernel_build_info().items()}
     reach: StoreReachability | None = state.get("store_reachability")
     # Past the limit, one more ping first: the store may have come back since the last probe.
     if reach is not None and not reach.alive() and not await reach.probe():
-        return Response(Health("store-unreachable", __version__, info), status_code=503)
-    return Response(Health("ok", __version__, info))
+        raise problem(
+            503,
+            "Storage unreachable",
+            f"the ledger's Redis has not answered for {reach.unreachable_for():.0f} s "
+            f"(TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS is {reach.limit_seconds})",
+            kind="storage-unreachable",
+            headers={"Retry-After": "1"},
+        )
+    info = {k: str(v) for k, v in costcore.kernel_build_info().items()}
+    return Health("ok", __version__, info)
 
 
 @get("/readyz", exclude_from_auth=True, tags=["health"], summary="Readiness: Redis answers")
