@@ -271,6 +271,8 @@ class EmbeddedValkey:
                 raise self._start_error
             _write_private(self.url_file, self._url + "\n")
         except BaseException:
+            if self._supervisor is not None:  # started, but the start cannot finish
+                self._shut_down(signal.SIGTERM)
             self._release_locks()
             raise
         return self._url
