@@ -62,6 +62,8 @@ class Settings:
     # Whether each worker folds the projects it ingested into in the background; `trainledger
     # serve` turns it off and runs one folding process beside the workers instead.
     fold_in_workers: bool = True
+    # `/healthz` (liveness) answers 503 once Redis has been unreachable this long; 0: never.
+    healthz_unreachable_seconds: int = 30
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -84,4 +86,5 @@ class Settings:
             log_format=_log_format_env(),
             log_level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info"),
             fold_in_workers=os.environ.get("TRAINLEDGER_FOLD_IN_WORKERS", "1") != "0",
+            healthz_unreachable_seconds=_int_env("TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS", 30),
         )

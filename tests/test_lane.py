@@ -316,12 +316,12 @@ async def test_a_restarted_server_fails_outstanding_commands_then_serves_again(
 async def test_auth_and_database_are_those_of_the_pool(
     own_valkey: tuple[EmbeddedValkey, str],
 ) -> None:
-    _, url = own_valkey
+    valkey, url = own_valkey
     admin = redis.Redis.from_url(url)
     admin.acl_setuser("lane", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
     admin.acl_setuser("default", enabled=False)  # from here on, only "lane" gets in
     admin.close()
-    path = url.removeprefix("unix://")
+    path = valkey.socket_path  # the URL's own carries the embedded server's password
     store = Store.from_url(f"unix://lane:s3cret@{path}?db=3")
     lane = OrderedLane.for_client(store.client)
     assert lane is not None

