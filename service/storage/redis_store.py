@@ -442,15 +442,6 @@ for j = 1, #tc, 3 do
   end
 end
 
--- What the project's sums may still take (docs/exact-money.md): checked before any write.
-local bound = call('HMGET', KEYS[1], 'bound_c', 'bound_q')
-bound[1], bound[2] = bound[1] or '0', bound[2] or '0'
-local function over(limit, current)  -- a negative limit: the batch alone is too much
-  return string.sub(limit, 1, 1) == '-' or lt(limit, current)
-end
-if over(p[16][2], bound[1]) or over(p[16][4], bound[2]) then
-  return {5, bound[1], bound[2]}
-end
 -- The budget counters as they stand, read before anything moves them (exact: both limbs).
 local befores = {}
 for k, c in ipairs(p[8]) do
@@ -515,6 +506,33 @@ if #dups > 0 then
   return dups
 end
 
+-- Unmark every id of the batch (all new: marked by this script), undoing its only writes so far.
+local function unmark()
+  if not marked then return end
+  local at = 1
+  while at <= #ev do
+    local key, n = KEYS[ev[at]], ev[at + 1]
+    for s = 0, n - 1, CHUNK do
+      local ids = {}
+      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[at + 2 + 2 * j] end
+      call('HDEL', key, unpack(ids))
+    end
+    at = at + 2 + 2 * n
+  end
+end
+
+-- What the project's sums may still take (docs/exact-money.md): checked before any write
+-- (where HSETEX marked the ids, they are unmarked).
+local bound = call('HMGET', KEYS[1], 'bound_c', 'bound_q')
+bound[1], bound[2] = bound[1] or '0', bound[2] or '0'
+local function over(limit, current)  -- a negative limit: the batch alone is too much
+  return string.sub(limit, 1, 1) == '-' or lt(limit, current)
+end
+if over(p[16][2], bound[1]) or over(p[16][4], bound[2]) then
+  unmark()
+  return {5, bound[1], bound[2]}
+end
+
 if not marked then
   i = 1
   while i <= #ev do
@@ -525,19 +543,10 @@ if not marked then
     i = i + 2 + 2 * n
   end
 end
+marked = true
 local failed = apply_increments(inc, p[15])
 if failed then
-  -- Nothing else may stay: unmark the ids marked above (they were all new).
-  i = 1
-  while i <= #ev do
-    local key, n = KEYS[ev[i]], ev[i + 1]
-    for s = 0, n - 1, CHUNK do
-      local ids = {}
-      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
-      call('HDEL', key, unpack(ids))
-    end
-    i = i + 2 + 2 * n
-  end
+  unmark()  -- nothing else may stay
   return {6, failed}
 end
 
@@ -967,10 +976,12 @@ def _increment_args(
             flat = by_key[key] = []
         if 0 <= delta <= MAX_LO_DELTA:
             flat += (field, str(delta))
+        elif not Keys.has_high(key):  # one limb (tier counters, event counts): whole
+            if not -(2**63) <= delta < 2**63:
+                raise ValueError(f"{key} {field}: {delta} leaves int64 and the key has no limbs")
+            flat += (field, str(delta))
         else:
             low, high = split_delta(delta)
-            if not Keys.has_high(key):
-                raise ValueError(f"{key} {field}: {delta} leaves int64 and the key has no limbs")
             flat += (field, str(low))
             his += (ref(Keys.high(key)), field, str(high))
     inc: list[Any] = []
