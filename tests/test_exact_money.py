@@ -242,8 +242,7 @@ async def test_a_fold_past_int64_applies_exactly_once(store: Store, clean_redis:
     for i in range(4):  # 4 × 3·10^9 KRW, at most 4 hours apart, all in this month
         when = (start + timedelta(hours=hours * i // 4, minutes=1)).isoformat()
         assert await _ingest(ingestor, [event(f"f{i}", "3000000000", sku="one", time=when)]) == 1
-    folder = Folder(store, interval=0.01)
-    folder.touched("llm")
+    folder = Folder(store, interval=0.01, every_project=True)  # as `trainledger serve`'s
     task = asyncio.create_task(folder.run())
     try:
         for _ in range(400):  # a bound on waiting, not an assertion about speed
