@@ -91,6 +91,9 @@ async def test_totals_past_int64_are_exact_and_a_retry_counts_nothing_twice(api:
     assert by_sku["rows"][0]["quantity"] == "10000000001"
     by_day = await _get(api, "/v1/costs", group_by="day")
     assert sorted(row["cost"] for row in by_day["rows"]) == ["1.00", "10000000000.00"]
+    monthly = await _get(api, "/v1/costs", granularity="month")  # the month roll-ups
+    assert sum(int(row["cost"].split(".")[0]) for row in monthly["rows"]) == 10_000_000_001
+    assert sum(row["events"] for row in monthly["rows"]) == 3
     hourly = await _get(api, "/v1/costs", granularity="hour")
     assert sum(int(row["cost"].split(".")[0]) for row in hourly["rows"]) == 10_000_000_001
     summary = await _get(api, "/v1/costs/summary")
