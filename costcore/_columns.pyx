@@ -20,7 +20,7 @@ from cpython.datetime cimport (
     timedelta_microseconds,
     timedelta_seconds,
 )
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 from costcore.columns import CodedGroups, ScanResult
 
@@ -88,8 +88,17 @@ cdef extern from *:
     static inline int tl_add_overflows(int64_t a, int64_t b, int64_t *out) {
         return __builtin_add_overflow(a, b, out);
     }
+    /* *sum += v, where sum points at the (low, high) 64-bit halves of a signed 128-bit
+       integer (sums of fewer than 2**63 int64 values: never out of its range). */
+    static inline void tl_add_s128(int64_t *sum, int64_t v) {
+        __int128 s = (__int128)(((unsigned __int128)(uint64_t)sum[1] << 64) | (uint64_t)sum[0]);
+        s += v;
+        sum[0] = (int64_t)(uint64_t)s;
+        sum[1] = (int64_t)(uint64_t)((unsigned __int128)s >> 64);
+    }
     """
     bint tl_add_overflows(int64_t a, int64_t b, int64_t *out)
+    void tl_add_s128(int64_t *sum, int64_t v)
 
 
 def dictionary_encode(values):
@@ -118,6 +127,13 @@ cdef object _doubled(object arr):
     return grown
 
 
+cdef object _wide(int64_t lo, int64_t hi):
+    """The Python int of a signed 128-bit integer's (low, high) 64-bit halves."""
+    if (hi == 0 and lo >= 0) or (hi == -1 and lo < 0):
+        return lo
+    return (<object>hi << 64) | <object><uint64_t>lo
+
+
 cdef class CodedSums:
     """Sums of log entries by cell and hour, one entry at a time (`add`), so that a fold
     running in a thread holds the interpreter for one entry at most, never for the whole
@@ -127,6 +143,9 @@ cdef class CodedSums:
     Keys are packed into one integer (a mixed-radix number of the codes and the day or hour
     less the first one) when `radices` (the size of each of the five code spaces) and the
     spans of days and hours allow 62 bits, so a lookup hashes one int, not a tuple.
+
+    Sums are signed 128-bit integers (two int64 halves each: cost, quantity; then the event
+    count), so no sum of a fold leaves its range: the results are exact Python ints.
     """
 
     cdef int64_t radices[5]
@@ -161,8 +180,8 @@ cdef class CodedSums:
         self.key_index, self.hour_index = {}, {}
         self.keys, self.hour_keys = [], []
         self.cap, self.hcap = 1024, 256
-        self.sums_arr = array("q", bytes(8 * 3 * self.cap))
-        self.hours_arr = array("q", bytes(8 * self.hcap))
+        self.sums_arr = array("q", bytes(8 * 5 * self.cap))
+        self.hours_arr = array("q", bytes(8 * 2 * self.hcap))
         self.sums = self.sums_arr
         self.hsums = self.hours_arr
         self.nk = self.nh = 0
@@ -179,9 +198,11 @@ cdef class CodedSums:
             self.cap *= 2
         self.key_index[key] = k
         self.keys.append(spelled)
-        self.sums[3 * k] = 0
-        self.sums[3 * k + 1] = 0
-        self.sums[3 * k + 2] = 0
+        self.sums[5 * k] = 0
+        self.sums[5 * k + 1] = 0
+        self.sums[5 * k + 2] = 0
+        self.sums[5 * k + 3] = 0
+        self.sums[5 * k + 4] = 0
         self.nk += 1
         return k
 
@@ -197,7 +218,8 @@ cdef class CodedSums:
             self.hcap *= 2
         self.hour_index[key] = h
         self.hour_keys.append(spelled)
-        self.hsums[h] = 0
+        self.hsums[2 * h] = 0
+        self.hsums[2 * h + 1] = 0
         self.nh += 1
         return h
 
@@ -238,10 +260,9 @@ cdef class CodedSums:
                 key = (day, cs, ce, co, cr, ca)
                 found = self.key_index.get(key)
                 k = found if found is not None else self._slot(key, key)
-            if (tl_add_overflows(self.sums[3 * k], cost, &self.sums[3 * k])
-                    or tl_add_overflows(self.sums[3 * k + 1], qty, &self.sums[3 * k + 1])):
-                raise OverflowError("a sum leaves the signed 64-bit range")
-            self.sums[3 * k + 2] += 1
+            tl_add_s128(&self.sums[5 * k], cost)
+            tl_add_s128(&self.sums[5 * k + 2], qty)
+            self.sums[5 * k + 4] += 1
             hour = _floor_div(us, 3600000000)
             hc = self.hour_class[cr]
             if self.pack_hours:
@@ -252,24 +273,22 @@ cdef class CodedSums:
                 key = (hour, cs, hc)
                 found = self.hour_index.get(key)
                 h = found if found is not None else self._hour_slot(key, key)
-            if tl_add_overflows(self.hsums[h], cost, &self.hsums[h]):
-                raise OverflowError("a sum leaves the signed 64-bit range")
+            tl_add_s128(&self.hsums[2 * h], cost)
 
     def result(self):
         """The sums so far, as `CodedGroups`."""
         cdef Py_ssize_t k
-        cost_out = array("q", bytes(8 * self.nk))
-        qty_out = array("q", bytes(8 * self.nk))
+        cdef list cost_out = [], qty_out = [], hour_out = []
         n_out = array("q", bytes(8 * self.nk))
-        cdef int64_t[::1] c_v = cost_out
-        cdef int64_t[::1] q_v = qty_out
         cdef int64_t[::1] n_v = n_out
         for k in range(self.nk):
-            c_v[k] = self.sums[3 * k]
-            q_v[k] = self.sums[3 * k + 1]
-            n_v[k] = self.sums[3 * k + 2]
+            cost_out.append(_wide(self.sums[5 * k], self.sums[5 * k + 1]))
+            qty_out.append(_wide(self.sums[5 * k + 2], self.sums[5 * k + 3]))
+            n_v[k] = self.sums[5 * k + 4]
+        for k in range(self.nh):
+            hour_out.append(_wide(self.hsums[2 * k], self.hsums[2 * k + 1]))
         return CodedGroups(list(self.keys), cost_out, qty_out, n_out, list(self.hour_keys),
-                           self.hours_arr[:self.nh])
+                           hour_out)
 
 
 def coded_sums_for(entries, hour_class):

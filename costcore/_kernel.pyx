@@ -5,7 +5,9 @@
 The element loop runs without the GIL on raw typed memoryviews. Products and sums of
 ``quantity_micro x price_nano`` are computed in unsigned 128-bit integers (``q, price < 2**63``
 so every product and every per-event sum of tier portions is below ``2**126``), rounded half to
-even once, and only then narrowed to int64 with an overflow check.
+even once, and only then narrowed to int64 with an overflow check. Group sums are kept in
+unsigned 128-bit integers (at most ``2**63`` events of less than ``2**63`` each: below
+``2**126``), so no group sum limits an event: limits hold per event and per tier counter.
 """
 
 from cpython cimport array
@@ -45,6 +47,15 @@ cdef extern from *:
         return __builtin_add_overflow(a, b, out);
     }
 
+    /* *sum += v, where sum points at the (low, high) 64-bit halves of an unsigned 128-bit
+       integer. */
+    static inline void tl_add_u128(long long *sum, unsigned long long v) {
+        tl_u128 s = ((tl_u128)(unsigned long long)sum[1] << 64) | (unsigned long long)sum[0];
+        s += v;
+        sum[0] = (long long)(unsigned long long)s;
+        sum[1] = (long long)(unsigned long long)(s >> 64);
+    }
+
     /* Round n / 10**6 half to even. Returns nonzero if the result exceeds INT64_MAX. */
     static inline int tl_round_div_1e6(tl_u128 n, long long *out) {
         const uint64_t d = 1000000u;
@@ -71,8 +82,9 @@ cdef extern from *:
     const char* TL_COMPILER
     int tl_add_overflow(long long a, long long b, long long *out) nogil
     int tl_round_div_1e6(u128 n, long long *out) nogil
+    void tl_add_u128(long long *sum, unsigned long long v) nogil
 
-KERNEL_VERSION = "1.0.0"
+KERNEL_VERSION = "2.0.0"
 """Version of the pricing contract implemented here; must equal costcore._version."""
 
 cdef long long INT64_MAX_ = 9223372036854775807
@@ -171,8 +183,9 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
 
     cdef array.array cost_a = array.clone(_Q, n, True)
     cdef array.array status_a = array.clone(_B, n, True)
-    cdef array.array gcost_a = array.clone(_Q, ngroups, True)
-    cdef array.array gqty_a = array.clone(_Q, ngroups, True)
+    # Group sums: two 64-bit halves (low, high) of an unsigned 128-bit integer each.
+    cdef array.array gcost_a = array.clone(_Q, 2 * ngroups, True)
+    cdef array.array gqty_a = array.clone(_Q, 2 * ngroups, True)
     cdef array.array gev_a = array.clone(_Q, ngroups, True)
     cdef long long[::1] cost_out = cost_a
     cdef signed char[::1] status_out = status_a
@@ -181,7 +194,7 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
     cdef long long[::1] gev = gev_a
 
     cdef Py_ssize_t i, k, k_end, slot, row, key
-    cdef long long q, c, end, lower, upper, lo, hi, cost, new_gcost, new_gqty
+    cdef long long q, c, end, lower, upper, lo, hi, cost
     cdef long long accepted = 0
     cdef u128 amount
     cdef int err = OK
@@ -255,15 +268,9 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
                 if tl_round_div_1e6(amount, &cost):
                     status_out[i] = 1
                     continue
-                if tl_add_overflow(gcost[key], cost, &new_gcost):
-                    status_out[i] = 1
-                    continue
-                if tl_add_overflow(gqty[key], q, &new_gqty):
-                    status_out[i] = 1
-                    continue
                 cost_out[i] = cost
-                gcost[key] = new_gcost
-                gqty[key] = new_gqty
+                tl_add_u128(&gcost[2 * key], <unsigned long long>cost)
+                tl_add_u128(&gqty[2 * key], <unsigned long long>q)
                 gev[key] += 1
                 accepted += 1
                 if slot >= 0:
@@ -289,4 +296,22 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
             "tier_cum may be partially updated"
         )
 
-    return BatchResult(cost_a, status_a, gcost_a, gqty_a, gev_a, accepted)
+    return BatchResult(
+        cost_a, status_a, _wide(gcost_a, ngroups), _wide(gqty_a, ngroups), gev_a, accepted
+    )
+
+
+cdef list _wide(array.array halves, Py_ssize_t n):
+    """Python ints of n unsigned 128-bit sums stored as (low, high) 64-bit halves."""
+    cdef const long long[::1] v = halves
+    cdef Py_ssize_t g
+    cdef list out = []
+    for g in range(n):
+        if v[2 * g + 1] == 0 and v[2 * g] >= 0:
+            out.append(v[2 * g])
+        else:
+            out.append(
+                (<object><unsigned long long>v[2 * g + 1] << 64)
+                | <object><unsigned long long>v[2 * g]
+            )
+    return out

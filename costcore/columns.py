@@ -229,14 +229,11 @@ class CodedEntry(NamedTuple):
 class CodedGroups(NamedTuple):
     # (day, stage, experiment, owner, rate, attributed): the fold's codes; day since 1970-01-01
     keys: list[tuple[int, int, int, int, int, int]]
-    cost_nano: array[int]  # 'q', per key
-    quantity_micro: array[int]  # 'q', per key
+    cost_nano: list[int]  # per key: exact sums, of any size
+    quantity_micro: list[int]  # per key
     events: array[int]  # 'q', per key
     hour_keys: list[tuple[int, int, int]]  # (hours since 1970-01-01, stage, hour class)
-    hour_cost_nano: array[int]  # 'q', per hour key
-
-
-_INT64 = range(-(2**63), 2**63)
+    hour_cost_nano: list[int]  # per hour key
 
 
 def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[int]) -> CodedGroups:
@@ -246,9 +243,9 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
     An event's cell key is (day, stage, experiment, owner, rate, attributed) in the fold's
     codes (the entry's codes mapped through `to_global`), day = epoch_us // 86,400,000,000
     (floored); its hour key is (epoch_us // 3,600,000,000, stage, hour_class[rate]). Per cell
-    key: cost, quantity and event count; per hour key: cost. Raises OverflowError when a sum
-    leaves the signed 64-bit range (the caller sums fewer entries at once), ValueError when an
-    entry's columns differ in length.
+    key: cost, quantity and event count; per hour key: cost. Sums are exact ints of any size
+    (no sum limits a fold: the store keeps them in two limbs, service/storage/limbs.py).
+    Raises ValueError when an entry's columns differ in length.
     """
     sums: dict[tuple[int, int, int, int, int, int], list[int]] = {}
     hours: dict[tuple[int, int, int], int] = {}
@@ -275,17 +272,13 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
                 have[2] += 1
             hour_key = (us // 3_600_000_000, stage[i], hour_class[rate[i]])
             hours[hour_key] = hours.get(hour_key, 0) + cost
-            if not (have is None or (have[0] in _INT64 and have[1] in _INT64)):
-                raise OverflowError("a sum leaves the signed 64-bit range")
-            if hours[hour_key] not in _INT64:
-                raise OverflowError("a sum leaves the signed 64-bit range")
     return CodedGroups(
         list(sums),
-        array("q", [v[0] for v in sums.values()]),
-        array("q", [v[1] for v in sums.values()]),
+        [v[0] for v in sums.values()],
+        [v[1] for v in sums.values()],
         array("q", [v[2] for v in sums.values()]),
         list(hours),
-        array("q", hours.values()),
+        list(hours.values()),
     )
 
 

@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 
 __all__ = [
     "INT64_MAX",
+    "MONEY_MAX",
     "MONEY_SCALE",
     "PRICE_DECIMALS",
     "PRICE_SCALE",
@@ -23,6 +24,7 @@ __all__ = [
     "QUANTITY_SCALE",
     "format_money",
     "format_quantity",
+    "parse_money",
     "parse_price",
     "parse_quantity",
     "round_half_even_div",
@@ -37,6 +39,10 @@ MONEY_DECIMALS = 9
 QUANTITY_SCALE = 10**QUANTITY_DECIMALS
 PRICE_SCALE = 10**PRICE_DECIMALS
 MONEY_SCALE = 10**MONEY_DECIMALS
+
+# The largest amount (nano) the ledger's sums hold: two int64 limbs, ``hi * 10**9 + lo``
+# (service/storage/limbs.py, docs/exact-money.md).
+MONEY_MAX = INT64_MAX * MONEY_SCALE + INT64_MAX
 
 # A non-zero value whose adjusted exponent exceeds this cannot fit in int64 at any of our scales;
 # rejecting it early avoids building astronomically large ints for inputs like "1E+999999999".
@@ -54,8 +60,11 @@ def _to_decimal(value: Decimal | str | int, what: str) -> Decimal:
         raise ValueError(f"{what} is not a decimal number: {value!r}") from None
 
 
-def _parse_scaled(value: Decimal | str | int, decimals: int, what: str) -> int:
-    """Return ``value * 10**decimals`` exactly as an int, validating range and precision."""
+def _parse_scaled(
+    value: Decimal | str | int, decimals: int, what: str, most: int = INT64_MAX
+) -> int:
+    """Return ``value * 10**decimals`` exactly as an int, validating range (at most `most`)
+    and precision."""
     d = _to_decimal(value, what)
     if d.is_nan():
         raise ValueError(f"{what} must be a number, got NaN")
@@ -75,11 +84,11 @@ def _parse_scaled(value: Decimal | str | int, decimals: int, what: str) -> int:
     if exponent < -decimals:
         raise ValueError(f"{what} has more than {decimals} decimal places: {d}")
     shift = exponent + decimals  # >= 0
-    if len(str(coefficient)) + shift > _MAX_INT_DIGITS:
-        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(INT64_MAX, decimals, 0)})")
+    if len(str(coefficient)) + shift > len(str(most)):
+        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(most, decimals, 0)})")
     scaled: int = coefficient * 10**shift
-    if scaled > INT64_MAX:
-        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(INT64_MAX, decimals, 0)})")
+    if scaled > most:
+        raise ValueError(f"{what} is too large: {d} (max {_format_fixed(most, decimals, 0)})")
     return scaled
 
 
@@ -98,6 +107,14 @@ def parse_price(d: Decimal | str | int) -> int:
     Same checks as :func:`parse_quantity`, with at most 9 decimal places.
     """
     return _parse_scaled(d, PRICE_DECIMALS, "price")
+
+
+def parse_money(d: Decimal | str | int) -> int:
+    """Parse a non-negative amount of money (a total, a budget) into exact nano-currency.
+
+    As :func:`parse_price`, but up to ``MONEY_MAX`` (what the ledger's sums hold, past int64).
+    """
+    return _parse_scaled(d, MONEY_DECIMALS, "amount", MONEY_MAX)
 
 
 def _format_fixed(value: int, decimals: int, min_decimals: int) -> str:

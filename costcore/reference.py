@@ -32,8 +32,9 @@ Semantics, events processed strictly in order:
   ``cost = round_half_even(sum_k(portion_k * price_k) / 10**6)``: one rounding of the exact
   sum. On success ``tier_cum[slot] = c + q``.
 * an event gets status 1 (overflow) and is *not applied* (cost 0, no group update, counter not
-  advanced) when ``c + q``, the cost, the group's cost total or the group's quantity total would
-  exceed ``INT64_MAX``. Otherwise status 0 and the event is added to its group.
+  advanced) when ``c + q`` or its cost would exceed ``INT64_MAX``. Otherwise status 0 and the
+  event is added to its group. Limits hold per event and per tier counter: a group's sums are
+  exact integers of any size (lists of Python ints), so no event is refused for its neighbours.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def price_batch_reference(
     n = len(quantities)
     cost_nano = array("q", bytes(8 * n))
     status = array("b", bytes(n))
-    group_cost = array("q", bytes(8 * batch.n_groups))
-    group_quantity = array("q", bytes(8 * batch.n_groups))
+    group_cost = [0] * batch.n_groups
+    group_quantity = [0] * batch.n_groups
     group_events = array("q", bytes(8 * batch.n_groups))
     accepted = 0
 
@@ -120,11 +121,7 @@ def price_batch_reference(
             amount = _tiered_amount(rates, row, cum_before, quantity)
 
         cost = round_half_even_div(amount, QUANTITY_SCALE)
-        if (
-            cost > INT64_MAX
-            or group_cost[key] + cost > INT64_MAX
-            or group_quantity[key] + quantity > INT64_MAX
-        ):
+        if cost > INT64_MAX:
             status[i] = STATUS_OVERFLOW
             continue
 

@@ -9,7 +9,7 @@ __all__ = ["STATUS_OVERFLOW", "STATUS_PRICED", "BatchResult"]
 STATUS_PRICED = 0
 """The event was priced and applied to its group and tier counter."""
 STATUS_OVERFLOW = 1
-"""The event was not applied: its cost, cumulative quantity or group totals would exceed int64."""
+"""The event was not applied: its own cost or its tier counter's cumulative would exceed int64."""
 
 
 class BatchResult:
@@ -19,8 +19,9 @@ class BatchResult:
         cost_nano: ``array('q')``, length n. Cost of each event in nano-currency; 0 when the
             event's status is ``STATUS_OVERFLOW``.
         status: ``array('b')``, length n. ``STATUS_PRICED`` (0) or ``STATUS_OVERFLOW`` (1).
-        group_cost_nano: ``array('q')``, length n_groups. Sum of accepted costs per group.
-        group_quantity_micro: ``array('q')``, length n_groups. Sum of accepted quantities.
+        group_cost_nano: ``list[int]``, length n_groups. Sum of accepted costs per group
+            (exact, of any size: a group's sum limits no event).
+        group_quantity_micro: ``list[int]``, length n_groups. Sum of accepted quantities.
         group_events: ``array('q')``, length n_groups. Number of accepted events per group.
         accepted: number of events with status 0.
     """
@@ -38,8 +39,8 @@ class BatchResult:
         self,
         cost_nano: array[int],
         status: array[int],
-        group_cost_nano: array[int],
-        group_quantity_micro: array[int],
+        group_cost_nano: list[int],
+        group_quantity_micro: list[int],
         group_events: array[int],
         accepted: int,
     ) -> None:

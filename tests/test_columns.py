@@ -257,8 +257,9 @@ coded_entries = st.lists(
                 # Around the epoch and far from it: hours and days floor for negative µs too.
                 st.integers(-3 * 86_400_000_000, 3 * 86_400_000_000)
                 | st.integers(NOW_US - 86_400_000_000, NOW_US + 86_400_000_000),
-                st.integers(0, 2**40),
-                st.integers(-(2**20), 2**40),
+                # Small and near the ends of int64: sums past int64 (either way) must be exact.
+                st.integers(0, 2**40) | st.integers(2**62, 2**63 - 1),
+                st.integers(-(2**20), 2**40) | st.integers(-(2**63), -(2**62)),
                 st.lists(st.integers(0, 2), min_size=5, max_size=5),
             ),
             max_size=40,
@@ -315,17 +316,26 @@ def test_compiled_group_coded_equals_the_reference(raw: list[Any], hour_class: l
     assert want.hour_keys == list(hours) and list(want.hour_cost_nano) == list(hours.values())
 
 
-def test_group_coded_refuses_sums_beyond_int64_and_ragged_columns() -> None:
+def test_group_coded_sums_exactly_past_int64_and_refuses_ragged_columns() -> None:
     if _GROUP_ERROR is not None:
         pytest.fail(f"compiled group_coded unavailable: {_GROUP_ERROR}")
     from costcore import CodedEntry, group_coded_reference
 
     zero = [[0]] * 5
+    top = 2**63 - 1
     one = CodedEntry([0], [2**62], [1], [[0]] * 5, zero)
+    # Sums past int64 and past 2**64 (the high half of the compiled 128-bit sums in use),
+    # and negative ones: exact ints, equal in both implementations.
+    many = CodedEntry([0] * 5, [top] * 5, [top] * 5, [[0] * 5] * 5, zero)
+    low = CodedEntry([0] * 3, [-(2**63)] * 3, [-1] * 3, [[0] * 3] * 5, zero)
     for group in (_compiled_group, group_coded_reference):
         assert group([one], [0]).cost_nano[0] == 2**62
-        with pytest.raises(OverflowError):
-            group([one, one], [0])
+        assert group([one, one], [0]).cost_nano == [2**63]
+        assert group([one, one], [0]).hour_cost_nano == [2**63]
+        wide = group([many, many, one], [0])
+        assert wide.cost_nano == [10 * top + 2**62] and wide.quantity_micro == [10 * top + 1]
+        assert wide.hour_cost_nano == [10 * top + 2**62] and list(wide.events) == [11]
+        assert group([low], [0]).cost_nano == [-3 * 2**63]
         with pytest.raises(ValueError):
             group([CodedEntry([0, 1], [1], [1, 1], [[0, 0]] * 5, zero)], [0])
     # Many distinct keys: the compiled sums grow past their first allocation; codes too large

@@ -115,8 +115,10 @@ def assert_same(k: BatchResult, r: BatchResult) -> None:
 def check_result_shapes(result: BatchResult, n: int, n_groups: int) -> None:
     assert result.cost_nano.typecode == "q" and len(result.cost_nano) == n
     assert result.status.typecode == "b" and len(result.status) == n
-    for column in (result.group_cost_nano, result.group_quantity_micro, result.group_events):
-        assert column.typecode == "q" and len(column) == n_groups
+    for column in (result.group_cost_nano, result.group_quantity_micro):
+        assert isinstance(column, list) and len(column) == n_groups
+        assert all(type(v) is int and v >= 0 for v in column)
+    assert result.group_events.typecode == "q" and len(result.group_events) == n_groups
     assert result.accepted == sum(1 for s in result.status if s == 0)
 
 
@@ -178,7 +180,7 @@ def oracle(batch: Batch) -> tuple[list[int], list[int], list[int], list[int], li
             ctx.traps[Rounded] = True
             cost = int(rounded.scaleb(9))
             g = batch.group[i]
-            if cost > INT64_MAX or g_cost[g] + cost > INT64_MAX or g_qty[g] + q > INT64_MAX:
+            if cost > INT64_MAX:  # per event only: a group's sums never refuse an event
                 status[i] = 1
                 continue
             costs[i] = cost
@@ -502,10 +504,10 @@ def test_overflow_paths(impl: str) -> None:
             5,  # 1: tiered, c + q > INT64_MAX -> overflow, counter untouched
             3,  # 2: tiered, fine
             INT64_MAX,  # 3: free, group 1 quantity = INT64_MAX
-            1,  # 4: free, group 1 quantity would overflow
+            1,  # 4: free, group 1 quantity passes int64: accepted (limits are per event)
             1,  # 5: free, group 2: fine
             1_000_000,  # 6: 4e15 nano, group 3
-            2_305_843_009,  # 7: 9.223372036e18 nano fits int64, but group 3 would overflow
+            2_305_843_009,  # 7: 9.223372036e18 nano fits int64; group 3's sum passes it: fine
             0,  # 8: zero quantity still counts as an event
         ],
     )
@@ -514,12 +516,14 @@ def test_overflow_paths(impl: str) -> None:
     tier_slot = array("i", [-1, 0, 1, -1, -1, -1, -1, -1, 1])
     cum = array("q", [INT64_MAX - 4, 100 * UNIT])
     result = fn(quantity, rate_row, group, tier_slot, table, cum, 4)
-    assert list(result.status) == [1, 1, 0, 0, 1, 0, 0, 1, 0]
-    assert list(result.cost_nano) == [0, 0, 4_500, 0, 0, 0, 4 * 10**15, 0, 0]
-    assert list(result.group_cost_nano) == [4_500, 0, 0, 4 * 10**15]
-    assert list(result.group_quantity_micro) == [3, INT64_MAX, 1, 1_000_000]
-    assert list(result.group_events) == [2, 1, 1, 1]
-    assert result.accepted == 5
+    big = 2_305_843_009 * 4 * 10**15 // 10**6
+    assert list(result.status) == [1, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert list(result.cost_nano) == [0, 0, 4_500, 0, 0, 0, 4 * 10**15, big, 0]
+    assert result.group_cost_nano == [4_500, 0, 0, 4 * 10**15 + big]
+    assert result.group_cost_nano[3] > INT64_MAX
+    assert result.group_quantity_micro == [3, INT64_MAX + 1, 1, 1_000_000 + 2_305_843_009]
+    assert list(result.group_events) == [2, 2, 1, 2]
+    assert result.accepted == 7
     assert list(cum) == [INT64_MAX - 4, 100 * UNIT + 3]
 
 
@@ -552,8 +556,8 @@ def test_empty_batch(impl: str) -> None:
     assert result == BatchResult(
         array("q"),
         array("b"),
-        array("q", [0, 0, 0]),
-        array("q", [0, 0, 0]),
+        [0, 0, 0],
+        [0, 0, 0],
         array("q", [0, 0, 0]),
         0,
     )
@@ -912,3 +916,23 @@ def test_round_half_even_div_matches_fraction(numerator: int, divisor: int) -> N
 def test_round_half_even_div_zero() -> None:
     with pytest.raises(ZeroDivisionError):
         round_half_even_div(1, 0)
+
+
+@IMPLS
+def test_group_sums_are_exact_past_int64_and_refuse_no_event(impl: str) -> None:
+    """Limits hold per event: a group's sums (past int64, past 2**64) refuse nothing."""
+    table = RateTable.build([RateRow(10**6)])  # INT64_MAX micro costs exactly INT64_MAX nano
+    n = 5
+    result = get_impl(impl)(
+        array("q", [INT64_MAX] * n),
+        array("i", [0] * n),
+        array("i", [0] * n),
+        array("i", [-1] * n),
+        table,
+        array("q"),
+        1,
+    )
+    assert list(result.status) == [0] * n and result.accepted == n
+    assert result.group_cost_nano == [n * INT64_MAX]
+    assert result.group_quantity_micro == [n * INT64_MAX]
+    assert n * INT64_MAX > 2**64

@@ -205,14 +205,13 @@ def _entry(costs: list[int], experiments: list[str] | None = None) -> bytes:
     return encode_log(events, epoch, [1] * n, costs, [rate], [0] * n, [""] * n)
 
 
-def test_a_fold_takes_fewer_entries_when_their_sum_would_leave_int64() -> None:
-    big = 2**62 + 1
-    entries = [("1-0", _entry([big])), ("2-0", _entry([big])), ("3-0", _entry([5]))]
+def test_a_fold_sums_entries_past_int64_exactly() -> None:
+    """No sum limits a fold (the store splits an increment past int64 between two limbs)."""
+    big = 2**63 - 1
+    entries = [("1-0", _entry([big, big])), ("2-0", _entry([big])), ("3-0", _entry([5]))]
     count, cursor, events, increments = _log_plan("llm", entries)
-    assert (count, cursor, events) == (1, "1-0", 1)
-    assert max(delta for _, _, delta in increments) == big
-    count, cursor, events, _ = _log_plan("llm", [entries[0], entries[2], entries[2]])
-    assert (count, cursor, events) == (3, "3-0", 3)
+    assert (count, cursor, events) == (3, "3-0", 4)
+    assert max(delta for _, _, delta in increments) == 3 * big + 5
 
 
 def test_one_fold_writes_a_bounded_number_of_cells() -> None:
@@ -247,8 +246,9 @@ def test_cell_sums_survive_their_encoding() -> None:
     big = CellSums()
     big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]
     big.events = 1
+    # Sums past int64 are exact (the store keeps them in two limbs): one fold takes them all.
     sums, count = _sums_of([big.encode(), big.encode(), sums.encode()])
-    assert count == 1 and sums.cells[("20261130", "c")] == [2**62 + 1, 1, 1]
+    assert count == 3 and sums.cells[("20261130", "c")] == [2**63 + 2, 2, 2]
 
 
 async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: str) -> None:

@@ -46,7 +46,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import msgspec
 
-from costcore.money import format_money, parse_price
+from costcore.money import format_money, parse_money
 from service import __version__
 from service.alerts.formats import AlertMessage, build_request, generate_secret
 from service.alerts.targets import (
@@ -687,7 +687,7 @@ async def top_drivers(
         if any(row.key.get(d) != v for d, v in view.scope.items() if d in ("stage", *narrow)):
             continue
         key = (row.key["sku"], row.key["stage"])
-        sums[key] = sums.get(key, 0) + parse_price(Decimal(row.cost))
+        sums[key] = sums.get(key, 0) + parse_money(Decimal(row.cost))
     ranked = sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_DRIVERS]
     return [
         {"name": f"{sku} / {stage}" if stage else sku, "cost": format_money(cost)}
@@ -704,7 +704,7 @@ def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str 
     if elapsed <= 0:
         return None
     length = int((end - start).total_seconds())
-    return format_money(parse_price(Decimal(view.spent)) * length // elapsed)
+    return format_money(parse_money(Decimal(view.spent)) * length // elapsed)
 
 
 async def alert_message(store: Store, view: AlertView, public_url: str) -> AlertMessage:

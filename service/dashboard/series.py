@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from costcore.money import format_money, parse_price
+from costcore.money import format_money, parse_money
 from service.domain.budgets import Budget, amount_nano, matches, threshold_limit
 from service.domain.costs import CostReport
 from service.domain.events import EventIn
@@ -38,7 +38,7 @@ def stacked_by_period(
 
 
 def _nano(money: str) -> int:
-    return parse_price(Decimal(money))
+    return parse_money(Decimal(money))
 
 
 def burn_down_points(

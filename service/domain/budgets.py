@@ -34,7 +34,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from costcore.money import format_money, parse_price
+from costcore.money import format_money, parse_money
 from service.domain.events import Label, LabelledEvent, ProjectName, TagKey, TagValue
 from service.domain.ratecards import COST_CATEGORIES, DecimalString
 
@@ -104,7 +104,7 @@ def new_budget(data: BudgetIn, now: datetime | None = None) -> Budget:
     from service.domain.events import STAGES
 
     try:
-        amount = parse_price(Decimal(data.amount))
+        amount = parse_money(Decimal(data.amount))
     except ValueError as exc:
         raise BudgetError("$.amount", str(exc)) from exc
     if amount == 0:
@@ -149,7 +149,7 @@ def new_budget(data: BudgetIn, now: datetime | None = None) -> Budget:
 
 
 def amount_nano(budget: Budget) -> int:
-    return parse_price(Decimal(budget.amount))
+    return parse_money(Decimal(budget.amount))
 
 
 def matches(budget: Budget, event: LabelledEvent, category: str) -> bool:

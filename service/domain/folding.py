@@ -60,9 +60,8 @@ FOLD_MAX_CELLS = 32768
 # Legacy pending blobs: as many per fold as before.
 FOLD_MAX_BATCHES = 4096
 LEGACY_MAX_BYTES = 32 << 20
-# A fold's summed increments must fit Valkey's signed 64-bit HINCRBY; beyond this a fold takes
-# fewer blobs (a single batch's sums are already bounded by the kernel's overflow checks).
-_INT64_MAX = 2**63 - 1
+# A fold's sums are exact ints of any size: the store keeps every sum in two limbs and splits
+# an increment past int64 between them (service/storage/limbs.py, docs/exact-money.md).
 
 _blob_decoder = msgspec.msgpack.Decoder()
 
@@ -204,11 +203,6 @@ class CellSums:
             key = (hourly[i], hourly[i + 1])
             hours[key] = hours.get(key, 0) + hourly[i + 2]
 
-    def largest(self) -> int:
-        """The largest sum (for the int64 bound of one fold; sums are never negative)."""
-        top = max((max(sums) for sums in self.cells.values()), default=0)
-        return max(top, max(self.hourly.values(), default=0))
-
     def increments(self, project: str) -> list[tuple[str, str, int]]:
         """Every totals increment these sums make: finest cells (``c|``, ``q|``, ``n|``), the
         daily index, the hourly cells and the roll-ups (with their event count)."""
@@ -248,8 +242,7 @@ class CellSums:
 
 def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
     """The sums of the first blobs, as many as keep the cells within `FOLD_MAX_CELLS` (at
-    least one), or of the first blob alone should their sums leave int64 (one batch's sums
-    never do: the kernel refuses events that would); and how many blobs were summed."""
+    least one); and how many blobs were summed."""
     sums = CellSums()
     count = 0
     for blob in blobs:
@@ -257,10 +250,6 @@ def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
         count += 1
         if len(sums.cells) >= FOLD_MAX_CELLS:
             break
-    if count > 1 and sums.largest() > _INT64_MAX:
-        sums = CellSums()
-        sums.add_blob(blobs[0])
-        return sums, 1
     return sums, count
 
 
@@ -279,8 +268,8 @@ def _plan_steps(
     entries: Sequence[tuple[str, bytes]],
 ) -> Generator[None, None, tuple[int, CellSums]]:
     """Steps (one entry each) of summing the first entries: all of them, or fewer when their
-    cells pass `FOLD_MAX_CELLS` or a sum would leave int64 (one entry never does: the kernel
-    bounds a batch's sums). Returns how many entries were summed, and their sums."""
+    cells pass `FOLD_MAX_CELLS` (sums are exact ints of any size). Returns how many entries
+    were summed, and their sums."""
     # Row entries (format 1, written before the totals were folded from the log) are left
     # out: their sums went to the legacy pending list.
     coded: list[CodedLog | None] = []
@@ -289,13 +278,7 @@ def _plan_steps(
         yield
     take = len(entries)
     while True:
-        try:
-            sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
-        except OverflowError:
-            if take == 1:
-                raise
-            take //= 2
-            continue
+        sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
         if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
             take //= 2
             continue

@@ -48,6 +48,7 @@ from service.domain.events import (
     valid_project,
 )
 from service.domain.folding import Folder, day_name
+from service.storage.limbs import CAP_UNITS, bound_units
 from service.storage.redis_store import (
     SEEN_SHARDS,
     TAG_SEP,
@@ -245,6 +246,7 @@ class PricedBatch:
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
+    total_quantity: int = 0
 
     @property
     def events(self) -> list[PendingEvent]:
@@ -378,8 +380,8 @@ def price_events(
     slot_keys = list(slots)
     before = array("q", [tier_reader[k] for k in slot_keys])
     cumulative = array("q", before)
-    # One group: the kernel's sums then bound the whole batch, so every cell sum a fold makes
-    # of it fits int64 too (the totals themselves are summed from the log by the fold).
+    # One group: the batch's exact cost and quantity (a group's sums limit no event: limits
+    # hold per event and per tier counter; the sums a fold makes are kept in two limbs).
     result = price_batch(
         array("q", batch.quantity_micro),
         array("i", rows),
@@ -424,6 +426,7 @@ def price_events(
         tier_checks,
         {k: cumulative[s] for s, k in enumerate(slot_keys)},
         sum(result.group_cost_nano),
+        sum(result.group_quantity_micro),
     )
 
 
@@ -580,11 +583,13 @@ class Ingestor:
                 applied = await self._apply(project, pending, catalog, meta)
                 if applied is None:
                     continue  # settings or rate card moved: read them again
-                done, dups, cost, overflowed = applied
+                done, dups, cost, overflowed, beyond = applied
                 for index in overflowed.index:
                     reject(
                         item_at(index), "cost exceeds the largest representable amount", "quantity"
                     )
+                for index in beyond:
+                    reject(item_at(index), PAST_BOUNDS, "quantity")
                 accepted += done
                 duplicates += dups
                 if done:
@@ -730,9 +735,10 @@ class Ingestor:
         events: PendingBatch,
         catalog: PricingCatalog,
         meta: dict[str, str],
-    ) -> tuple[int, int, int, PendingBatch] | None:
-        """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed), or
-        None when the project's settings or rate card moved since `meta`/`catalog` were read."""
+    ) -> tuple[int, int, int, PendingBatch, list[int]] | None:
+        """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed,
+        beyond: the body indexes of events the project's sums cannot take), or None when the
+        project's settings or rate card moved since `meta`/`catalog` were read."""
         budgets_rev = meta.get("budgets_rev", "0")
         tag_keys = attribution_tags_of(meta)
         expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
@@ -740,6 +746,7 @@ class Ingestor:
             await self.store.add_project(project)
             self._known_projects.add(project)
         duplicates = 0
+        beyond: list[int] = []
         await self.store.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
@@ -766,7 +773,7 @@ class Ingestor:
                     tiers = {**dict(zip(missing, values, strict=True)), **hints}
                     priced = price_events(project, events, catalog, tiers, tag_keys)
                     if not len(priced.batch):
-                        return 0, duplicates, 0, priced.overflowed_batch
+                        return 0, duplicates, 0, priced.overflowed_batch, beyond
                     self._tier_hints[project] = {**hints, **priced.tier_after}
                     plan = await self._plan(
                         project, priced, catalog, budgets, budgets_rev, duplicates, expected
@@ -790,7 +797,7 @@ class Ingestor:
             else:
                 priced = price_events(project, events, catalog, {}, tag_keys)
                 if not len(priced.batch):
-                    return 0, duplicates, 0, priced.overflowed_batch
+                    return 0, duplicates, 0, priced.overflowed_batch, beyond
                 plan = await self._plan(
                     project, priced, catalog, budgets, budgets_rev, duplicates, expected
                 )
@@ -801,10 +808,26 @@ class Ingestor:
                 # What the script's HSETNXs did to the settings, so the cache stays true.
                 meta.setdefault("currency", catalog.currency or "")
                 meta.setdefault("rate_card", catalog.name)
-                return len(priced.batch), duplicates, priced.total_cost, priced.overflowed_batch
+                return (
+                    len(priced.batch),
+                    duplicates,
+                    priced.total_cost,
+                    priced.overflowed_batch,
+                    beyond,
+                )
             self._tier_hints.pop(project, None)
             if outcome.status == 4:
                 return None
+            if outcome.status == 5:
+                # The batch would take the project's sums past what they hold: the events
+                # that fit stay (in order), the others are refused; the rest is priced again.
+                refused = _past_bounds(priced, outcome.bounds)
+                beyond += [priced.batch.index[i] for i in refused]
+                gone = {priced.batch.events[i].id for i in refused}
+                events = events.take([i for i, ev in enumerate(events.events) if ev.id not in gone])
+                if not len(events):
+                    return 0, duplicates, 0, events, beyond
+                tier_keys = tier_keys_needed(events, catalog)
             if outcome.status == 1:
                 dup_ids = {priced.batch.events[i].id for i in outcome.duplicate_positions}
                 duplicates += len(dup_ids)
@@ -812,7 +835,7 @@ class Ingestor:
                     [i for i, ev in enumerate(events.events) if ev.id not in dup_ids]
                 )
                 if not len(events):
-                    return 0, duplicates, 0, events
+                    return 0, duplicates, 0, events, beyond
                 tier_keys = tier_keys_needed(events, catalog)
             if outcome.status == 3:
                 # The project's budgets changed since they were read: read them again.
@@ -869,6 +892,8 @@ class Ingestor:
             budgets_rev=budgets_rev,
             expected_meta=expected_meta,
             rate_card_revision=catalog.revision,
+            cost_nano=priced.total_cost,
+            quantity_micro=priced.total_quantity,
         )
 
     async def budgets_of(self, project: str, revision: str) -> list[Budget]:
@@ -879,6 +904,28 @@ class Ingestor:
         budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets(project)]
         self._budgets[project] = (revision, budgets)
         return budgets
+
+
+PAST_BOUNDS = (
+    "the project's lifetime cost or quantity would pass what its totals can hold exactly "
+    f"({CAP_UNITS} x 10^9 nano or micro-units)"
+)
+
+
+def _past_bounds(priced: PricedBatch, bounds: tuple[int, int]) -> list[int]:
+    """Positions in `priced.batch` of the events refused when the project's lifetime bounds
+    (meta bound_c, bound_q) stand at `bounds`: in order, an event stays while the events kept
+    before it and itself fit (service/storage/limbs.py, `bound_units`)."""
+    room_cost, room_quantity = CAP_UNITS - bounds[0], CAP_UNITS - bounds[1]
+    cost = quantity = 0
+    refused = []
+    for i, (c, q) in enumerate(zip(priced.costs, priced.batch.quantity_micro, strict=True)):
+        if bound_units(cost + c) <= room_cost and bound_units(quantity + q) <= room_quantity:
+            cost += c
+            quantity += q
+        else:
+            refused.append(i)
+    return refused
 
 
 def _usable_rows(catalog: PricingCatalog, currency: str | None) -> list[bool]:

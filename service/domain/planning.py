@@ -19,7 +19,8 @@ from typing import Annotated
 
 import msgspec
 
-from costcore import format_money, parse_price, round_half_even_div
+from costcore import format_money, round_half_even_div
+from costcore.money import parse_money
 from service.domain.budgeting import create_budget
 from service.domain.budgets import BudgetIn
 from service.domain.catalog import PricingCatalog, RateCards
@@ -90,7 +91,7 @@ class PlanNotFound(Exception):
 
 
 def _nano(text: str) -> int:
-    return parse_price(Decimal(text))
+    return parse_money(Decimal(text))
 
 
 async def _catalog(rate_cards: RateCards, plan: PlanIn) -> PricingCatalog:

@@ -24,6 +24,7 @@ from service.domain.ingest import (
     tier_keys_needed,
 )
 from service.domain.rollups import live_keys as rollup_keys
+from service.storage.limbs import CAP_UNITS, bound_units, split_value
 from service.storage.redis_store import Keys, Store
 
 _budget_decoder = msgspec.json.Decoder(Budget)
@@ -63,7 +64,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
     sums = CellSums()
-    events = batches = 0
+    events = batches = cost_total = quantity_total = 0
     if last and catalog is None:
         raise RebuildError("the project's rate card no longer exists")
     async for _, rows in read_log(store, project, last):
@@ -94,12 +95,23 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
             _add(daily, day_field(budget_id, day_number), delta)
         events += len(batch)
         batches += 1
+        cost_total += priced.total_cost
+        quantity_total += priced.total_quantity
     # Tier counters as they stand after the last batch; the totals from every batch's sums.
     for (month, sku), cumulative in tiers.items():
         if cumulative:
             _add(hashes.setdefault(Keys.tier(project, month), {}), sku, cumulative)
     for key, field, delta in sums.increments(project):
         _add(hashes.setdefault(key, {}), field, delta)
+    cost_bound, quantity_bound = bound_units(cost_total), bound_units(quantity_total)
+    if max(cost_bound, quantity_bound) > CAP_UNITS:
+        raise RebuildError("the rebuilt totals exceed what a project's sums may hold")
+    # Sums past int64 in two limbs (service/storage/limbs.py): the high ones in their own keys.
+    for key in [k for k in hashes if Keys.has_high(k)]:
+        high = {f: split_value(v)[1] for f, v in hashes[key].items()}
+        if any(high.values()):
+            hashes[key] = {f: split_value(v)[0] for f, v in hashes[key].items()}
+            hashes[Keys.high(key)] = {f: h for f, h in high.items() if h}
     accepted = int(meta.get("accepted", "0"))
     if events != accepted:
         raise RebuildError(
@@ -110,10 +122,11 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
     daily_before = await store.daily_costs(project)
     before = sum(daily_before.values())
     live = await store.live_total_keys(project) + rollup_keys(project, daily_before)
+    live += [Keys.high(k) for k in live if Keys.has_high(k)]
     replace = [k for k, v in hashes.items() if v]
     drop = [k for k in live if k not in hashes]
     await store.write_staging(project, {k: hashes[k] for k in replace})
-    if not await store.swap_rebuild(project, last, replace, drop):
+    if not await store.swap_rebuild(project, last, replace, drop, (cost_bound, quantity_bound)):
         return None
     after_total = sum((await store.daily_costs(project)).values())
     return RebuildReport(

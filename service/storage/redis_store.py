@@ -9,7 +9,9 @@ key                             type    holds
 tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
                                         ``fold_cursor`` (the last log entry whose totals are
                                         in tot/hr/daily/ru) and ``pend_events`` (accepted
-                                        events not yet folded); legacy ``pend_head``
+                                        events not yet folded); legacy ``pend_head``;
+                                        ``bound_c``/``bound_q``: lifetime cost/quantity in
+                                        10**9 nano/micro, rounded up per batch
 tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
 tl:P:pend                       list    legacy: batches' cell sums queued by workers of the
                                         version before the fold read the log (folded first)
@@ -35,6 +37,9 @@ tl:P:budgets                    hash    budget id -> JSON
 tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in that period
 tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
 tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
+tl:P:hi:<key>                   hash    the high limbs of the sums of tl:P:<key> (tot, hr, daily,
+                                        ru, bspend, bday): a sum is ``hi * 10**9 + lo``
+                                        (service/storage/limbs.py, docs/exact-money.md)
 tl:P:alerts                     stream  alerts as decided by the ingest script
                                         (consumer group ``deliverers``: the webhook outbox)
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
@@ -100,6 +105,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from costcore import group_positions, take
 from service.storage.lane import LaneNoScript, OrderedLane
+from service.storage.limbs import (
+    CAP_UNITS,
+    LIMB,
+    MAX_LO_DELTA,
+    bound_units,
+    combined_fields,
+    split_delta,
+    split_value,
+)
 
 NAMESPACE = "tl"
 SEEN_SHARDS = 64
@@ -107,6 +121,8 @@ FIELD_SEP = "\x1f"
 TAG_SEP = "\x1e"  # between the attributed tags inside one dims element
 
 RedisClient = aioredis.Redis | RedisCluster
+# Key kinds (after the project's tag) whose sums are kept in two limbs.
+_LIMBED = ("tot:", "hr:", "daily", "ru:", "bspend", "bday")
 
 
 def project_tag(project: str) -> str:
@@ -198,6 +214,19 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:xprog"
 
     @staticmethod
+    def high(live_key: str) -> str:
+        """The hash of the high limbs of a key's sums (service/storage/limbs.py)."""
+        tag, suffix = live_key.split("}:", 1)
+        return f"{tag}}}:hi:{suffix}"
+
+    @staticmethod
+    def has_high(live_key: str) -> bool:
+        """Whether the key holds sums kept in two limbs: totals, hours, the daily index,
+        roll-ups (not their event counter) and budget counters."""
+        suffix = live_key.split("}:", 1)[1]
+        return suffix.startswith(_LIMBED) and suffix != "ru:events"
+
+    @staticmethod
     def staging(project: str, live_key: str) -> str:
         suffix = live_key.split("}:", 1)[1]
         return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
@@ -259,18 +288,97 @@ class Keys:
 
 # --- Lua scripts -----------------------------------------------------------------------------
 
-# Increments grouped by key, flat: (key#, n, field1, delta1, ..., fieldn, deltan)...; one
-# HINCRBY per field (exact int64 arithmetic in Valkey). Shared by INGEST_LUA and FOLD_LUA.
+# Sums kept in two limbs (service/storage/limbs.py, docs/exact-money.md), shared by INGEST_LUA,
+# FOLD_LOG_LUA, FOLD_LUA and INIT_BUDGET_LUA. Amounts travel as strings (Lua numbers are
+# doubles); `lt` and `add` work on their decimal text, exactly.
+#   apply_increments(inc, his): inc grouped by key, flat (key#, high key# or 0, n, field1,
+#   delta1, ..., fieldn, deltan)...; his flat (high key#, field, delta)..., applied after inc.
+#   One HINCRBY per field, as before there were limbs; a low limb HINCRBY refuses (it would
+#   leave int64) is carried into its high limb first (`carry`) and made again. Returns nil, or
+#   the error of an increment that could not be made, after undoing every increment made.
 _APPLY_INCREMENTS_LUA = r"""
-local function apply_increments(inc)
-  local l = 1
-  while l <= #inc do
-    local key, n = KEYS[inc[l]], inc[l + 1]
-    for j = l + 2, l + 1 + 2 * n, 2 do
-      redis.call('HINCRBY', key, inc[j], inc[j + 1])
+local function lt(a, b)  -- exact "<" on canonical non-negative integer strings
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+
+local function add(a, b)  -- exact sum of canonical non-negative integer strings
+  if #a < #b then a, b = b, a end
+  local out, c, j = {}, 0, #b
+  for i = #a, 1, -1 do
+    local s = a:byte(i) - 48 + c
+    if j >= 1 then
+      s = s + b:byte(j) - 48
+      j = j - 1
     end
-    l = l + 2 + 2 * n
+    if s >= 10 then s, c = s - 10, 1 else c = 0 end
+    out[i] = string.char(48 + s)
   end
+  local r = table.concat(out)
+  if c == 1 then r = '1' .. r end
+  return r
+end
+
+local function carry(key, hkey, f)  -- lo = u * 10^9 + r: u to the high limb, exactly
+  local lo = redis.pcall('HGET', key, f)
+  if type(lo) ~= 'string' or #lo <= 9 or not string.match(lo, '^%d+$') then return false end
+  local units = string.sub(lo, 1, #lo - 9)
+  if type(redis.pcall('HINCRBY', hkey, f, units)) == 'table' then return false end
+  redis.call('HINCRBY', key, f, '-' .. units .. '000000000')
+  return true
+end
+
+local function undo(key, f, d)
+  if d == '0' then return end  -- "-0" is not an integer to HINCRBY
+  if string.sub(d, 1, 1) == '-' then d = string.sub(d, 2) else d = '-' .. d end
+  redis.call('HINCRBY', key, f, d)
+end
+
+local function apply_increments(inc, his)
+  local err, stop = nil, #inc + 1
+  local l = 1
+  while l <= #inc and not err do
+    local key, hk, n = KEYS[inc[l]], inc[l + 1], inc[l + 2]
+    for j = l + 3, l + 2 + 2 * n, 2 do
+      local r = redis.pcall('HINCRBY', key, inc[j], inc[j + 1])
+      if type(r) == 'table' then
+        if hk > 0 and carry(key, KEYS[hk], inc[j]) then
+          r = redis.pcall('HINCRBY', key, inc[j], inc[j + 1])
+        end
+        if type(r) == 'table' then
+          err, stop = r.err or 'ERR', j
+          break
+        end
+      end
+    end
+    l = l + 3 + 2 * n
+  end
+  local his_done = 0
+  if not err then
+    for j = 1, #his, 3 do
+      local r = redis.pcall('HINCRBY', KEYS[his[j]], his[j + 1], his[j + 2])
+      if type(r) == 'table' then
+        err = r.err or 'ERR'
+        break
+      end
+      his_done = j
+    end
+  end
+  if not err then return nil end
+  -- Undo: every increment made, back out exactly (carries keep each value: they stay).
+  l = 1
+  while l <= #inc do
+    local key, n = KEYS[inc[l]], inc[l + 2]
+    for j = l + 3, l + 2 + 2 * n, 2 do
+      if j >= stop then break end
+      undo(key, inc[j], inc[j + 1])
+    end
+    l = l + 3 + 2 * n
+  end
+  for j = 1, his_done, 3 do
+    undo(KEYS[his[j]], his[j + 1], his[j + 2])
+  end
+  return err
 end
 """
 
@@ -285,15 +393,20 @@ end
 #                     log_min_id ("" = keep all), counters, alerts key#, budgets revision]:
 #           events, grouped by `seen` shard: flat (key#, n, id1, expiry day1, …, idn, dayn)…;
 #           tier_checks flat in triples (key#, sku, expected);
-#           increments, grouped by key: flat (key#, n, field1, delta1, …, fieldn, deltan)….
+#           increments (tier and budget counters), as `apply_increments` takes them (inc).
 #           Amounts travel as strings: Lua numbers are doubles.
-#           counters: [key#, field, delta, checks] with checks [mode, limit, marker key#,
-#           alert id, alert JSON]; mode 'c' fires when the counter goes from below the limit
-#           to at or above it, 'a' when it ends strictly above; each alert id fires once.
+#           counters: [key#, high key#, field, delta, checks] with checks [mode, limit,
+#           marker key#, alert id, alert JSON]; mode 'c' fires when the counter goes from
+#           below the limit to at or above it, 'a' when it ends strictly above; each alert id
+#           fires once. The counter's increment itself is among the increments.
 #           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
 #           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
 #           as priced (the number of versions, as `Store.rate_card_revision` counts them);
 #           p[14] 1 when the server has HSETEX with FNX (see below), else 0.
+#           p[15] the increments' high-limb parts (his, as `apply_increments` takes them).
+#           p[16] [cost units, cost limit, quantity units, quantity limit]: what the batch adds
+#           to meta ``bound_c``/``bound_q`` (its cost and quantity in LIMBs, rounded up), and
+#           the most each may hold before it (service/storage/limbs.py, CAP_UNITS).
 #   ARGV[2] the log entry (service/domain/eventlog.py). The batch's totals are not applied
 #   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
 #   (service/domain/folding.py); ``pend_events`` counts the events it has yet to fold. Log
@@ -301,18 +414,15 @@ end
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
 # event order, of events already seen), {2, j} (tier counter j changed since it was read:
 # price again), {3, revision} (the project's budgets changed: read them again, so no
-# budget misses the batch), or {4} (the project's settings or its rate card changed since
-# the worker cached them: read them again and price again).
+# budget misses the batch), {4} (the project's settings or its rate card changed since
+# the worker cached them: read them again and price again), {5, bound_c, bound_q} (the batch
+# would take the project past what its sums can hold: nothing written), or {6, error} (an
+# increment failed, e.g. a key of the wrong type: every write undone).
 INGEST_LUA = (
     _APPLY_INCREMENTS_LUA
     + r"""
 local call = redis.call
 local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
-
-local function lt(a, b)  -- exact "<" on non-negative integer strings (Lua numbers are doubles)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
 
 local function id_lt(a, b)  -- "<" on stream entry ids ("ms-seq")
   local am, as = string.match(a, '^(%d+)-(%d+)$')
@@ -344,6 +454,15 @@ for j = 1, #tc, 3 do
   if current ~= tc[j + 2] then
     return {2, (j + 2) / 3}
   end
+end
+
+-- The budget counters as they stand, read before anything moves them (exact: both limbs).
+local befores = {}
+for k, c in ipairs(p[8]) do
+  local lo = call('HGET', KEYS[c[1]], c[3]) or '0'
+  local hi = call('HGET', KEYS[c[2]], c[3]) or '0'
+  if hi ~= '0' then lo = add(hi .. '000000000', lo) end
+  befores[k] = lo
 end
 
 -- Duplicates. Where the server has HSETEX with FNX (Valkey 9, Redis 8: it sets a hash's fields
@@ -401,6 +520,33 @@ if #dups > 0 then
   return dups
 end
 
+-- Unmark every id of the batch (all new: marked by this script), undoing its only writes so far.
+local function unmark()
+  if not marked then return end
+  local at = 1
+  while at <= #ev do
+    local key, n = KEYS[ev[at]], ev[at + 1]
+    for s = 0, n - 1, CHUNK do
+      local ids = {}
+      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[at + 2 + 2 * j] end
+      call('HDEL', key, unpack(ids))
+    end
+    at = at + 2 + 2 * n
+  end
+end
+
+-- What the project's sums may still take (docs/exact-money.md): checked before any write
+-- (where HSETEX marked the ids, they are unmarked).
+local bound = call('HMGET', KEYS[1], 'bound_c', 'bound_q')
+bound[1], bound[2] = bound[1] or '0', bound[2] or '0'
+local function over(limit, current)  -- a negative limit: the batch alone is too much
+  return string.sub(limit, 1, 1) == '-' or lt(limit, current)
+end
+if over(p[16][2], bound[1]) or over(p[16][4], bound[2]) then
+  unmark()
+  return {5, bound[1], bound[2]}
+end
+
 if not marked then
   i = 1
   while i <= #ev do
@@ -411,14 +557,17 @@ if not marked then
     i = i + 2 + 2 * n
   end
 end
-apply_increments(inc)
+marked = true
+local failed = apply_increments(inc, p[15])
+if failed then
+  unmark()  -- nothing else may stay
+  return {6, failed}
+end
 
-for _, c in ipairs(p[8]) do
-  local key = KEYS[c[1]]
-  local before = call('HGET', key, c[2]) or '0'
-  call('HINCRBY', key, c[2], c[3])
-  local after = call('HGET', key, c[2])
-  for _, chk in ipairs(c[4]) do
+for k, c in ipairs(p[8]) do
+  local before = befores[k]
+  local after = add(before, c[4])
+  for _, chk in ipairs(c[5]) do
     local fire
     if chk[1] == 'c' then
       fire = lt(before, chk[2]) and not lt(after, chk[2])
@@ -457,6 +606,8 @@ call('HSETNX', KEYS[1], 'currency', p[4])
 call('HSETNX', KEYS[1], 'rate_card', p[5])
 call('HINCRBY', KEYS[1], 'accepted', n_events)
 call('HINCRBY', KEYS[1], 'pend_events', n_events)
+if p[16][1] ~= '0' then call('HINCRBY', KEYS[1], 'bound_c', p[16][1]) end
+if p[16][3] ~= '0' then call('HINCRBY', KEYS[1], 'bound_q', p[16][3]) end
 if p[6] ~= '0' then
   call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
@@ -488,8 +639,10 @@ return {0, entry}
 # entries were read (then nothing is written and the caller reads again). The cursor only moves
 # forward (a rebuild sets it to the last entry it counted), so no entry is ever folded twice.
 #   KEYS[1] meta, KEYS[2..] keys referenced by index
-#   ARGV[1] msgpack [cursor, new cursor, events, increments]: events as a string, increments
-#   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the cursor moved.
+#   ARGV[1] msgpack [cursor, new cursor, events, increments, high parts]: events as a string,
+#   increments and their high-limb parts as `apply_increments` takes them. Returns 1 when
+#   applied, 0 when the cursor moved, or the error of an increment that could not be made
+#   (then every write was undone and the cursor stays: nothing is ever applied twice).
 FOLD_LOG_LUA = (
     _APPLY_INCREMENTS_LUA
     + r"""
@@ -498,7 +651,8 @@ local p = cmsgpack.unpack(ARGV[1])
 if (call('HGET', KEYS[1], 'fold_cursor') or '') ~= p[1] then
   return 0
 end
-apply_increments(p[4])
+local failed = apply_increments(p[4], p[5])
+if failed then return redis.error_reply(failed) end
 call('HSET', KEYS[1], 'fold_cursor', p[2])
 if p[3] ~= '0' then  -- "-0" is not an integer to HINCRBY (entries of rows sum no events)
   call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
@@ -528,8 +682,8 @@ return {cursor, last_id, redis.call('LLEN', KEYS[3])}
 # (then nothing is written and the caller reads again). The sequence number only grows (a
 # rebuild that discards the list advances it too), so a stale fold never applies blobs twice.
 #   KEYS[1] meta, KEYS[2] pending, KEYS[3..] keys referenced by index
-#   ARGV[1] msgpack [head, count, events, increments]: head and events as strings, increments
-#   grouped by key as in INGEST_LUA. Returns 1 when applied, 0 when the head moved.
+#   ARGV[1] msgpack [head, count, events, increments, high parts]: head and events as strings,
+#   increments as in FOLD_LOG_LUA. Returns 1 when applied, 0 when the head moved.
 FOLD_LUA = (
     _APPLY_INCREMENTS_LUA
     + r"""
@@ -538,8 +692,8 @@ local p = cmsgpack.unpack(ARGV[1])
 if (call('HGET', KEYS[1], 'pend_head') or '0') ~= p[1] then
   return 0
 end
-local inc = p[4]
-apply_increments(inc)
+local failed = apply_increments(p[4], p[5])
+if failed then return redis.error_reply(failed) end
 call('LTRIM', KEYS[2], p[2], -1)
 call('HINCRBY', KEYS[1], 'pend_head', p[2])
 if p[3] ~= '0' then
@@ -572,18 +726,22 @@ return {head, redis.call('LLEN', KEYS[2]), out}
 
 # What a query needs to know before it reads the totals, read together: the events the
 # roll-ups hold, the events the totals hold (accepted less those pending a fold), the daily
-# index. KEYS[1] roll-up counter, KEYS[2] meta, KEYS[3] daily; ARGV[1] roll-up version
+# index. KEYS[1] roll-up counter, KEYS[2] meta, KEYS[3] daily, KEYS[4] its high limbs;
+# ARGV[1] roll-up version
 TOTALS_STATE_LUA = r"""
 local covered = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
 local counts = redis.call('HMGET', KEYS[2], 'accepted', 'pend_events')
-return {covered, counts[1] or '0', counts[2] or '0', redis.call('HGETALL', KEYS[3])}
+return {covered, counts[1] or '0', counts[2] or '0', redis.call('HGETALL', KEYS[3]),
+        redis.call('HGETALL', KEYS[4])}
 """
 
 # Set a new budget's counters from the log, if no batch was accepted since it was read, and
 # record the thresholds its spend already passed.
-#   KEYS[1] log, KEYS[2] bspend, KEYS[3] bday, KEYS[4] bfired, KEYS[5] alerts
-#   ARGV[1] last log entry id seen, ARGV[2] msgpack [spend pairs, day pairs, checks] where
-#   pairs are flat (field, value) and checks are [field, limit, alert id, alert JSON].
+#   KEYS[1] log, KEYS[2] bspend, KEYS[3] bday, KEYS[4] bfired, KEYS[5] alerts, KEYS[6] and
+#   KEYS[7] the high limbs of bspend and bday (service/storage/limbs.py)
+#   ARGV[1] last log entry id seen, ARGV[2] msgpack [spend triples, day triples, checks] where
+#   triples are flat (field, low limb, high limb) and checks are [spend (exact decimal text),
+#   limit, alert id, alert JSON].
 INIT_BUDGET_LUA = r"""
 local function lt(a, b)
   if #a ~= #b then return #a < #b end
@@ -596,10 +754,15 @@ if last_id ~= ARGV[1] then
   return 0
 end
 local p = cmsgpack.unpack(ARGV[2])
-for i = 1, #p[1], 2 do redis.call('HSET', KEYS[2], p[1][i], p[1][i + 1]) end
-for i = 1, #p[2], 2 do redis.call('HSET', KEYS[3], p[2][i], p[2][i + 1]) end
+for k = 1, 2 do
+  local t = p[k]
+  for i = 1, #t, 3 do
+    redis.call('HSET', KEYS[1 + k], t[i], t[i + 1])
+    if t[i + 2] ~= '0' then redis.call('HSET', KEYS[5 + k], t[i], t[i + 2]) end
+  end
+end
 for _, chk in ipairs(p[3]) do
-  local spent = redis.call('HGET', KEYS[2], chk[1]) or '0'
+  local spent = chk[1]
   if not lt(spent, chk[2]) and redis.call('HSETNX', KEYS[4], chk[3], spent) == 1 then
     redis.call('XADD', KEYS[5], '*', 'id', chk[3], 'a', chk[4], 's', spent)
   end
@@ -667,7 +830,8 @@ return version
 # Swap a rebuild's staging keys in, if no batch was accepted since the rebuild read the log.
 #   KEYS[1] log, KEYS[2] meta, KEYS[3] pending, then pairs (staging, live) for every key to
 #   replace, then live keys to drop.
-#   ARGV[1] last log entry id the rebuild saw ("" if the log was empty), ARGV[2] pair count
+#   ARGV[1] last log entry id the rebuild saw ("" if the log was empty), ARGV[2] pair count,
+#   ARGV[3] and ARGV[4] the bounds of the rebuilt totals (meta bound_c, bound_q)
 SWAP_REBUILD_LUA = r"""
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local last_id = ''
@@ -683,6 +847,7 @@ local queued = redis.call('LLEN', KEYS[3])
 redis.call('DEL', KEYS[3])
 redis.call('HINCRBY', KEYS[2], 'pend_head', queued)
 redis.call('HSET', KEYS[2], 'pend_events', 0)
+redis.call('HSET', KEYS[2], 'bound_c', ARGV[3], 'bound_q', ARGV[4])
 local pairs_n = tonumber(ARGV[2])
 for i = 1, pairs_n do
   redis.call('RENAME', KEYS[3 + 2 * i - 1], KEYS[3 + 2 * i])
@@ -808,7 +973,10 @@ class IngestPlan:
     # currency and attribution_tags (None: unset) and the rate card's revision (0: no check).
     expected_meta: Sequence[str | None] = ()
     rate_card_revision: int = 0
-    # The batch's cell sums for the totals, queued for a fold (b"": none), and their events.
+    # The batch's exact cost (nano) and quantity (micro): what it adds to the project's
+    # lifetime bounds (meta bound_c/bound_q; service/storage/limbs.py).
+    cost_nano: int = 0
+    quantity_micro: int = 0
 
 
 @dataclass(frozen=True)
@@ -832,10 +1000,40 @@ class BudgetCounter:
 @dataclass(frozen=True)
 class IngestOutcome:
     status: int  # 0 applied, 1 duplicates found, 2 tier counter moved, 3 budgets changed,
-    # 4 the project's settings or rate card changed since they were cached
+    # 4 the project's settings or rate card changed since they were cached, 5 the batch would
+    # take the project's sums past what they hold (`bounds`: meta bound_c, bound_q as they are)
     log_entry: str | None = None
     duplicate_positions: tuple[int, ...] = ()  # 0-based into event_ids
     budgets_rev: str = "0"  # with status 3: the current revision
+    bounds: tuple[int, int] = (0, 0)
+
+
+def _increment_args(
+    ref: Callable[[str], int], increments: Iterable[tuple[str, str, int]]
+) -> tuple[list[Any], list[Any]]:
+    """`apply_increments`'s (inc, his) for (key, field, delta) increments: grouped by key,
+    each key with its high limbs' key (0: none), the deltas split by `split_delta`."""
+    by_key: dict[str, list[Any]] = {}
+    his: list[Any] = []
+    for key, field, delta in increments:
+        flat = by_key.get(key)
+        if flat is None:
+            flat = by_key[key] = []
+        if 0 <= delta <= MAX_LO_DELTA:
+            flat += (field, str(delta))
+        elif not Keys.has_high(key):  # one limb (tier counters, event counts): whole
+            if not -(2**63) <= delta < 2**63:
+                raise ValueError(f"{key} {field}: {delta} leaves int64 and the key has no limbs")
+            flat += (field, str(delta))
+        else:
+            low, high = split_delta(delta)
+            flat += (field, str(low))
+            his += (ref(Keys.high(key)), field, str(high))
+    inc: list[Any] = []
+    for key, flat in by_key.items():
+        inc += (ref(key), ref(Keys.high(key)) if Keys.has_high(key) else 0, len(flat) // 2)
+        inc += flat
+    return inc, his
 
 
 def _fold_args(
@@ -845,19 +1043,16 @@ def _fold_args(
     (`head`: [head, count])."""
     keys = list(fixed_keys)
     key_index: dict[str, int] = {}
-    by_key: dict[int, list[Any]] = {}
-    for key, field, delta in increments:
+
+    def ref(key: str) -> int:
         i = key_index.get(key)
         if i is None:
             keys.append(key)
             i = key_index[key] = len(keys)
-            by_key[i] = []
-        by_key[i] += (field, str(delta))
-    flat: list[Any] = []
-    for i, pairs in by_key.items():
-        flat += (i, len(pairs) // 2)
-        flat += pairs
-    return keys, msgspec.msgpack.encode([*head, str(events), flat])
+        return i
+
+    inc, his = _increment_args(ref, increments)
+    return keys, msgspec.msgpack.encode([*head, str(events), inc, his])
 
 
 async def _encoded(
@@ -892,6 +1087,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _with_high(low: list[Any], high: list[Any]) -> list[Any]:
+    """HMGET replies of a key and of its high limbs, combined (service/storage/limbs.py)."""
+    if not any(h is not None for h in high):
+        return low
+    return [
+        lo if hi is None or lo is None else str(int(hi) * LIMB + int(lo)).encode()
+        for lo, hi in zip(low, high, strict=True)
+    ]
+
+
 def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
     status = int(reply[0])
     if status == 0:
@@ -904,6 +1109,10 @@ def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
         return IngestOutcome(3, budgets_rev=_text(reply[1]))
     if status == 4:
         return IngestOutcome(4)
+    if status == 5:
+        return IngestOutcome(5, bounds=(int(reply[1]), int(reply[2])))
+    if status == 6:
+        raise ResponseError(f"the batch's increments could not be made (all undone): {reply[1]!r}")
     return IngestOutcome(2)
 
 
@@ -1346,27 +1555,30 @@ class Store:
         tiers: list[Any] = []
         for month, sku, expected in plan.tier_checks:
             tiers += (ref(Keys.tier(p, month)), sku, str(expected))
-        by_key: dict[str, list[Any]] = {}
-        for key, field, delta in plan.increments:
-            flat_inc = by_key.get(key)
-            if flat_inc is None:
-                flat_inc = by_key[key] = []
-            flat_inc += (field, str(delta))
-        increments: list[Any] = []
-        for key, flat_inc in by_key.items():
-            increments += (ref(key), len(flat_inc) // 2)
-            increments += flat_inc
         card_key = 0
         if plan.rate_card_revision and card_in_script:
             card_key = ref(Keys.rate_card(plan.rate_card))
         counters: list[Any] = []
+        moved = list(plan.increments)
         for counter in plan.counters:
             key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
             checks = [
                 [c.mode, str(c.limit), ref(Keys.budget_fired(p)), c.alert_id, c.alert_json.decode()]
                 for c in counter.checks
             ]
-            counters.append([ref(key), counter.field, str(counter.delta), checks])
+            counters.append(
+                [ref(key), ref(Keys.high(key)), counter.field, str(counter.delta), checks]
+            )
+            moved.append((key, counter.field, counter.delta))
+        increments, his = _increment_args(ref, moved)
+        cost_units = bound_units(plan.cost_nano)
+        quantity_units = bound_units(plan.quantity_micro)
+        bounds = [
+            str(cost_units),
+            str(CAP_UNITS - cost_units),
+            str(quantity_units),
+            str(CAP_UNITS - quantity_units),
+        ]
         payload = msgspec.msgpack.encode(
             [
                 events,
@@ -1383,6 +1595,8 @@ class Store:
                 card_key,
                 plan.rate_card_revision,
                 1 if self._hsetex else 0,
+                his,
+                bounds,
             ]
         )
         return keys, [payload, plan.log_blob], order
@@ -1510,14 +1724,22 @@ class Store:
         self, project: str, spend_fields: Sequence[str], day_fields: Sequence[str]
     ) -> tuple[list[int], list[int]]:
         pipe = self.client.pipeline(transaction=False)
-        if spend_fields:
-            pipe.hmget(Keys.budget_spend(project), list(spend_fields))
-        if day_fields:
-            pipe.hmget(Keys.budget_daily(project), list(day_fields))
+        for key, fields in (
+            (Keys.budget_spend(project), spend_fields),
+            (Keys.budget_daily(project), day_fields),
+        ):
+            if fields:
+                pipe.hmget(key, list(fields))
+                pipe.hmget(Keys.high(key), list(fields))
         replies = await pipe.execute()
-        spend = [int(v or 0) for v in replies.pop(0)] if spend_fields else []
-        days = [int(v or 0) for v in replies.pop(0)] if day_fields else []
-        return spend, days
+        out: list[list[int]] = []
+        for fields in (spend_fields, day_fields):
+            if fields:
+                low, high = replies.pop(0), replies.pop(0)
+                out.append([int(v or 0) for v in _with_high(low, high)])
+            else:
+                out.append([])
+        return out[0], out[1]
 
     async def fired_alerts(self, project: str) -> dict[str, int]:
         raw = await self.client.hgetall(Keys.budget_fired(project))
@@ -1531,11 +1753,17 @@ class Store:
         days: dict[str, int],
         checks: Sequence[tuple[str, int, str, bytes]],
     ) -> bool:
+        def triples(values: dict[str, int]) -> list[str]:
+            return [x for f, v in values.items() for x in (f, *map(str, split_value(v)))]
+
         payload = msgspec.msgpack.encode(
             [
-                [x for f, v in spend.items() for x in (f, str(v))],
-                [x for f, v in days.items() for x in (f, str(v))],
-                [[f, str(limit), alert_id, body.decode()] for f, limit, alert_id, body in checks],
+                triples(spend),
+                triples(days),
+                [
+                    [str(spend.get(f, 0)), str(limit), alert_id, body.decode()]
+                    for f, limit, alert_id, body in checks
+                ],
             ]
         )
         keys = [
@@ -1544,6 +1772,8 @@ class Store:
             Keys.budget_daily(project),
             Keys.budget_fired(project),
             Keys.alerts(project),
+            Keys.high(Keys.budget_spend(project)),
+            Keys.high(Keys.budget_daily(project)),
         ]
         return bool(await self._init_budget(keys=keys, args=[last_seen_entry, payload]))
 
@@ -1634,21 +1864,27 @@ class Store:
 
     # --- totals -------------------------------------------------------------------------
 
+    async def _hashes(self, keys: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """HGETALL of each key, the high limbs of its sums folded in (service/storage/limbs.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+            pipe.hgetall(Keys.high(key))
+        replies = await pipe.execute()
+        return [
+            combined_fields(replies[i], replies[i + 1]) if replies[i + 1] else replies[i]
+            for i in range(0, len(replies), 2)
+        ]
+
     async def daily_costs(self, project: str) -> dict[str, int]:
-        raw = await self.client.hgetall(Keys.daily(project))
+        (raw,) = await self._hashes([Keys.daily(project)])
         return {_text(k): int(v) for k, v in raw.items()}
 
     async def hour_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
-        pipe = self.client.pipeline(transaction=False)
-        for day in days:
-            pipe.hgetall(Keys.hourly(project, day))
-        return cast(list[dict[bytes, bytes]], await pipe.execute())
+        return await self._hashes([Keys.hourly(project, day) for day in days])
 
     async def day_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
-        pipe = self.client.pipeline(transaction=False)
-        for day in days:
-            pipe.hgetall(Keys.totals(project, day))
-        return cast(list[dict[bytes, bytes]], await pipe.execute())
+        return await self._hashes([Keys.totals(project, day) for day in days])
 
     async def totals_state(
         self, project: str, rollup_field: str
@@ -1658,11 +1894,16 @@ class Store:
         `accepted` counts the events the totals hold: accepted, less those still pending a fold.
         Read in one script, so a fold or a batch landing meanwhile cannot make them differ.
         """
-        covered, accepted, pending, flat = await self._totals_state(
-            keys=[Keys.rollup_count(project), Keys.meta(project), Keys.daily(project)],
+        daily_key = Keys.daily(project)
+        covered, accepted, pending, flat, high = await self._totals_state(
+            keys=[Keys.rollup_count(project), Keys.meta(project), daily_key, Keys.high(daily_key)],
             args=[rollup_field],
         )
         daily = {_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        for i in range(0, len(high), 2):
+            day = _text(high[i])
+            if day in daily:
+                daily[day] += int(high[i + 1]) * LIMB
         return daily, int(accepted) - int(pending), int(covered)
 
     def _totals_key(self, project: str, source: str, period: str) -> str:
@@ -1678,20 +1919,23 @@ class Store:
         (``c|``, ``q|``, ``n|``): HSCAN with MATCH, one call per hash as a rule; should a scan
         take several calls, a field returned twice is taken once."""
         keys = [self._totals_key(project, source, p) for p in periods]
-        pipe = self.client.pipeline(transaction=False)
         if kinds == "cqn":
-            for key in keys:
-                pipe.hgetall(key)
-            return cast(list[dict[bytes, bytes]], await pipe.execute())
+            return await self._hashes(keys)
+        pipe = self.client.pipeline(transaction=False)
         match = f"[{kinds}]|*"
         for key in keys:
             pipe.hscan(key, 0, match=match, count=1_000_000)
+        for key in keys:
+            pipe.hgetall(Keys.high(key))
+        replies = await pipe.execute()
         out: list[dict[bytes, bytes]] = []
-        for key, (cursor, fields) in zip(keys, await pipe.execute(), strict=True):
+        scans, highs = replies[: len(keys)], replies[len(keys) :]
+        for key, (cursor, fields), high in zip(keys, scans, highs, strict=True):
             while int(cursor):
                 cursor, more = await self.client.hscan(key, cursor, match=match, count=1_000_000)
                 fields.update(more)
-            out.append(cast(dict[bytes, bytes], fields))
+            fields = cast(dict[bytes, bytes], fields)
+            out.append(combined_fields(fields, high) if high else fields)
         return out
 
     async def totals_fields(
@@ -1700,8 +1944,11 @@ class Store:
         """HMGET of the given fields, per (period, fields) of `source` (as `totals_hashes`)."""
         pipe = self.client.pipeline(transaction=False)
         for period, fields in reads:
-            pipe.hmget(self._totals_key(project, source, period), list(fields))
-        return cast(list[list[bytes | None]], await pipe.execute())
+            key = self._totals_key(project, source, period)
+            pipe.hmget(key, list(fields))
+            pipe.hmget(Keys.high(key), list(fields))
+        replies = await pipe.execute()
+        return [_with_high(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
 
     # --- log and rebuild ----------------------------------------------------------------
 
@@ -1744,13 +1991,21 @@ class Store:
         )
 
     async def swap_rebuild(
-        self, project: str, last_seen_entry: str, replace: Sequence[str], drop: Sequence[str]
+        self,
+        project: str,
+        last_seen_entry: str,
+        replace: Sequence[str],
+        drop: Sequence[str],
+        bounds: tuple[int, int] = (0, 0),
     ) -> bool:
+        """Swap the staging keys in; `bounds` become meta bound_c and bound_q (the lifetime
+        cost and quantity of the rebuilt totals in LIMBs, rounded up)."""
         keys = [Keys.log(project), Keys.meta(project), Keys.pending(project)]
         for live in replace:
             keys += [Keys.staging(project, live), live]
         keys += list(drop)
-        done = await self._swap(keys=keys, args=[last_seen_entry, len(replace)])
+        args: list[str | int] = [last_seen_entry, len(replace), str(bounds[0]), str(bounds[1])]
+        done = await self._swap(keys=keys, args=args)
         if not done:
             with contextlib.suppress(Exception):
                 await self.client.delete(*[Keys.staging(project, k) for k in replace])
