@@ -668,3 +668,71 @@ cdef object _scan(
     return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
 
 
+
+
+cdef inline bint _json_space(unsigned char c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+def json_array_length(const unsigned char[::1] body, Py_ssize_t limit):
+    """Compiled `costcore.columns.json_array_length_reference` (same contract)."""
+    cdef Py_ssize_t n = body.shape[0], i = 0, depth = 1, count = 0
+    cdef bint in_item = False, in_string = False
+    cdef unsigned char c
+    with nogil:
+        while i < n and _json_space(body[i]):
+            i += 1
+        if i == n or body[i] != 91:  # not "["
+            count = -1
+        else:
+            i += 1
+            while i < n:
+                c = body[i]
+                if in_string:
+                    if c == 92:  # backslash: the next byte is escaped
+                        i += 1
+                    elif c == 34:
+                        in_string = False
+                elif c == 34:
+                    in_string = True
+                    if depth == 1 and not in_item:
+                        in_item = True
+                        count += 1
+                elif c == 91 or c == 123:  # "[" "{"
+                    if depth == 1 and not in_item:
+                        in_item = True
+                        count += 1
+                    depth += 1
+                elif c == 93 or c == 125:  # "]" "}"
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif depth == 1:
+                    if c == 44:  # ","
+                        in_item = False
+                    elif not in_item and not _json_space(c):
+                        in_item = True
+                        count += 1
+                if count > limit:
+                    break
+                i += 1
+    return count
+
+
+def text_line_count(const unsigned char[::1] body, Py_ssize_t limit):
+    """Compiled `costcore.columns.text_line_count_reference` (same contract)."""
+    cdef Py_ssize_t n = body.shape[0], i = 0, count = 0
+    cdef bint blank = True
+    cdef unsigned char c
+    with nogil:
+        while i < n:
+            c = body[i]
+            if c == 10:
+                blank = True
+            elif blank and not (c == 32 or (9 <= c <= 13)):
+                blank = False
+                count += 1
+                if count > limit:
+                    break
+            i += 1
+    return count

@@ -1529,18 +1529,28 @@ class Store:
         return {_text(k): _bytes(v) for k, v in raw.items()}
 
     # --- dead letters -------------------------------------------------------------------
+    # PUT_REJECTED_LUA (defined after the class) stores them and trims the oldest.
 
-    async def put_rejected(self, project: str, records: Iterable[tuple[str, bytes, int]]) -> None:
-        """Store rejected events: (event id, JSON record, rejection time in ms)."""
-        pipe = self.client.pipeline(transaction=True)
-        any_record = False
-        for event_id, record, when_ms in records:
-            pipe.hset(Keys.rejected(project), event_id, record)
-            pipe.zadd(Keys.rejected_index(project), {event_id: when_ms})
-            any_record = True
-        if any_record:
-            await pipe.execute()
-            await self.add_project(project)
+    async def put_rejected(
+        self, project: str, records: Sequence[tuple[str, bytes, int]], limit: int = 10_000
+    ) -> int:
+        """Store rejected events: (event id, JSON record, rejection time in ms), keeping at most
+        `limit` of the project's (the oldest dropped). Returns how many were dropped, the
+        records beyond the limit in `records` itself included (the newest are the last)."""
+        if not records:
+            return 0
+        limit = max(limit, 1)
+        dropped = max(len(records) - limit, 0)
+        kept = records[dropped:]
+        script = self.client.register_script(PUT_REJECTED_LUA)
+        keys = [Keys.rejected(project), Keys.rejected_index(project)]
+        for start in range(0, len(kept), 500):
+            args: list[str | bytes | int] = [limit]
+            for event_id, record, when_ms in kept[start : start + 500]:
+                args += [event_id, record, when_ms]
+            dropped += int(await script(keys=keys, args=args))
+        await self.add_project(project)
+        return dropped
 
     async def rejected_page(self, project: str, offset: int, limit: int) -> tuple[list[bytes], int]:
         total = int(await self.client.zcard(Keys.rejected_index(project)))
@@ -1839,3 +1849,27 @@ class Store:
             Keys.delivery_dead(project),
         ]
         return [_text(i) for i in await self._redeliver(keys=keys, args=args)]
+
+
+# Store dead letters and keep at most ARGV[1] of the project's, dropping the oldest (by
+# rejection time). KEYS[1] rej, KEYS[2] rejidx; ARGV[2..] (id, record, time ms) triples.
+# Returns the number dropped.
+PUT_REJECTED_LUA = r"""
+local call = redis.call
+local limit = tonumber(ARGV[1])
+for i = 2, #ARGV, 3 do
+  call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i])
+end
+local excess = call('ZCARD', KEYS[2]) - limit
+local dropped = 0
+while excess > 0 do
+  local n = math.min(excess, 1000)
+  local ids = call('ZRANGE', KEYS[2], 0, n - 1)
+  call('HDEL', KEYS[1], unpack(ids))
+  call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1)
+  excess = excess - n
+  dropped = dropped + n
+end
+return dropped
+"""
