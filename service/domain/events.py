@@ -336,6 +336,23 @@ def _msgpack_array_length(body: bytes) -> int:
     return -1
 
 
+# The fewest bytes one event of a batch takes: `{"id":"","time":"","project":"","sku":"a",
+# "quantity":0}` and a comma in JSON (msgpack: 36). A JSON body no longer than this times
+# the event limit cannot hold too many events, and is decoded without counting them first.
+MIN_JSON_EVENT_BYTES = 56
+
+
+def may_exceed(body: bytes, media_type: str, limit: int) -> bool:
+    """Whether a body for `decode_wire_batch` may hold more than `limit` events: its size
+    says no for the usual batch (so it is not scanned), else it is counted (`count_events`).
+    A msgpack array states its length; NDJSON and CloudEvents are not read there."""
+    if media_type == MSGPACK:
+        return _msgpack_array_length(body) > limit
+    if media_type != JSON or len(body) <= MIN_JSON_EVENT_BYTES * limit:
+        return False
+    return count_events(body, media_type, limit) > limit
+
+
 def count_events(body: bytes, media_type: str, limit: int) -> int:
     """The number of events of a body, counted without decoding any (and no further than
     `limit + 1`): the items of a JSON or CloudEvents array (a structural scan in C), the
@@ -345,7 +362,7 @@ def count_events(body: bytes, media_type: str, limit: int) -> int:
     if media_type == NDJSON:
         return int(text_line_count(body, limit))
     if media_type == MSGPACK:
-        n = _msgpack_array_length(body)
+        n = min(_msgpack_array_length(body), limit + 1)
     elif media_type == CLOUDEVENT:
         n = -1
     else:

@@ -36,6 +36,7 @@ from service.domain.events import (
     UnsupportedContentType,
     decode_events,
     decode_wire_batch,
+    may_exceed,
     media_type_of,
 )
 from service.domain.ingest import ForbiddenProject, IngestConflict, IngestReport, RejectedEvent
@@ -284,6 +285,8 @@ class EventsController(Controller):
         # The usual batch first: read without a datetime or Decimal per event, or None (then
         # read and checked exactly below, with every rejection's reason).
         limit = services.settings.max_batch_events
+        if may_exceed(body, media, limit):  # before any event is decoded
+            raise _too_many(limit)
         events = decode_wire_batch(body, media)
         if events is not None:
             if len(events) > limit:
