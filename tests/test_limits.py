@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 SPEC = json.loads((REPO / "openapi" / "openapi.json").read_text())
 BODY_LIMIT = 4 * 1024 * 1024  # TRAINLEDGER_MAX_BODY_BYTES of the server under test (ingest)
 JSON_LIMIT = 1024 * 1024  # TRAINLEDGER_MAX_JSON_BODY_BYTES (every other route; the default)
+EVENT_LIMIT = 50_000  # TRAINLEDGER_MAX_BATCH_EVENTS (the default)
 NESTING = 100_000
 # How many times its idle median a /healthz probe may wait while an attack is in flight. The
 # largest work a refused body may still cost is Litestar's decoding of a JSON body at the
@@ -99,6 +100,15 @@ def attacks(media_type: str) -> Iterator[tuple[str, bytes]]:
     """(name, body) of each attack in this content type; the bodies as large as allowed are
     made for both limits (the route's limit is not in the spec)."""
     yield from _attacks(media_type, JSON_LIMIT)
+    # As many items as a batch may hold (each a rejection with its reason, on the ingest
+    # route): the most work a body within every limit asks for.
+    if "msgpack" in media_type:
+        at_limit = b"\xdd" + EVENT_LIMIT.to_bytes(4, "big") + b"\x80" * EVENT_LIMIT
+    elif "ndjson" in media_type:
+        at_limit = b"{}\n" * EVENT_LIMIT
+    else:
+        at_limit = b"[" + b",".join([b"{}"] * EVENT_LIMIT) + b"]"
+    yield "array of empty objects at the event limit", at_limit
     for name, body in _attacks(media_type, BODY_LIMIT):
         if name in ("over the size limit", "huge array of empty objects"):
             yield f"{name} (ingest limit)", body
@@ -198,6 +208,7 @@ def served(embedded_valkey: str, tmp_path: Path) -> Iterator[tuple[str, str, int
         TRAINLEDGER_DATA_DIR=str(tmp_path),
         TRAINLEDGER_MAX_BODY_BYTES=str(BODY_LIMIT),
         TRAINLEDGER_MAX_JSON_BODY_BYTES=str(JSON_LIMIT),
+        TRAINLEDGER_MAX_BATCH_EVENTS=str(EVENT_LIMIT),
         TRAINLEDGER_RATE_LIMIT_PER_SECOND="0",
     )
     log = tmp_path / "serve.log"

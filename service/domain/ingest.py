@@ -89,6 +89,8 @@ class IngestReport(msgspec.Struct):
 # (it cannot be replayed, its sender must post it again). Reasons are cut to a bound too.
 DEAD_LETTER_EVENT_BYTES = 8192
 MAX_REASON_CHARS = 512
+# `ingest` (the exact path, not `ingest_wire`) checks larger bodies in a worker thread.
+CHECK_IN_THREAD_EVENTS = 2_000
 # Dead letters kept per project by default (the oldest dropped, counted in /metrics).
 DEFAULT_DEAD_LETTER_LIMIT = 10_000
 
@@ -519,7 +521,14 @@ class Ingestor:
                 if project is not None and not principal.can_access(project):
                     raise ForbiddenProject(project, item.index)
         rejections = _Rejections(datetime.now(UTC), batch)
-        batches, duplicates = self._columns(items, rejections.now, rejections.reject)
+        if len(items) > CHECK_IN_THREAD_EVENTS:
+            # The exact checks of a large body (each rejection with its message and dead
+            # letter) in a thread: the loop goes on answering meanwhile.
+            batches, duplicates = await asyncio.to_thread(
+                self._columns, items, rejections.now, rejections.reject
+            )
+        else:
+            batches, duplicates = self._columns(items, rejections.now, rejections.reject)
         by_index: dict[int, DecodedItem] = {}
 
         def item_at(index: int) -> DecodedItem:

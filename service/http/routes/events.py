@@ -34,12 +34,19 @@ from service.domain.events import (
     MalformedBody,
     TooManyEvents,
     UnsupportedContentType,
+    count_events,
     decode_events,
     decode_wire_batch,
     may_exceed,
     media_type_of,
 )
-from service.domain.ingest import ForbiddenProject, IngestConflict, IngestReport, RejectedEvent
+from service.domain.ingest import (
+    CHECK_IN_THREAD_EVENTS,
+    ForbiddenProject,
+    IngestConflict,
+    IngestReport,
+    RejectedEvent,
+)
 from service.http.bodies import read_body
 from service.http.deps import Services
 from service.http.problems import invalid, problem
@@ -206,7 +213,7 @@ async def run_ingest(
 ) -> Response[Any]:
     report = await _ingesting(services.ingestor.ingest(items, principal, batch))
     assert report is not None
-    return _reported(report)
+    return await _reported(report)
 
 
 async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | None:
@@ -231,7 +238,13 @@ async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | Non
         ) from exc
 
 
-def _reported(report: IngestReport) -> Response[Any]:
+async def _reported(report: IngestReport) -> Response[Any]:
+    if len(report.rejected) > CHECK_IN_THREAD_EVENTS:  # counted and answered in a thread
+        return await anyio.to_thread.run_sync(_reported_now, report)
+    return _reported_now(report)
+
+
+def _reported_now(report: IngestReport) -> Response[Any]:
     count_ingest(report.accepted, report.duplicates, (r.field for r in report.rejected))
     return _answer(report)
 
@@ -293,11 +306,14 @@ class EventsController(Controller):
                 raise _too_many(limit)
             report = await _ingesting(services.ingestor.ingest_wire(events, request.user))
             if report is not None:
-                return _reported(report)
+                return await _reported(report)
         try:
             # Counted before any item is decoded (`TooManyEvents`); a large body is read in a
             # thread, so the loop goes on answering meanwhile (this path decodes item by item).
-            if len(body) > SLOW_DECODE_IN_THREAD_BYTES:
+            if (
+                len(body) > SLOW_DECODE_IN_THREAD_BYTES
+                or count_events(body, media, limit) > CHECK_IN_THREAD_EVENTS
+            ):
                 items, batch = await anyio.to_thread.run_sync(decode_events, body, media, limit)
             else:
                 items, batch = decode_events(body, media, limit)
@@ -363,7 +379,7 @@ class EventsController(Controller):
         assert report is not None
         if excerpts:
             report.rejected = sorted(report.rejected + excerpts, key=lambda r: r.index)
-        return _reported(report)
+        return await _reported(report)
 
     @delete(
         "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
