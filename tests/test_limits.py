@@ -49,8 +49,9 @@ EVENT_LIMIT = 50_000  # TRAINLEDGER_MAX_BATCH_EVENTS (the default)
 NESTING = 100_000
 # How many times its idle median a /healthz probe may wait while an attack is in flight. The
 # largest work a refused body may still cost is Litestar's decoding of a JSON body at the
-# 1 MiB limit (~40 ms on an idle machine, ~150 ms on a loaded one: 40-150x); the work this
-# guards against was ~10,000x (a 4 MiB array of `{}` held the loop for seconds).
+# 1 MiB limit (150 ms measured on a loaded 2-core machine, 40-150x its probe), and the
+# exact path's report of a batch at the event limit (~100x); the work this guards against
+# was 500-10,000x (a 4 MiB array of `{}` held the loop for seconds).
 STALL_RATIO = 300
 
 pytestmark = pytest.mark.slow
