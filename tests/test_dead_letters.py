@@ -130,3 +130,29 @@ async def test_a_project_keeps_at_most_its_limit_of_dead_letters_oldest_dropped(
     held = redis.hlen(Keys.rejected("llm")), redis.zcard(Keys.rejected_index("llm"))
     redis.close()
     assert held == (5, 5)  # the records and their index, both trimmed
+
+
+async def test_the_listing_cursor_keeps_its_place_when_the_oldest_are_dropped(
+    capped: Api,
+) -> None:
+    await put_card(capped)
+    for i in range(4):
+        await post(capped, [event(f"old-{i}", "1", sku="no.such.sku")])
+    async with capped.client() as c:
+        first = (await c.get("/v1/events/rejected", params={"project": "llm", "limit": 2})).json()
+        assert [i["id"] for i in first["items"]] == ["old-0", "old-1"]
+        for name in ("new-a", "new-b"):  # 6 > 5: old-0 is dropped
+            await post(capped, [event(name, "1", sku="no.such.sku")])
+        by_offset = await c.get(
+            "/v1/events/rejected",
+            params={"project": "llm", "limit": 2, "offset": first["next_offset"]},
+        )
+        by_cursor = await c.get(
+            "/v1/events/rejected",
+            params={"project": "llm", "limit": 2, "after": first["next_cursor"]},
+        )
+    # The offset moved with the drop and skips old-2; the cursor does not.
+    assert [i["id"] for i in by_offset.json()["items"]] == ["old-3", "new-a"]
+    page = by_cursor.json()
+    assert [i["id"] for i in page["items"]] == ["old-2", "old-3"]
+    assert page["total"] == 5 and page["next_cursor"] is not None

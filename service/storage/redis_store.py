@@ -69,6 +69,7 @@ served by one master. An acknowledged ingest write has reached ``wait_replicas``
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import socket
 import time
@@ -1559,6 +1560,32 @@ class Store:
             return [], total
         records = await self.client.hmget(Keys.rejected(project), [_bytes(i) for i in ids])
         return [_bytes(r) for r in records if r is not None], total
+
+    async def rejected_listing(
+        self, project: str, offset: int, limit: int, after: tuple[int, str] | None = None
+    ) -> tuple[list[bytes], int, int, tuple[int, str] | None]:
+        """A page of dead letters, oldest first: from `offset`, or just after the entry
+        `after` (rejection time in ms, id), which holds its place when older ones are dropped
+        meanwhile (gone itself, the page starts where it was). Returns (records, total, the
+        page's position, the (time, id) cursor of its last entry)."""
+        index = Keys.rejected_index(project)
+        if after is not None:
+            when_ms, event_id = after
+            older = int(await self.client.zcount(index, "-inf", f"({when_ms}"))
+            same = [_text(i) for i in await self.client.zrangebyscore(index, when_ms, when_ms)]
+            offset = older + bisect.bisect_right(same, event_id)
+        total = int(await self.client.zcard(index))
+        entries = cast(
+            list[tuple[Any, float]],
+            await self.client.zrange(index, offset, offset + limit - 1, withscores=True),
+        )
+        if not entries:
+            return [], total, offset, None
+        ids = [_bytes(i) for i, _ in entries]
+        records = await self.client.hmget(Keys.rejected(project), ids)
+        last = entries[-1]
+        cursor = (int(last[1]), _text(last[0]))
+        return [_bytes(r) for r in records if r is not None], total, offset, cursor
 
     async def rejected_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
         if not ids:

@@ -98,6 +98,9 @@ class RejectedPage(msgspec.Struct):
     limit: int
     total: int
     next_offset: int | None
+    # `after` for the next page: unlike `next_offset`, it keeps its place when the oldest
+    # dead letters are dropped meanwhile (the project's limit).
+    next_cursor: str | None = None
 
 
 class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -332,11 +335,33 @@ class EventsController(Controller):
         services: NamedDependency[Services],
         offset: Annotated[int, QueryParameter(ge=0)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        after: Annotated[
+            str | None,
+            QueryParameter(
+                pattern=r"^[0-9]{1,16}:.{1,200}$",
+                description="a page's `next_cursor`: the page after it (instead of `offset`)",
+            ),
+        ] = None,
     ) -> RejectedPage:
-        raws, total = await services.store.rejected_page(project, offset, limit)
+        cursor = None
+        if after is not None:
+            when_ms, _, event_id = after.partition(":")
+            cursor = (int(when_ms), event_id)
+        raws, total, offset, last = await services.store.rejected_listing(
+            project, offset, limit, cursor
+        )
         items = [_record_decoder.decode(r) for r in raws]
         end = offset + limit
-        return RejectedPage(project, items, offset, limit, total, end if end < total else None)
+        more = end < total
+        return RejectedPage(
+            project,
+            items,
+            offset,
+            limit,
+            total,
+            end if more else None,
+            f"{last[0]}:{last[1]}" if more and last is not None else None,
+        )
 
     @post(
         "/rejected/replay",
