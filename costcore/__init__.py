@@ -19,6 +19,7 @@ from costcore.columns import (
     dictionary_encode_reference,
     group_coded_reference,
     group_positions_reference,
+    json_array_length_reference,
     pair_codes_reference,
     parse_time_reference,
     rate_rows_reference,
@@ -26,6 +27,7 @@ from costcore.columns import (
     scan_events_reference,
     scan_wire_events_reference,
     take_reference,
+    text_line_count_reference,
 )
 from costcore.money import (
     INT64_MAX,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
         dictionary_encode,
         group_coded,
         group_positions,
+        json_array_length,
         pair_codes,
         parse_time,
         rate_rows,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
         scan_events,
         scan_wire_events,
         take,
+        text_line_count,
     )
     from costcore._kernel import price_batch
 
@@ -83,6 +87,8 @@ __all__ = [
     "group_coded_reference",
     "group_positions",
     "group_positions_reference",
+    "json_array_length",
+    "json_array_length_reference",
     "kernel_build_info",
     "pair_codes",
     "pair_codes_reference",
@@ -103,6 +109,8 @@ __all__ = [
     "scan_wire_events_reference",
     "take",
     "take_reference",
+    "text_line_count",
+    "text_line_count_reference",
 ]
 
 
@@ -143,6 +151,7 @@ _COLUMNS = (
     "dictionary_encode",
     "group_coded",
     "group_positions",
+    "json_array_length",
     "pair_codes",
     "parse_time",
     "rate_rows",
@@ -150,6 +159,7 @@ _COLUMNS = (
     "scan_events",
     "scan_wire_events",
     "take",
+    "text_line_count",
 )
 
 

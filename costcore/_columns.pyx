@@ -21,6 +21,7 @@ from cpython.datetime cimport (
     timedelta_seconds,
 )
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memchr
 
 from costcore.columns import CodedGroups, ScanResult
 
@@ -687,3 +688,91 @@ cdef object _scan(
     return ScanResult(status, epoch_arr, day_arr, quantity_arr, shard_arr, passed)
 
 
+
+
+cdef inline bint _json_space(unsigned char c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+def json_array_length(const unsigned char[::1] body, Py_ssize_t limit):
+    """Compiled `costcore.columns.json_array_length_reference` (same contract). A string is
+    crossed with `memchr` to its next quote (escaped when an odd run of backslashes precedes
+    it): most of an event's bytes are in strings."""
+    cdef Py_ssize_t n = body.shape[0], i = 0, depth = 1, count = 0, b
+    cdef bint in_item = False
+    cdef unsigned char c
+    cdef const unsigned char* base
+    cdef const unsigned char* found
+    if n == 0:
+        return -1
+    base = &body[0]
+    with nogil:
+        while i < n and _json_space(base[i]):
+            i += 1
+        if i == n or base[i] != 91:  # not "["
+            count = -1
+        else:
+            i += 1
+            while i < n:
+                c = base[i]
+                if c == 34:  # a string: to its closing quote
+                    if depth == 1 and not in_item:
+                        in_item = True
+                        count += 1
+                        if count > limit:
+                            break
+                    b = i
+                    while True:
+                        found = <const unsigned char*>memchr(base + b + 1, 34, n - b - 1)
+                        if found == NULL:
+                            i = n
+                            break
+                        b = found - base
+                        i = b - 1
+                        while base[i] == 92:
+                            i -= 1
+                        if (b - 1 - i) % 2 == 0:  # not escaped
+                            i = b
+                            break
+                    if i >= n:
+                        break
+                elif c == 91 or c == 123:  # "[" "{"
+                    if depth == 1 and not in_item:
+                        in_item = True
+                        count += 1
+                        if count > limit:
+                            break
+                    depth += 1
+                elif c == 93 or c == 125:  # "]" "}"
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif depth == 1:
+                    if c == 44:  # ","
+                        in_item = False
+                    elif not in_item and not _json_space(c):
+                        in_item = True
+                        count += 1
+                        if count > limit:
+                            break
+                i += 1
+    return count
+
+
+def text_line_count(const unsigned char[::1] body, Py_ssize_t limit):
+    """Compiled `costcore.columns.text_line_count_reference` (same contract)."""
+    cdef Py_ssize_t n = body.shape[0], i = 0, count = 0
+    cdef bint blank = True
+    cdef unsigned char c
+    with nogil:
+        while i < n:
+            c = body[i]
+            if c == 10:
+                blank = True
+            elif blank and not (c == 32 or (9 <= c <= 13)):
+                blank = False
+                count += 1
+                if count > limit:
+                    break
+            i += 1
+    return count

@@ -353,3 +353,64 @@ def take_reference(values: Sequence[Any], positions: Sequence[int]) -> list[Any]
             raise IndexError(f"position {p} is outside a sequence of {len(values)}")
         out.append(values[p])
     return out
+
+
+_JSON_SPACE = b" \t\n\r"
+
+
+def json_array_length_reference(body: bytes, limit: int) -> int:
+    """The number of items of the JSON array `body` is, counted without decoding them, and
+    no further than `limit + 1`; -1 when the body (after leading whitespace) does not start
+    with "[". Only the structure is read (strings, escapes, nesting): a body that is not
+    valid JSON gets a count of what it holds up to where the count stopped, which the decoder
+    that reads it afterwards refuses anyway. Used to refuse an oversized batch before any of
+    its items is decoded (service/domain/events.py)."""
+    i, n = 0, len(body)
+    while i < n and body[i] in _JSON_SPACE:
+        i += 1
+    if i == n or body[i] != 0x5B:
+        return -1
+    i += 1
+    depth, count, in_item, in_string = 1, 0, False, False
+    while i < n:
+        c = body[i]
+        if in_string:
+            if c == 0x5C:
+                i += 1
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22 or c in b"[{":
+            if depth == 1 and not in_item:
+                in_item = True
+                count += 1
+            if c == 0x22:
+                in_string = True
+            else:
+                depth += 1
+        elif c in b"]}":
+            depth -= 1
+            if depth == 0:
+                break
+        elif depth == 1:
+            if c == 0x2C:
+                in_item = False
+            elif not in_item and c not in _JSON_SPACE:
+                in_item = True
+                count += 1
+        if count > limit:
+            break
+        i += 1
+    return count
+
+
+def text_line_count_reference(body: bytes, limit: int) -> int:
+    """The number of lines of `body` that are not blank (hold a byte other than ASCII
+    whitespace, as `bytes.strip` reads it), counted no further than `limit + 1`: the events
+    of an NDJSON body, counted before any line is split off or decoded."""
+    count = 0
+    for line in body.split(b"\n"):
+        if line.strip():
+            count += 1
+            if count > limit:
+                break
+    return count

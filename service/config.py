@@ -46,6 +46,10 @@ class Settings:
     log_retention_days: int = 0
     max_batch_events: int = 50_000
     max_body_bytes: int = 64 * 1024 * 1024
+    # The body limit of every other route (JSON bodies of settings, rate cards, plans...).
+    max_json_body_bytes: int = 1024 * 1024
+    # Rejected events (dead letters) kept per project; past it the oldest are dropped.
+    dead_letter_limit: int = 10_000
     # Seconds a resolved bearer token is cached per worker (revocation delay).
     token_cache_seconds: float = 2.0
     # "everysec" (default) or "always" for the embedded Valkey's append-only file.
@@ -79,6 +83,8 @@ class Settings:
             log_retention_days=_int_env("TRAINLEDGER_LOG_RETENTION_DAYS", 0),
             max_batch_events=_int_env("TRAINLEDGER_MAX_BATCH_EVENTS", 50_000),
             max_body_bytes=_int_env("TRAINLEDGER_MAX_BODY_BYTES", 64 * 1024 * 1024),
+            max_json_body_bytes=_int_env("TRAINLEDGER_MAX_JSON_BODY_BYTES", 1024 * 1024),
+            dead_letter_limit=_int_env("TRAINLEDGER_DEAD_LETTER_LIMIT", 10_000),
             appendfsync=fsync,
             public_url=os.environ.get("TRAINLEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
             rate_limit_per_second=_int_env("TRAINLEDGER_RATE_LIMIT_PER_SECOND", 1000),

@@ -33,6 +33,11 @@ EVENTS_REJECTED = Counter(
     "Usage events rejected, by the field at fault (`body` when the item could not be decoded)",
     ["reason"],
 )
+DEAD_LETTERS_DROPPED = Counter(
+    "trainledger_dead_letters_dropped",
+    "Stored rejected events (dead letters) dropped, oldest first, to keep each project's "
+    "within its limit (TRAINLEDGER_DEAD_LETTER_LIMIT)",
+)
 ALERTS_FIRED = Counter(
     "trainledger_alerts_fired", "Budget alerts taken from the alert streams for delivery", ["kind"]
 )

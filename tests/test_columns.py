@@ -15,7 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costcore import ScanResult, scan_events_reference
+from costcore import (
+    ScanResult,
+    json_array_length,
+    json_array_length_reference,
+    scan_events_reference,
+    text_line_count,
+    text_line_count_reference,
+)
 from costcore.columns import id_ok
 from service.domain.events import EVENT_ID_PATTERN, EventIn
 
@@ -570,3 +577,48 @@ def test_compiled_scan_wire_equals_the_reference(batch: list[Any], shards: int) 
         if want.status[i] == 0:
             assert want.epoch_us[i] == parse_time_reference(ev.time)
             assert want.quantity_micro[i] == WIRE_QUANTITIES[ev.quantity]
+
+
+# Any JSON value, and bodies that are not valid JSON (cut short, stray bytes, escapes).
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_json_values, max_size=12), st.sampled_from([b"", b" ", b"\n\t "]))
+def test_json_array_length_counts_what_msgspec_decodes(items: list[Any], space: bytes) -> None:
+    body = space + msgspec.json.encode(items).replace(b",", b"," + space) + space
+    assert json_array_length(body, 1000) == len(items)
+    assert json_array_length_reference(body, 1000) == len(items)
+    # No further than limit + 1: the scan stops there.
+    limit = max(len(items) - 2, 0)
+    expected = min(len(items), limit + 1)
+    assert json_array_length(body, limit) == json_array_length_reference(body, limit) == expected
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40), st.integers(0, 5))
+def test_compiled_json_array_length_equals_the_reference(body: bytes, limit: int) -> None:
+    for candidate in (body, b"[" + body, b'["\\' + body, b"[{" + body + b"]"):
+        assert json_array_length(candidate, limit) == json_array_length_reference(candidate, limit)
+
+
+def test_json_array_length_of_what_is_not_an_array_and_of_strings() -> None:
+    for body in (b"", b"  ", b"{}", b'"[1,2]"', b"12", b"\xff["):
+        assert json_array_length(body, 10) == json_array_length_reference(body, 10) == -1
+    body = b'[ "a,b]", "c\\"],", {"k": [1, 2, {"x": "]"}]}, [], 3 ]'
+    assert json_array_length(body, 10) == json_array_length_reference(body, 10) == 5
+    assert json_array_length(b"[]", 10) == json_array_length(b"[ \n]", 10) == 0
+    huge = b"[" + b",".join([b"{}"] * 100_000) + b"]"
+    assert json_array_length(huge, 50_000) == 50_001
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=60), st.integers(0, 6))
+def test_compiled_text_line_count_equals_the_reference(body: bytes, limit: int) -> None:
+    expected = sum(1 for line in body.split(b"\n") if line.strip())
+    assert text_line_count_reference(body, limit) == min(expected, limit + 1)
+    assert text_line_count(body, limit) == text_line_count_reference(body, limit)

@@ -211,6 +211,15 @@ class UnsupportedContentType(ValueError):
     pass
 
 
+class TooManyEvents(ValueError):
+    """The body holds more events than a batch may: found by counting them, before any is
+    decoded (`count_events`)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a batch holds at most {limit} events")
+        self.limit = limit
+
+
 class MalformedBody(ValueError):
     """The body as a whole cannot be read (not a batch of anything)."""
 
@@ -240,6 +249,9 @@ _msgpack_one = msgspec.msgpack.Decoder(EventIn)
 _msgpack_raw_batch = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _cloud_one = msgspec.json.Decoder(CloudEvent)
 _cloud_batch = msgspec.json.Decoder(list[CloudEvent])
+
+
+_NONBLANK_LINE = re.compile(rb"\S[^\n]*")
 
 
 def media_type_of(content_type: str | None) -> str:
@@ -310,8 +322,63 @@ def decode_wire_batch(body: bytes, media_type: str) -> list[WireEvent] | None:
         return None
 
 
-def decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], bool]:
-    """Decode a body into items; returns (items, was_batch)."""
+def _msgpack_array_length(body: bytes) -> int:
+    """The length a msgpack array states in its header; -1 when the body is not an array."""
+    if not body:
+        return -1
+    first = body[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    if first == 0xDC and len(body) >= 3:
+        return int.from_bytes(body[1:3], "big")
+    if first == 0xDD and len(body) >= 5:
+        return int.from_bytes(body[1:5], "big")
+    return -1
+
+
+# The fewest bytes one event of a batch takes: `{"id":"","time":"","project":"","sku":"a",
+# "quantity":0}` and a comma in JSON (msgpack: 36). A JSON body no longer than this times
+# the event limit cannot hold too many events, and is decoded without counting them first.
+MIN_JSON_EVENT_BYTES = 56
+
+
+def may_exceed(body: bytes, media_type: str, limit: int) -> bool:
+    """Whether a body for `decode_wire_batch` may hold more than `limit` events: its size
+    says no for the usual batch (so it is not scanned), else it is counted (`count_events`).
+    A msgpack array states its length; NDJSON and CloudEvents are not read there."""
+    if media_type == MSGPACK:
+        return _msgpack_array_length(body) > limit
+    if media_type != JSON or len(body) <= MIN_JSON_EVENT_BYTES * limit:
+        return False
+    return count_events(body, media_type, limit) > limit
+
+
+def count_events(body: bytes, media_type: str, limit: int) -> int:
+    """The number of events of a body, counted without decoding any (and no further than
+    `limit + 1`): the items of a JSON or CloudEvents array (a structural scan in C), the
+    non-blank lines of NDJSON, the length a msgpack array states; 1 for a single event."""
+    from costcore import json_array_length, text_line_count  # the compiled pass, on use
+
+    if media_type == NDJSON:
+        return int(text_line_count(body, limit))
+    if media_type == MSGPACK:
+        n = min(_msgpack_array_length(body), limit + 1)
+    elif media_type == CLOUDEVENT:
+        n = -1
+    else:
+        n = int(json_array_length(body, limit))
+    return 1 if n < 0 else n
+
+
+def decode_events(
+    body: bytes, media_type: str, max_events: int | None = None
+) -> tuple[list[DecodedItem], bool]:
+    """Decode a body into items; returns (items, was_batch). With `max_events`, raises
+    `TooManyEvents` for a body of more events, before decoding any of them: the items that do
+    not read as events are decoded one at a time, and an array of a million `{}` would
+    otherwise cost a million failed decodes before the count is known."""
+    if max_events is not None and count_events(body, media_type, max_events) > max_events:
+        raise TooManyEvents(max_events)
     try:
         return _decode_events(body, media_type)
     except RecursionError as exc:  # msgspec recurses once per nesting level
@@ -322,7 +389,9 @@ def _decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], boo
     if media_type in (CLOUDEVENT, CLOUDEVENT_BATCH):
         return _decode_cloudevents(body, media_type == CLOUDEVENT_BATCH)
     if media_type == NDJSON:
-        lines = [line for line in body.split(b"\n") if line.strip()]
+        # The lines that are not blank (from their first non-blank byte): found by the regex
+        # engine, so that a body of millions of blank lines makes no list of them.
+        lines = [m.group() for m in _NONBLANK_LINE.finditer(body)]
         return _decode_items([msgspec.Raw(line) for line in lines], msgpack=False, batch=True), True
     msgpack = media_type == MSGPACK
     fast = _msgpack_batch if msgpack else _json_batch

@@ -10,6 +10,7 @@ keeps graduated prices exact when several workers post for one project at once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 from array import array
@@ -48,6 +49,7 @@ from service.domain.events import (
     valid_project,
 )
 from service.domain.folding import Folder, day_name
+from service.metrics import DEAD_LETTERS_DROPPED
 from service.storage.limbs import CAP_UNITS, bound_units
 from service.storage.redis_store import (
     SEEN_SHARDS,
@@ -82,6 +84,42 @@ class IngestReport(msgspec.Struct):
     cost_by_project: dict[str, str] = {}
 
 
+# A dead letter keeps the rejected event whole up to this size (as compact JSON; any event
+# the model accepts is smaller), and past it only an excerpt of its first bytes, with the
+# size and SHA-256 of the whole: an oversized event neither fills the store nor the listing
+# (it cannot be replayed, its sender must post it again). Reasons are cut to a bound too.
+DEAD_LETTER_EVENT_BYTES = 8192
+MAX_REASON_CHARS = 512
+# `ingest` (the exact path, not `ingest_wire`) checks larger bodies in a worker thread.
+CHECK_IN_THREAD_EVENTS = 2_000
+# Dead letters kept per project by default (the oldest dropped, counted in /metrics).
+DEFAULT_DEAD_LETTER_LIMIT = 10_000
+
+
+def dead_letter(
+    event_id: str, project: str, reason: str, where: str, rejected_at: str, raw: Any
+) -> bytes:
+    """A dead letter's JSON record: the event whole, or only its excerpt when it is larger
+    than `DEAD_LETTER_EVENT_BYTES` (`truncated`), with its size and digest either way."""
+    text = msgspec.json.encode(raw)
+    record: dict[str, Any] = {
+        "id": event_id,
+        "project": project,
+        "reason": reason,
+        "field": where,
+        "rejected_at": rejected_at,
+        "event": raw,
+        "size": len(text),
+        "sha256": hashlib.sha256(text).hexdigest(),
+        "truncated": False,
+    }
+    if len(text) > DEAD_LETTER_EVENT_BYTES:
+        record["event"] = None
+        record["excerpt"] = text[:DEAD_LETTER_EVENT_BYTES].decode("utf-8", "ignore")
+        record["truncated"] = True
+    return msgspec.json.encode(record)
+
+
 class _Rejections:
     """The events a body loses, as the report lists them and as dead letters (kept per
     project, for the caller to see, fix and post again)."""
@@ -101,18 +139,13 @@ class _Rejections:
         event_id = ev.id if ev is not None else _raw_id(item.raw)
         if not where.startswith("$"):
             where = f"$[{item.index}].{where}" if self.batch else f"$.{where}"
+        if len(reason) > MAX_REASON_CHARS:  # msgspec quotes a bad value (an enum's) whole
+            reason = reason[: MAX_REASON_CHARS - 3] + "..."
+        if len(where) > MAX_REASON_CHARS:
+            where = where[: MAX_REASON_CHARS - 3] + "..."
         self.rejected.append(RejectedEvent(item.index, event_id, reason, where, project))
         if project is not None and event_id is not None:
-            record = msgspec.json.encode(
-                {
-                    "id": event_id,
-                    "project": project,
-                    "reason": reason,
-                    "field": where,
-                    "rejected_at": self.now.isoformat(),
-                    "event": raw,
-                }
-            )
+            record = dead_letter(event_id, project, reason, where, self.now.isoformat(), raw)
             self.dead_letters.setdefault(project, []).append(
                 (event_id, record, int(self.now.timestamp() * 1000))
             )
@@ -444,8 +477,10 @@ class Ingestor:
         max_future_skew_hours: int = 24,
         log_retention_days: int = 0,
         folder: Folder | None = None,
+        dead_letter_limit: int = DEFAULT_DEAD_LETTER_LIMIT,
     ) -> None:
         self.store = store
+        self.dead_letter_limit = dead_letter_limit
         self.rate_cards = rate_cards
         # Told of every accepted batch, so its queued totals are folded in soon (without one,
         # they are folded by the next read of the project's totals).
@@ -489,7 +524,14 @@ class Ingestor:
                 if project is not None and not principal.can_access(project):
                     raise ForbiddenProject(project, item.index)
         rejections = _Rejections(datetime.now(UTC), batch)
-        batches, duplicates = self._columns(items, rejections.now, rejections.reject)
+        if len(items) > CHECK_IN_THREAD_EVENTS:
+            # The exact checks of a large body (each rejection with its message and dead
+            # letter) in a thread: the loop goes on answering meanwhile.
+            batches, duplicates = await asyncio.to_thread(
+                self._columns, items, rejections.now, rejections.reject
+            )
+        else:
+            batches, duplicates = self._columns(items, rejections.now, rejections.reject)
         by_index: dict[int, DecodedItem] = {}
 
         def item_at(index: int) -> DecodedItem:
@@ -601,7 +643,9 @@ class Ingestor:
                 raise IngestConflict(project)
 
         for project, records in rejections.dead_letters.items():
-            await self.store.put_rejected(project, records)
+            dropped = await self.store.put_rejected(project, records, self.dead_letter_limit)
+            if dropped:
+                DEAD_LETTERS_DROPPED.inc(dropped)
         return IngestReport(
             accepted=accepted,
             duplicates=duplicates,

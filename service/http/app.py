@@ -30,6 +30,7 @@ from service.config import Settings
 from service.domain.catalog import RateCards
 from service.domain.folding import Folder
 from service.domain.ingest import Ingestor
+from service.http.bodies import BoundedRequest
 from service.http.deps import Services
 from service.http.observability import (
     PROMETHEUS,
@@ -73,6 +74,7 @@ def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services
         max_future_skew_hours=settings.max_future_skew_hours,
         log_retention_days=settings.log_retention_days,
         folder=folder,
+        dead_letter_limit=settings.dead_letter_limit,
     )
     return Services(settings, store, rate_cards, ingestor, folder, sealer)
 
@@ -213,7 +215,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             security=[{"bearer": []}],
             components=security_components(),
         ),
-        request_max_body_size=settings.max_body_bytes,
+        # Every route's but the ingest route's (service/http/bodies.py).
+        request_max_body_size=settings.max_json_body_bytes,
+        request_class=BoundedRequest,
         debug=False,
     )
     add_wire_schemas(app)

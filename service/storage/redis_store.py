@@ -78,6 +78,7 @@ served by one master. An acknowledged ingest write has reached ``wait_replicas``
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import socket
 import time
@@ -1824,18 +1825,28 @@ class Store:
         return {_text(k): _bytes(v) for k, v in raw.items()}
 
     # --- dead letters -------------------------------------------------------------------
+    # PUT_REJECTED_LUA (defined after the class) stores them and trims the oldest.
 
-    async def put_rejected(self, project: str, records: Iterable[tuple[str, bytes, int]]) -> None:
-        """Store rejected events: (event id, JSON record, rejection time in ms)."""
-        pipe = self.client.pipeline(transaction=True)
-        any_record = False
-        for event_id, record, when_ms in records:
-            pipe.hset(Keys.rejected(project), event_id, record)
-            pipe.zadd(Keys.rejected_index(project), {event_id: when_ms})
-            any_record = True
-        if any_record:
-            await pipe.execute()
-            await self.add_project(project)
+    async def put_rejected(
+        self, project: str, records: Sequence[tuple[str, bytes, int]], limit: int = 10_000
+    ) -> int:
+        """Store rejected events: (event id, JSON record, rejection time in ms), keeping at most
+        `limit` of the project's (the oldest dropped). Returns how many were dropped, the
+        records beyond the limit in `records` itself included (the newest are the last)."""
+        if not records:
+            return 0
+        limit = max(limit, 1)
+        dropped = max(len(records) - limit, 0)
+        kept = records[dropped:]
+        script = self.client.register_script(PUT_REJECTED_LUA)
+        keys = [Keys.rejected(project), Keys.rejected_index(project)]
+        for start in range(0, len(kept), 500):
+            args: list[str | bytes | int] = [limit]
+            for event_id, record, when_ms in kept[start : start + 500]:
+                args += [event_id, record, when_ms]
+            dropped += int(await script(keys=keys, args=args))
+        await self.add_project(project)
+        return dropped
 
     async def rejected_page(self, project: str, offset: int, limit: int) -> tuple[list[bytes], int]:
         total = int(await self.client.zcard(Keys.rejected_index(project)))
@@ -1844,6 +1855,32 @@ class Store:
             return [], total
         records = await self.client.hmget(Keys.rejected(project), [_bytes(i) for i in ids])
         return [_bytes(r) for r in records if r is not None], total
+
+    async def rejected_listing(
+        self, project: str, offset: int, limit: int, after: tuple[int, str] | None = None
+    ) -> tuple[list[bytes], int, int, tuple[int, str] | None]:
+        """A page of dead letters, oldest first: from `offset`, or just after the entry
+        `after` (rejection time in ms, id), which holds its place when older ones are dropped
+        meanwhile (gone itself, the page starts where it was). Returns (records, total, the
+        page's position, the (time, id) cursor of its last entry)."""
+        index = Keys.rejected_index(project)
+        if after is not None:
+            when_ms, event_id = after
+            older = int(await self.client.zcount(index, "-inf", f"({when_ms}"))
+            same = [_text(i) for i in await self.client.zrangebyscore(index, when_ms, when_ms)]
+            offset = older + bisect.bisect_right(same, event_id)
+        total = int(await self.client.zcard(index))
+        entries = cast(
+            list[tuple[Any, float]],
+            await self.client.zrange(index, offset, offset + limit - 1, withscores=True),
+        )
+        if not entries:
+            return [], total, offset, None
+        ids = [_bytes(i) for i, _ in entries]
+        records = await self.client.hmget(Keys.rejected(project), ids)
+        last = entries[-1]
+        cursor = (int(last[1]), _text(last[0]))
+        return [_bytes(r) for r in records if r is not None], total, offset, cursor
 
     async def rejected_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
         if not ids:
@@ -2171,3 +2208,27 @@ class Store:
             Keys.delivery_dead(project),
         ]
         return [_text(i) for i in await self._redeliver(keys=keys, args=args)]
+
+
+# Store dead letters and keep at most ARGV[1] of the project's, dropping the oldest (by
+# rejection time). KEYS[1] rej, KEYS[2] rejidx; ARGV[2..] (id, record, time ms) triples.
+# Returns the number dropped.
+PUT_REJECTED_LUA = r"""
+local call = redis.call
+local limit = tonumber(ARGV[1])
+for i = 2, #ARGV, 3 do
+  call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i])
+end
+local excess = call('ZCARD', KEYS[2]) - limit
+local dropped = 0
+while excess > 0 do
+  local n = math.min(excess, 1000)
+  local ids = call('ZRANGE', KEYS[2], 0, n - 1)
+  call('HDEL', KEYS[1], unpack(ids))
+  call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1)
+  excess = excess - n
+  dropped = dropped + n
+end
+return dropped
+"""

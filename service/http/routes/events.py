@@ -4,6 +4,7 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio.to_thread
 import msgspec
 from litestar import Controller, Litestar, Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask, BackgroundTasks
@@ -31,12 +32,22 @@ from service.domain.events import (
     DecodedItem,
     EventIn,
     MalformedBody,
+    TooManyEvents,
     UnsupportedContentType,
+    count_events,
     decode_events,
     decode_wire_batch,
+    may_exceed,
     media_type_of,
 )
-from service.domain.ingest import ForbiddenProject, IngestConflict, IngestReport
+from service.domain.ingest import (
+    CHECK_IN_THREAD_EVENTS,
+    ForbiddenProject,
+    IngestConflict,
+    IngestReport,
+    RejectedEvent,
+)
+from service.http.bodies import read_body
 from service.http.deps import Services
 from service.http.problems import invalid, problem
 from service.http.security import authorize, requires
@@ -63,12 +74,21 @@ class EventsOperation(Operation):
 
 
 class RejectedRecord(msgspec.Struct):
+    """A dead letter. `event` is the rejected event as read; one larger than 8 KiB (as compact
+    JSON) is kept only as `excerpt`, its first 8 KiB (`truncated`, `event` null), and cannot
+    be replayed: post the fixed event again. `size` and `sha256` are those of the whole event
+    as compact JSON (absent on records stored by versions before they were kept)."""
+
     id: str
     project: str
     reason: str
     field: str | None
     rejected_at: str
     event: Any
+    size: int | None = None
+    sha256: str | None = None
+    truncated: bool = False
+    excerpt: str | None = None
 
 
 class RejectedPage(msgspec.Struct):
@@ -78,6 +98,9 @@ class RejectedPage(msgspec.Struct):
     limit: int
     total: int
     next_offset: int | None
+    # `after` for the next page: unlike `next_offset`, it keeps its place when the oldest
+    # dead letters are dropped meanwhile (the project's limit).
+    next_cursor: str | None = None
 
 
 class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -193,7 +216,7 @@ async def run_ingest(
 ) -> Response[Any]:
     report = await _ingesting(services.ingestor.ingest(items, principal, batch))
     assert report is not None
-    return _reported(report)
+    return await _reported(report)
 
 
 async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | None:
@@ -218,9 +241,25 @@ async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | Non
         ) from exc
 
 
-def _reported(report: IngestReport) -> Response[Any]:
+async def _reported(report: IngestReport) -> Response[Any]:
+    if len(report.rejected) > CHECK_IN_THREAD_EVENTS:  # counted and answered in a thread
+        return await anyio.to_thread.run_sync(_reported_now, report)
+    return _reported_now(report)
+
+
+def _reported_now(report: IngestReport) -> Response[Any]:
     count_ingest(report.accepted, report.duplicates, (r.field for r in report.rejected))
     return _answer(report)
+
+
+# Bodies larger than this that take the exact path (`decode_events`: every item decoded on
+# its own, with its reason) are decoded in a worker thread; the usual batch (the fast path)
+# is not, so its cost per event stays as measured (bench/README).
+SLOW_DECODE_IN_THREAD_BYTES = 256 * 1024
+
+
+def _too_many(limit: int) -> Exception:
+    return invalid("$", f"a batch holds at most {limit} events", status=413)
 
 
 class EventsController(Controller):
@@ -243,6 +282,8 @@ class EventsController(Controller):
             "`GET /v1/events/rejected`. 422 when every event was rejected."
         ),
         responses={},
+        # Its own limit, `max_body_bytes` (read_body); the app's is for the other routes.
+        request_max_body_size=None,
     )
     async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
         authorize(request, "ingest")
@@ -256,28 +297,35 @@ class EventsController(Controller):
                 f"{exc} is not accepted; use one of {', '.join(CONTENT_TYPES)}",
                 kind="unsupported-media-type",
             ) from exc
-        body = await request.body()
-        if len(body) > services.settings.max_body_bytes:
-            raise problem(
-                413, "Body too large", "the body exceeds the size limit", kind="too-large"
-            )
+        body = await read_body(request, services.settings.max_body_bytes)
         # The usual batch first: read without a datetime or Decimal per event, or None (then
         # read and checked exactly below, with every rejection's reason).
+        limit = services.settings.max_batch_events
+        if may_exceed(body, media, limit):  # before any event is decoded
+            raise _too_many(limit)
         events = decode_wire_batch(body, media)
-        if events is not None and len(events) <= services.settings.max_batch_events:
+        if events is not None:
+            if len(events) > limit:
+                raise _too_many(limit)
             report = await _ingesting(services.ingestor.ingest_wire(events, request.user))
             if report is not None:
-                return _reported(report)
+                return await _reported(report)
         try:
-            items, batch = decode_events(body, media)
+            # Counted before any item is decoded (`TooManyEvents`); a large body is read in a
+            # thread, so the loop goes on answering meanwhile (this path decodes item by item).
+            if (
+                len(body) > SLOW_DECODE_IN_THREAD_BYTES
+                or count_events(body, media, limit) > CHECK_IN_THREAD_EVENTS
+            ):
+                items, batch = await anyio.to_thread.run_sync(decode_events, body, media, limit)
+            else:
+                items, batch = decode_events(body, media, limit)
+        except TooManyEvents as exc:
+            raise _too_many(limit) from exc
         except MalformedBody as exc:
             raise invalid(exc.field, exc.reason, status=400) from exc
-        if len(items) > services.settings.max_batch_events:
-            raise invalid(
-                "$",
-                f"a batch holds at most {services.settings.max_batch_events} events",
-                status=413,
-            )
+        if len(items) > limit:  # not reached: counted above
+            raise _too_many(limit)
         return await run_ingest(services, items, request.user, batch)
 
     @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
@@ -287,11 +335,33 @@ class EventsController(Controller):
         services: NamedDependency[Services],
         offset: Annotated[int, QueryParameter(ge=0)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        after: Annotated[
+            str | None,
+            QueryParameter(
+                pattern=r"^[0-9]{1,16}:.{1,200}$",
+                description="a page's `next_cursor`: the page after it (instead of `offset`)",
+            ),
+        ] = None,
     ) -> RejectedPage:
-        raws, total = await services.store.rejected_page(project, offset, limit)
+        cursor = None
+        if after is not None:
+            when_ms, _, event_id = after.partition(":")
+            cursor = (int(when_ms), event_id)
+        raws, total, offset, last = await services.store.rejected_listing(
+            project, offset, limit, cursor
+        )
         items = [_record_decoder.decode(r) for r in raws]
         end = offset + limit
-        return RejectedPage(project, items, offset, limit, total, end if end < total else None)
+        more = end < total
+        return RejectedPage(
+            project,
+            items,
+            offset,
+            limit,
+            total,
+            end if more else None,
+            f"{last[0]}:{last[1]}" if more and last is not None else None,
+        )
 
     @post(
         "/rejected/replay",
@@ -315,14 +385,26 @@ class EventsController(Controller):
         else:
             raws = [r for r in await services.store.rejected_records(project, data.ids) if r]
         items = []
+        excerpts: list[RejectedEvent] = []
         for i, raw in enumerate(raws):
             record = _record_decoder.decode(raw)
+            if record.truncated:  # only an excerpt is kept: nothing to submit again
+                reason = (
+                    f"only an excerpt of this event is kept ({record.size} bytes, sha256 "
+                    f"{record.sha256}): post the fixed event again instead"
+                )
+                excerpts.append(RejectedEvent(i, record.id, reason, "$", record.project))
+                continue
             try:
                 event = _event_decoder.decode(msgspec.json.encode(record.event))
                 items.append(DecodedItem(i, event))
             except msgspec.ValidationError as exc:
                 items.append(DecodedItem(i, None, str(exc), "$", record.event))
-        return await run_ingest(services, items, request.user)
+        report = await _ingesting(services.ingestor.ingest(items, request.user, True))
+        assert report is not None
+        if excerpts:
+            report.rejected = sorted(report.rejected + excerpts, key=lambda r: r.index)
+        return await _reported(report)
 
     @delete(
         "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
