@@ -26,6 +26,30 @@ ADMIN = Principal("test", "admin", None)
 HOUR_AGO = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=250_000)
 
 
+# Quantity texts no caller means: the and more.
+REFUSED_QUANTITIES = (
+    " 1",
+    "1 ",
+    "\t1",
+    "1\n",
+    "1_000",
+    "+1",
+    ".5",
+    "5.",
+    "\uff11",  # full-width 1
+    "\u0661",  # Arabic-Indic 1
+    "\u0661.\u0665",
+    "01",
+    "0x10",
+    "1e",
+    "Infinity",
+    "-Infinity",
+    "sNaN",
+    "1,5",
+    "",
+)
+
+
 def ev(event_id: str, **fields: Any) -> dict[str, Any]:
     base = {
         "id": event_id,
@@ -54,6 +78,18 @@ def at(delta: timedelta, form: str) -> str:
         return when.strftime("%Y-%m-%dt%H:%M:%Sz")
     if form == "space":
         return when.strftime("%Y-%m-%d %H:%M:%SZ")
+    if form == "+0000":
+        return when.strftime("%Y-%m-%dT%H:%M:%S+0000")
+    if form == "+00":
+        return when.strftime("%Y-%m-%dT%H:%M:%S+00")
+    if form == "local":
+        return when.strftime("%Y-%m-%dT%H:%M:%S")
+    if form == "10 digits":
+        return when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "7891Z"
+    if form == "full-width":
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ").replace("0", "\uff10")
+    if form == "newline":
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ\n")
     if form == "nanos":
         return when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "789Z"
     if form == "-00:00":
@@ -75,16 +111,25 @@ def _cases(new: str) -> dict[str, list[dict[str, Any]]]:
         "time forms": [
             ev(f"t-{form}-{i}", time=at(timedelta(minutes=i), form))
             for i in range(3)
-            for form in ("Z", "offset", "+05:45", "-09:30", "lower-z", "space", "nanos", "-00:00")
+            for form in ("Z", "offset", "+05:45", "-09:30", "lower-z", "nanos", "-00:00")
+        ],
+        # Not RFC 3339 with "Z" or "+HH:MM" (msgspec reads the first two).
+        "refused time forms": [ev("t-ok")]
+        + [
+            ev(f"t-{form}", time=at(timedelta(minutes=1), form))
+            for form in ("+0000", "space", "+00", "local", "10 digits", "full-width", "newline")
         ],
         "quantity forms": [
             ev("q1", quantity=3),
             ev("q2", quantity="1.50"),
             ev("q3", quantity="1e1"),
             ev("q4", quantity="0.000001"),
-            ev("q5", quantity="+2"),
-            ev("q6", quantity="1_000"),
+            ev("q5", quantity="0"),
+            ev("q6", quantity="2.5E-1"),
         ],
+        # Not a JSON number's text (Decimal() reads them all but "0x10" and "1e").
+        "refused quantity forms": [ev("rq-ok")]
+        + [ev(f"rq{i}", quantity=text) for i, text in enumerate(REFUSED_QUANTITIES)],
         "a float quantity": [ev("f1"), ev("f2", quantity=1.5)],
         "bad quantities": [ev("b1"), ev("b2", quantity="-1"), ev("b3", quantity="1.1234567")],
         "nan": [ev("n1", quantity="NaN"), ev("n2")],
@@ -171,10 +216,17 @@ async def test_fast_and_exact_paths_answer_and_log_alike(store: Store, media: st
     assert ("plain", 1) in answered_fast and ("quantity forms", 0) in answered_fast
     assert ("labels seen before", 0) in answered_fast
     assert ("graduated storage", 0) in answered_fast
-    for name in ("a float quantity", "bad quantities", "id twice in the batch", "nan"):
+    for name in (
+        "a float quantity",
+        "bad quantities",
+        "id twice in the batch",
+        "nan",
+        "refused quantity forms",
+        "refused time forms",
+    ):
         assert (name, 0) not in answered_fast, name
     assert ("new labels and tags", 0) not in answered_fast  # taught the caches, then fast
-    assert ("time forms", 0) not in answered_fast  # "space" and "nanos" are msgspec's
+    assert ("time forms", 0) not in answered_fast  # "lower-z" and "nanos" are msgspec's
 
 
 async def test_fast_path_refuses_a_project_outside_the_token_first(store: Store) -> None:

@@ -16,7 +16,6 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -31,7 +30,7 @@ from costcore import (
     scan_events,
     scan_wire_events,
 )
-from costcore.money import format_money, parse_quantity
+from costcore.money import decimal_text_problem, format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
@@ -48,6 +47,7 @@ from service.domain.events import (
     valid_project,
 )
 from service.domain.folding import Folder, day_name
+from service.domain.ratecards import SKU_PATTERN, is_valid_sku
 from service.storage.redis_store import (
     SEEN_SHARDS,
     TAG_SEP,
@@ -118,11 +118,13 @@ class _Rejections:
 
 
 def _wire_quantity(value: str | int) -> int | None:
-    """Micro-units of a quantity as sent, read as `EventIn.quantity` reads it (msgspec's own
-    conversion to Decimal); None when that or the quantity's checks would refuse it."""
+    """Micro-units of a quantity as sent, read as the exact path reads it (the one decimal
+    grammar, then the quantity's checks); None when they would refuse it."""
+    if isinstance(value, str) and decimal_text_problem(value, json_number=True) is not None:
+        return None
     try:
-        return parse_quantity(msgspec.convert(value, Decimal))
-    except (msgspec.ValidationError, ValueError, ArithmeticError):
+        return parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
         return None
 
 
@@ -902,6 +904,8 @@ def attribution_tags_of(meta: dict[str, str]) -> frozenset[str]:
 def _unpriceable(
     ev: EventIn, catalog: PricingCatalog | None, card_name: str, currency: str | None
 ) -> tuple[str, str] | None:
+    if not is_valid_sku(ev.sku):  # no rate card holds it: say why, without echoing it
+        return f"must match {SKU_PATTERN}", "sku"
     if catalog is None:
         return f"no rate card named {card_name!r} exists for project {ev.project!r}", "sku"
     vi = catalog.history.index_at(ev.time)

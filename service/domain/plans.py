@@ -83,6 +83,7 @@ from costcore import (
     price_batch_reference,
     round_half_even_div,
 )
+from service.domain.events import ProjectName
 from service.domain.ratecards import (
     COST_CATEGORIES,
     CURRENCY_PATTERN,
@@ -152,12 +153,14 @@ Currency = Annotated[str, msgspec.Meta(pattern=CURRENCY_PATTERN, examples=["USD"
 FlopsString = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^[0-9]+(\.[0-9]+)?([eE]\+?[0-9]{1,3})?$",
+        pattern=r"^[0-9]+(\.[0-9]+)?([eE]\+?[0-9]{1,3})?$(?!\n)",
         description="non-negative decimal, optionally with a positive exponent",
         examples=["989e12", "989500000000000"],
     ),
 ]
-RegionCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$", examples=["us"])]
+RegionCode = Annotated[
+    str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$(?!\n)", examples=["us"])
+]
 Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 
 _HOUR_UNITS = frozenset({"h", "hr", "hrs"})
@@ -231,7 +234,7 @@ class PlanIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     ``region`` from :data:`GRID_INTENSITY`; with neither, emissions are not computed.
     """
 
-    project: NamePart
+    project: ProjectName
     name: NamePart
     rate_card: NamePart
     currency: Currency

@@ -28,15 +28,17 @@ COST_CATEGORIES: tuple[str, ...] = (
     "hidden",
 )
 
-SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$"
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-CURRENCY_PATTERN = r"^[A-Z]{3}$"
+SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$(?!\n)"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$(?!\n)"
+CURRENCY_PATTERN = r"^[A-Z]{3}$(?!\n)"
 _SKU_RE = re.compile(SKU_PATTERN)
 
 SkuCode = Annotated[str, msgspec.Meta(pattern=SKU_PATTERN, examples=["gpu.h100.hour"])]
 DecimalString = Annotated[
     str,
-    msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$", description="non-negative decimal as a string"),
+    msgspec.Meta(
+        pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)", description="non-negative decimal as a string"
+    ),
 ]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
@@ -189,4 +191,4 @@ class RateCardHistory:
 
 
 def is_valid_sku(code: str) -> bool:
-    return bool(_SKU_RE.match(code))
+    return _SKU_RE.fullmatch(code) is not None

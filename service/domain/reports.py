@@ -22,7 +22,7 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
 
     experiment: Annotated[Label, msgspec.Meta(min_length=1)]
     metric: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")]
+    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$(?!\n)")]
     higher_is_better: bool = False
     time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
