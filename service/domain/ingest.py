@@ -534,18 +534,22 @@ class Ingestor:
         def item_at(index: int) -> DecodedItem:  # for a rejection's message and dead letter
             return DecodedItem(index, events[index].event())
 
-        return await self._ingest_batches({project: pending}, 0, _Rejections(now, True), item_at)
+        return await self._ingest_batches({project: pending}, {}, _Rejections(now, True), item_at)
 
     async def _ingest_batches(
         self,
         batches: dict[str, PendingBatch],
-        duplicates: int,
+        in_body: dict[str, int],
         rejections: _Rejections,
         item_at: Callable[[int], DecodedItem],
     ) -> IngestReport:
-        """Price and apply each project's checked events; the report of the whole body."""
+        """Price and apply each project's checked events; the report of the whole body.
+        `in_body`: per project, the events that repeated an id earlier in the body. They are
+        duplicates like those the store finds, and counted in the project's counter with
+        them (by the ingest script, or `count_duplicates` when nothing is applied)."""
         reject = rejections.reject
         accepted = 0
+        duplicates = 0
         cost_by_project: dict[str, int] = {}
         for project, pending in batches.items():
             # Settings and rate card come from this worker's cache first; the ingest script
@@ -578,8 +582,13 @@ class Ingestor:
                     bad_set = set(bad)
                     pending = pending.take([i for i in range(len(pending)) if i not in bad_set])
                 if not len(pending) or catalog is None:
+                    if in_body.get(project):
+                        duplicates += in_body[project]
+                        await self.store.count_duplicates(project, in_body[project])
                     break
-                applied = await self._apply(project, pending, catalog, meta)
+                applied = await self._apply(
+                    project, pending, catalog, meta, in_body.get(project, 0)
+                )
                 if applied is None:
                     continue  # settings or rate card moved: read them again
                 done, dups, cost, overflowed = applied
@@ -618,8 +627,9 @@ class Ingestor:
         items: list[DecodedItem],
         now: datetime,
         reject: Callable[[DecodedItem, str, str], None],
-    ) -> tuple[dict[str, PendingBatch], int]:
-        """Check every event and split the batch into per-project columns.
+    ) -> tuple[dict[str, PendingBatch], dict[str, int]]:
+        """Check every event and split the batch into per-project columns; and per project,
+        the events whose id came earlier in the body (duplicates, left out).
 
         The compiled pass (`costcore.scan_events`) checks what it can from values known
         valid; an event it does not pass goes through the exact checks here, which reject
@@ -641,10 +651,10 @@ class Ingestor:
             ids = {ev.id for ev in events if ev.project == project}  # type: ignore[union-attr]
             if len(ids) == n:
                 index = [item.index for item in items]
-                return {project: PendingBatch.scanned(events, index, scan)}, 0  # type: ignore[arg-type]
+                return {project: PendingBatch.scanned(events, index, scan)}, {}  # type: ignore[arg-type]
         batches: dict[str, PendingBatch] = {}
         seen_in_batch: set[tuple[str, str]] = set()
-        duplicates = 0
+        duplicates: dict[str, int] = {}
         status = scan.status
         for i, item in enumerate(items):
             ev = item.event
@@ -663,7 +673,7 @@ class Ingestor:
                 shard = scan.shard[i]
             key = (ev.project, ev.id)
             if key in seen_in_batch:
-                duplicates += 1
+                duplicates[ev.project] = duplicates.get(ev.project, 0) + 1
                 continue
             seen_in_batch.add(key)
             pb = batches.get(ev.project)
@@ -732,16 +742,17 @@ class Ingestor:
         events: PendingBatch,
         catalog: PricingCatalog,
         meta: dict[str, str],
+        duplicates: int = 0,
     ) -> tuple[int, int, int, PendingBatch] | None:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed), or
-        None when the project's settings or rate card moved since `meta`/`catalog` were read."""
+        None when the project's settings or rate card moved since `meta`/`catalog` were read.
+        `duplicates`: those found before (in the body), counted with the ones found here."""
         budgets_rev = meta.get("budgets_rev", "0")
         tag_keys = attribution_tags_of(meta)
         expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
         if project not in self._known_projects:
             await self.store.add_project(project)
             self._known_projects.add(project)
-        duplicates = 0
         await self.store.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
