@@ -162,7 +162,7 @@ cdef class CodedSums:
         self.keys, self.hour_keys = [], []
         self.cap, self.hcap = 1024, 256
         self.sums_arr = array("q", bytes(8 * 3 * self.cap))
-        self.hours_arr = array("q", bytes(8 * self.hcap))
+        self.hours_arr = array("q", bytes(8 * 2 * self.hcap))  # cost, events per hour cell
         self.sums = self.sums_arr
         self.hsums = self.hours_arr
         self.nk = self.nh = 0
@@ -197,7 +197,8 @@ cdef class CodedSums:
             self.hcap *= 2
         self.hour_index[key] = h
         self.hour_keys.append(spelled)
-        self.hsums[h] = 0
+        self.hsums[2 * h] = 0
+        self.hsums[2 * h + 1] = 0
         self.nh += 1
         return h
 
@@ -252,8 +253,9 @@ cdef class CodedSums:
                 key = (hour, cs, hc)
                 found = self.hour_index.get(key)
                 h = found if found is not None else self._hour_slot(key, key)
-            if tl_add_overflows(self.hsums[h], cost, &self.hsums[h]):
+            if tl_add_overflows(self.hsums[2 * h], cost, &self.hsums[2 * h]):
                 raise OverflowError("a sum leaves the signed 64-bit range")
+            self.hsums[2 * h + 1] += 1
 
     def result(self):
         """The sums so far, as `CodedGroups`."""
@@ -264,12 +266,19 @@ cdef class CodedSums:
         cdef int64_t[::1] c_v = cost_out
         cdef int64_t[::1] q_v = qty_out
         cdef int64_t[::1] n_v = n_out
+        hour_cost_out = array("q", bytes(8 * self.nh))
+        hour_n_out = array("q", bytes(8 * self.nh))
+        cdef int64_t[::1] hc_v = hour_cost_out
+        cdef int64_t[::1] hn_v = hour_n_out
         for k in range(self.nk):
             c_v[k] = self.sums[3 * k]
             q_v[k] = self.sums[3 * k + 1]
             n_v[k] = self.sums[3 * k + 2]
+        for k in range(self.nh):
+            hc_v[k] = self.hsums[2 * k]
+            hn_v[k] = self.hsums[2 * k + 1]
         return CodedGroups(list(self.keys), cost_out, qty_out, n_out, list(self.hour_keys),
-                           self.hours_arr[:self.nh])
+                           hour_cost_out, hour_n_out)
 
 
 def coded_sums_for(entries, hour_class):
