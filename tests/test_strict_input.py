@@ -198,3 +198,81 @@ def test_time_grammar() -> None:
         assert time_text_problem(text) is not None, text
     for text in (Z, "2024-02-29T23:59:59.123456789-09:30", "2024-01-01t00:00:00z"):
         assert time_text_problem(text) is None, text
+
+
+def _refuses(kind: type[Any], body: dict[str, Any]) -> bool:
+    try:
+        msgspec.convert(body, kind)
+    except msgspec.ValidationError:
+        return True
+    return False
+
+
+def test_every_label_schema_refuses_the_forbidden_characters() -> None:
+    """Free-text labels outside events: budget names, webhook descriptions, token names,
+    experiment-progress metrics, analysis bucket labels; and names that must match a
+    pattern refuse a trailing newline (msgspec's `re.search` with a bare `$` did not)."""
+    from service.alerts.delivery import WebhookIn
+    from service.domain.analysis import UpsampleBucket
+    from service.domain.auth import TokenIn
+    from service.domain.budgets import BudgetIn
+    from service.domain.reports import ExperimentProgressIn
+
+    cases: list[tuple[type[Any], dict[str, Any], str]] = [
+        (BudgetIn, {"project": "llm", "name": "b", "amount": "10"}, "name"),
+        (WebhookIn, {"url": "https://example.com/h", "description": "d"}, "description"),
+        (TokenIn, {"role": "read", "name": "n"}, "name"),
+        (ExperimentProgressIn, {"experiment": "e", "metric": "loss", "value": "1"}, "metric"),
+        (UpsampleBucket, {"share": "0.5", "repeats": "1", "label": "top"}, "label"),
+    ]
+    for kind, body, field in cases:
+        assert not _refuses(kind, body), kind
+        for ch in FORBIDDEN_CHARS.values():
+            assert _refuses(kind, {**body, field: body[field] + ch}), (kind, repr(ch))
+    patterned: list[tuple[type[Any], dict[str, Any], str]] = [
+        (BudgetIn, {"project": "llm", "name": "b", "amount": "10"}, "project"),
+        (BudgetIn, {"project": "llm", "name": "b", "amount": "10"}, "amount"),
+        (ExperimentProgressIn, {"experiment": "e", "metric": "loss", "value": "1"}, "experiment"),
+        (ExperimentProgressIn, {"experiment": "e", "metric": "loss", "value": "1"}, "value"),
+        (UpsampleBucket, {"share": "0.5", "repeats": "1"}, "share"),
+        (UpsampleBucket, {"share": "0.5", "repeats": "1"}, "repeats"),
+    ]
+    for kind, body, field in patterned:
+        assert _refuses(kind, {**body, field: body[field] + "\n"}), (kind, field)
+
+
+def test_rate_cards_and_plans_refuse_the_forbidden_characters_in_their_texts() -> None:
+    from service.domain.plans import PlanError, PlanIn, estimate_plan
+    from service.domain.ratecards import RateCardError, RateCardIn, validate_rate_card
+    from tests.test_plans_http import plan_body
+
+    sku = TEST_CARD["skus"][0]  # type: ignore[index]
+    skus = validate_rate_card(msgspec.convert(TEST_CARD, RateCardIn))
+    for ch in FORBIDDEN_CHARS.values():
+        for field in ("unit", "description", "source"):
+            card = {**TEST_CARD, "skus": [{**sku, field: f"x{ch}"}]}
+            with pytest.raises(RateCardError) as refused:
+                validate_rate_card(msgspec.convert(card, RateCardIn))
+            assert refused.value.field == f"$.skus[0].{field}"
+        with pytest.raises(RateCardError):
+            validate_rate_card(msgspec.convert({**TEST_CARD, "description": ch}, RateCardIn))
+        body = plan_body()
+        with pytest.raises(PlanError) as plan_refused:
+            estimate_plan(msgspec.convert({**body, "description": f"d{ch}"}, PlanIn), skus)
+        assert plan_refused.value.field == "$.description"
+        stages = [{**body["stages"][0], "label": f"l{ch}"}]
+        with pytest.raises(PlanError) as plan_refused:
+            estimate_plan(msgspec.convert({**body, "stages": stages}, PlanIn), skus)
+        assert plan_refused.value.field == "$.stages[0].label"
+
+
+async def test_a_rate_card_unit_with_a_bidi_character_is_a_4xx_naming_it(api: Api) -> None:
+    sku = TEST_CARD["skus"][0]  # type: ignore[index]
+    async with api.client() as c:
+        card = {**TEST_CARD, "skus": [{**sku, "unit": "hour\u202e"}]}
+        r = await c.put("/v1/rate-cards/default", json=card)
+        assert 400 <= r.status_code < 500, r.text
+        assert "$.skus[0].unit" in r.text
+        r = await c.post("/v1/budgets", json={"project": "llm", "name": "b\u2028", "amount": "1"})
+        assert r.status_code == 400, r.text
+        assert "name" in r.text

@@ -36,6 +36,8 @@ from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 import msgspec
 
+from service.domain.events import SAFE_TEXT_PATTERN
+
 __all__ = [
     "ANALYSES",
     "AnalysisError",
@@ -278,7 +280,7 @@ class UpsampleBucket(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             "upsampled mixture (0 drops the bucket)"
         ),
     ]
-    label: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    label: Annotated[str, msgspec.Meta(max_length=64, pattern=SAFE_TEXT_PATTERN)] | None = None
 
 
 class PilotPoint(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -208,6 +208,19 @@ def identifier_problem(event: EventIn) -> tuple[str, str] | None:
     return None
 
 
+_SAFE_TEXT_RE = re.compile(SAFE_TEXT_PATTERN)
+UNSAFE_TEXT_REASON = (
+    "may not hold control characters (C0, C1, DEL), line or paragraph separators or "
+    "bidirectional formatting characters"
+)
+
+
+def safe_text(text: str) -> bool:
+    """Whether a label or free text holds none of the characters `SAFE_TEXT_PATTERN` refuses
+    (for fields checked after decoding: the schema of stored records may not refuse them)."""
+    return _SAFE_TEXT_RE.fullmatch(text) is not None
+
+
 def time_text_problem(text: str) -> str | None:
     """Why an event's time as sent is not in the accepted form, or None when it is."""
     if len(text) > 64 or _TIME_RE.fullmatch(text) is None:

@@ -83,7 +83,7 @@ from costcore import (
     price_batch_reference,
     round_half_even_div,
 )
-from service.domain.events import ProjectName
+from service.domain.events import UNSAFE_TEXT_REASON, ProjectName, safe_text
 from service.domain.ratecards import (
     COST_CATEGORIES,
     CURRENCY_PATTERN,
@@ -599,6 +599,11 @@ def estimate_plan(
     ``mfu`` outside (0, 1], a window that ends before it starts, a stage running past the
     window, an unknown region, a non-hour accelerator SKU, and so on.
     """
+    if plan.description is not None and not safe_text(plan.description):
+        raise PlanError("$.description", UNSAFE_TEXT_REASON)
+    for i, stage in enumerate(plan.stages):
+        if stage.label is not None and not safe_text(stage.label):
+            raise PlanError(f"$.stages[{i}].label", UNSAFE_TEXT_REASON)
     if card_currency is not None and plan.currency != card_currency:
         raise PlanError(
             "$.currency",

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from costcore.money import parse_price, parse_quantity
+from service.domain.events import UNSAFE_TEXT_REASON, safe_text
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
 COST_CATEGORIES: tuple[str, ...] = (
@@ -113,8 +114,17 @@ class RateCardError(ValueError):
 def validate_rate_card(card: RateCardIn) -> dict[str, PricedSku]:
     """Check a rate card beyond its schema and return its SKUs in integer form."""
     priced: dict[str, PricedSku] = {}
+    if card.description is not None and not safe_text(card.description):
+        raise RateCardError("$.description", UNSAFE_TEXT_REASON)
     for i, sku in enumerate(card.skus):
         where = f"$.skus[{i}]"
+        for name, text in (
+            ("unit", sku.unit),
+            ("description", sku.description),
+            ("source", sku.source),
+        ):
+            if text is not None and not safe_text(text):
+                raise RateCardError(f"{where}.{name}", UNSAFE_TEXT_REASON)
         if sku.code in priced:
             raise RateCardError(f"{where}.code", f"duplicate SKU code {sku.code!r}")
         priced[sku.code] = price_sku(sku, where)
