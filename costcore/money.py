@@ -71,9 +71,9 @@ def decimal_text_problem(text: str, json_number: bool = False) -> str | None:
         return f"is longer than {_MAX_TEXT} characters"
     if (_JSON_NUMBER if json_number else _DECIMAL_TEXT).fullmatch(text) is None:
         return (
-            "must be a decimal number written in ASCII as JSON writes numbers (digits, an "
-            "optional '.' and digits, an optional exponent; no sign other than a leading '-', "
-            "no spaces or '_'" + (", no leading zeros)" if json_number else ")")
+            "is not a decimal number as JSON writes one in ASCII (digits, an optional '.' and "
+            "digits, an optional exponent; no sign other than a leading '-', no spaces or '_'"
+            + (", no leading zeros)" if json_number else ")")
         )
     return None
 
