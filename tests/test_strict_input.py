@@ -275,3 +275,28 @@ async def test_a_rate_card_unit_with_a_bidi_character_is_a_4xx_naming_it(api: Ap
         r = await c.post("/v1/budgets", json={"project": "llm", "name": "b\u2028", "amount": "1"})
         assert r.status_code == 400, r.text
         assert "name" in r.text
+
+
+async def test_cloudevents_numbers_are_read_exactly_not_as_floats(api: Api) -> None:
+    """A CloudEvent's `data` is read untyped: its quantity, a JSON number, was a float there,
+    and 1.00000000000000000001 (20 decimals) became 1 and was accepted."""
+    await _setup(api)
+    ce = {
+        "specversion": "1.0",
+        "id": "ce-exact",
+        "source": "test",
+        "type": "usage",
+        "subject": "llm",
+        "time": Z,
+        "data": {"sku": "gpu.h100.hour", "quantity": 0},
+    }
+    text = json.dumps(ce).replace('"quantity": 0', '"quantity": 1.00000000000000000001')
+    async with api.client() as c:
+        for media, data, prefix in ((CE, text, "$"), (CE_BATCH, f"[{text}]", "$[0]")):
+            r = await c.post("/v1/events", content=data, headers={"content-type": media})
+            assert r.status_code == 422, r.text
+            assert [e["field"] for e in r.json()["errors"]] == [f"{prefix}.quantity"]
+        ok = text.replace("1.00000000000000000001", "1.250000000000000000000")
+        r = await c.post("/v1/events", content=ok, headers={"content-type": CE})
+        assert r.status_code == 200 and r.json()["cost_by_project"] == {"llm": "3.125"}, r.text
+    await _nothing_counted(api, "other")

@@ -315,8 +315,10 @@ _msgpack_one = msgspec.msgpack.Decoder(EventIn)
 _msgpack_raw_batch = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _json_texts = msgspec.json.Decoder(list[_Texts] | _Texts)
 _msgpack_texts = msgspec.msgpack.Decoder(list[_Texts] | _Texts)
-_cloud_one = msgspec.json.Decoder(CloudEvent)
-_cloud_batch = msgspec.json.Decoder(list[CloudEvent])
+# `data` is read untyped: its JSON numbers as Decimals (their exact text), never as floats
+# (a float would round a 20-digit quantity to one the event decoder then accepts).
+_cloud_one = msgspec.json.Decoder(CloudEvent, float_hook=Decimal)
+_cloud_batch = msgspec.json.Decoder(list[CloudEvent], float_hook=Decimal)
 
 
 def media_type_of(content_type: str | None) -> str:
