@@ -12,12 +12,22 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from costcore.columns import parse_time_reference
+from costcore.money import JSON_NUMBER_PATTERN, decimal_text_problem, parse_quantity
 from service.domain.auth import Principal
 from service.domain.catalog import RateCards
 from service.domain.eventlog import read_log
-from service.domain.events import JSON, MSGPACK, decode_events, decode_wire_batch
-from service.domain.ingest import ForbiddenProject, Ingestor, IngestReport
+from service.domain.events import (
+    JSON,
+    MSGPACK,
+    decode_events,
+    decode_wire_batch,
+    time_text_problem,
+)
+from service.domain.ingest import ForbiddenProject, Ingestor, IngestReport, _wire_quantity
 from service.domain.ratecards import RateCardIn
 from service.storage.redis_store import Store
 from tests.conftest import TEST_CARD
@@ -256,3 +266,71 @@ def test_only_arrays_of_json_or_msgpack_events_go_the_fast_way() -> None:
     assert decode_wire_batch(json.dumps([one]).encode(), "application/x-ndjson") is None
     wire = decode_wire_batch(json.dumps([one]).encode(), JSON)
     assert wire is not None and wire[0].event().time.tzinfo is not None
+
+
+# --- the grammar, read alike by both paths ------------------------------------------------
+
+_QUANTITY_ALPHABET = "0123456789.eE+-_ \t\n\uff11\u0661xabn"
+_TIME_NOISE = st.sampled_from(
+    ["", "Z", "z", "+0000", "+00:00", "-00:00", "+05:45", "+24:00", " ", "\n", "T", "t", ".", "1"]
+)
+
+
+def _exact_event(**fields: Any) -> Any:
+    """The event as the exact path reads it (`decode_events`), or None if it refuses it."""
+    items, _ = decode_events(json.dumps(ev("g1", project="pg", **fields)).encode(), JSON)
+    return items[0].event
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.from_regex(JSON_NUMBER_PATTERN, fullmatch=True),
+        st.text(alphabet=_QUANTITY_ALPHABET, max_size=10),
+        st.integers(min_value=-(2**64), max_value=2**64),
+    )
+)
+def test_fast_and_exact_paths_read_a_quantity_alike(value: str | int) -> None:
+    """`ingest_wire`'s quantity memo (`_wire_quantity`) and the exact path (`decode_events`
+    then `parse_quantity`) accept the same quantities, as the same micro-units."""
+    fast = _wire_quantity(value)
+    event = _exact_event(quantity=value)
+    exact = None
+    if event is not None:
+        try:
+            exact = parse_quantity(event.quantity)
+        except ValueError:
+            exact = None
+    assert fast == exact
+    if isinstance(value, str) and fast is not None:
+        assert decimal_text_problem(value, json_number=True) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+    ),
+    st.sampled_from(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"]),
+    _TIME_NOISE,
+    _TIME_NOISE,
+)
+def test_fast_and_exact_paths_read_a_time_alike(
+    when: datetime, form: str, zone: str, extra: str
+) -> None:
+    """The compiled time reader reads a subset of the time grammar, to the instant the exact
+    path reads; the exact path refuses whatever breaks the grammar."""
+    from costcore import parse_time
+
+    text = when.strftime(form) + zone + extra
+    fast = parse_time(text)
+    assert fast == parse_time_reference(text)
+    event = _exact_event(time=text)
+    if fast is not None:
+        assert event is not None
+        delta = event.time - datetime(1970, 1, 1, tzinfo=UTC)
+        assert fast == delta // timedelta(microseconds=1)
+    if event is not None:
+        assert time_text_problem(text) is None
+    else:
+        assert fast is None
