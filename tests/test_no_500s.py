@@ -98,3 +98,16 @@ def test_one_project_name_rule_for_every_schema(project: str) -> None:
     budget = _accepts(BudgetIn, {"project": project, "name": "b", "amount": "10"})
     token = _accepts(TokenIn, {"role": "read", "projects": [project]})
     assert plan == budget == token
+
+
+async def test_offsets_beyond_int64_are_a_4xx(api: Api) -> None:
+    """A paged read with an offset past 64 bits reached Redis (LRANGE/XRANGE arithmetic) and
+    answered 500 (found by tests/test_schemathesis.py)."""
+    async with api.client() as c:
+        r = await c.put("/v1/rate-cards/default", json=TEST_CARD)
+        assert r.status_code == 201, r.text
+        for path in ("/v1/events/rejected", "/v1/costs", "/v1/webhooks/deliveries"):
+            for offset in (2**70, 2**63, 2**31):
+                r = await c.get(path, params={"project": "llm", "offset": offset})
+                assert r.status_code == 400, (path, offset, r.status_code, r.text)
+                assert "offset" in r.text
