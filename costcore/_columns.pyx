@@ -182,7 +182,8 @@ cdef class CodedSums:
         self.keys, self.hour_keys = [], []
         self.cap, self.hcap = 1024, 256
         self.sums_arr = array("q", bytes(8 * 5 * self.cap))
-        self.hours_arr = array("q", bytes(8 * 2 * self.hcap))
+        # per hour cell: cost (two words, signed 128-bit) and events
+        self.hours_arr = array("q", bytes(8 * 3 * self.hcap))
         self.sums = self.sums_arr
         self.hsums = self.hours_arr
         self.nk = self.nh = 0
@@ -219,8 +220,9 @@ cdef class CodedSums:
             self.hcap *= 2
         self.hour_index[key] = h
         self.hour_keys.append(spelled)
-        self.hsums[2 * h] = 0
-        self.hsums[2 * h + 1] = 0
+        self.hsums[3 * h] = 0
+        self.hsums[3 * h + 1] = 0
+        self.hsums[3 * h + 2] = 0
         self.nh += 1
         return h
 
@@ -274,7 +276,8 @@ cdef class CodedSums:
                 key = (hour, cs, hc)
                 found = self.hour_index.get(key)
                 h = found if found is not None else self._hour_slot(key, key)
-            tl_add_s128(&self.hsums[2 * h], cost)
+            tl_add_s128(&self.hsums[3 * h], cost)
+            self.hsums[3 * h + 2] += 1
 
     def result(self):
         """The sums so far, as `CodedGroups`."""
@@ -282,14 +285,17 @@ cdef class CodedSums:
         cdef list cost_out = [], qty_out = [], hour_out = []
         n_out = array("q", bytes(8 * self.nk))
         cdef int64_t[::1] n_v = n_out
+        hour_n_out = array("q", bytes(8 * self.nh))
+        cdef int64_t[::1] hn_v = hour_n_out
         for k in range(self.nk):
             cost_out.append(_wide(self.sums[5 * k], self.sums[5 * k + 1]))
             qty_out.append(_wide(self.sums[5 * k + 2], self.sums[5 * k + 3]))
             n_v[k] = self.sums[5 * k + 4]
         for k in range(self.nh):
-            hour_out.append(_wide(self.hsums[2 * k], self.hsums[2 * k + 1]))
+            hour_out.append(_wide(self.hsums[3 * k], self.hsums[3 * k + 1]))
+            hn_v[k] = self.hsums[3 * k + 2]
         return CodedGroups(list(self.keys), cost_out, qty_out, n_out, list(self.hour_keys),
-                           hour_out)
+                           hour_out, hour_n_out)
 
 
 def coded_sums_for(entries, hour_class):

@@ -234,6 +234,7 @@ class CodedGroups(NamedTuple):
     events: array[int]  # 'q', per key
     hour_keys: list[tuple[int, int, int]]  # (hours since 1970-01-01, stage, hour class)
     hour_cost_nano: list[int]  # per hour key
+    hour_events: array[int]  # 'q', per hour key
 
 
 def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[int]) -> CodedGroups:
@@ -243,12 +244,13 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
     An event's cell key is (day, stage, experiment, owner, rate, attributed) in the fold's
     codes (the entry's codes mapped through `to_global`), day = epoch_us // 86,400,000,000
     (floored); its hour key is (epoch_us // 3,600,000,000, stage, hour_class[rate]). Per cell
-    key: cost, quantity and event count; per hour key: cost. Sums are exact ints of any size
-    (no sum limits a fold: the store keeps them in two limbs, service/storage/limbs.py).
-    Raises ValueError when an entry's columns differ in length.
+    key: cost, quantity and event count; per hour key: cost and event count. Sums are exact
+    ints of any size (no sum limits a fold: the store keeps them in two limbs,
+    service/storage/limbs.py). Raises ValueError when an entry's columns differ in length.
     """
     sums: dict[tuple[int, int, int, int, int, int], list[int]] = {}
     hours: dict[tuple[int, int, int], int] = {}
+    hour_events: dict[tuple[int, int, int], int] = {}
     for entry in entries:
         n = len(entry.epoch_us)
         if len(entry.codes) != 5 or len(entry.to_global) != 5:
@@ -272,6 +274,7 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
                 have[2] += 1
             hour_key = (us // 3_600_000_000, stage[i], hour_class[rate[i]])
             hours[hour_key] = hours.get(hour_key, 0) + cost
+            hour_events[hour_key] = hour_events.get(hour_key, 0) + 1
     return CodedGroups(
         list(sums),
         [v[0] for v in sums.values()],
@@ -279,6 +282,7 @@ def group_coded_reference(entries: Sequence[CodedEntry], hour_class: Sequence[in
         array("q", [v[2] for v in sums.values()]),
         list(hours),
         list(hours.values()),
+        array("q", hour_events.values()),
     )
 
 

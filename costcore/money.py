@@ -12,16 +12,20 @@ integer, so it is exact and independent of the active ``decimal`` context.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 __all__ = [
+    "DECIMAL_TEXT_PATTERN",
     "INT64_MAX",
+    "JSON_NUMBER_PATTERN",
     "MONEY_MAX",
     "MONEY_SCALE",
     "PRICE_DECIMALS",
     "PRICE_SCALE",
     "QUANTITY_DECIMALS",
     "QUANTITY_SCALE",
+    "decimal_text_problem",
     "format_money",
     "format_quantity",
     "parse_money",
@@ -49,11 +53,46 @@ MONEY_MAX = INT64_MAX * MONEY_SCALE + INT64_MAX
 _MAX_INT_DIGITS = len(str(INT64_MAX))
 
 
+# The text forms `parse_quantity` and `parse_price` read: an ASCII decimal, an optional
+# leading "-", an optional fraction and exponent, nothing around it. `Decimal(str)` alone also
+# takes " 1", "1_000", "+1", ".5", "5.", "1\n", full-width and other Unicode digits,
+# "Infinity" and "NaN": no caller means those. (Event quantities are held to the stricter
+# JSON-number form, `JSON_NUMBER_PATTERN`, by the event decoder; rate-card prices to
+# ``^[0-9]+(\.[0-9]+)?$`` by their schema.)
+DECIMAL_TEXT_PATTERN = r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+# A JSON number (RFC 8259, section 6): no leading zeros.
+JSON_NUMBER_PATTERN = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+_DECIMAL_TEXT = re.compile(DECIMAL_TEXT_PATTERN, re.ASCII)
+_JSON_NUMBER = re.compile(JSON_NUMBER_PATTERN, re.ASCII)
+# Longer texts are refused before a regular expression reads them (an int64 of micro- or
+# nano-units has at most 19 digits; the rest is a sign, a point and an exponent).
+_MAX_TEXT = 64
+
+
+def decimal_text_problem(text: str, json_number: bool = False) -> str | None:
+    """Why `text` is not a decimal in the accepted form (`DECIMAL_TEXT_PATTERN`, or
+    `JSON_NUMBER_PATTERN` when `json_number`), or None when it is. Matched whole (never
+    `re.search`, whose `$` also matches before a final newline)."""
+    if len(text) > _MAX_TEXT:
+        return f"is longer than {_MAX_TEXT} characters"
+    if (_JSON_NUMBER if json_number else _DECIMAL_TEXT).fullmatch(text) is None:
+        return (
+            "is not a decimal number as JSON writes one in ASCII (digits, an optional '.' and "
+            "digits, an optional exponent; no sign other than a leading '-', no spaces or '_'"
+            + (", no leading zeros)" if json_number else ")")
+        )
+    return None
+
+
 def _to_decimal(value: Decimal | str | int, what: str) -> Decimal:
     if isinstance(value, Decimal):
         return value
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TypeError(f"{what} must be a Decimal, str or int, not {type(value).__name__}")
+    if isinstance(value, str):
+        problem = decimal_text_problem(value)
+        if problem is not None:
+            raise ValueError(f"{what} {problem}: {value[:_MAX_TEXT]!r}")
     try:
         return Decimal(value)
     except (InvalidOperation, ValueError):

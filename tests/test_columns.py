@@ -308,6 +308,7 @@ def test_compiled_group_coded_equals_the_reference(raw: list[Any], hour_class: l
     # The reference's meaning: sums per key, keys in order of first appearance.
     cells: dict[tuple[int, ...], list[int]] = {}
     hours: dict[tuple[int, ...], int] = {}
+    hour_events: dict[tuple[int, ...], int] = {}
     for events, to_global in raw:
         for us, cost, qty, local in events:
             codes = [to_global[c][local[c]] for c in range(5)]
@@ -317,10 +318,12 @@ def test_compiled_group_coded_equals_the_reference(raw: list[Any], hour_class: l
             have[2] += 1
             hour = (us // 3_600_000_000, codes[0], hour_class[codes[3]])
             hours[hour] = hours.get(hour, 0) + cost
+            hour_events[hour] = hour_events.get(hour, 0) + 1
     assert want.keys == list(cells)
     sums = zip(want.cost_nano, want.quantity_micro, want.events, strict=True)
     assert [list(t) for t in sums] == [cells[k] for k in want.keys]
     assert want.hour_keys == list(hours) and list(want.hour_cost_nano) == list(hours.values())
+    assert list(want.hour_events) == list(hour_events.values())
 
 
 def test_group_coded_sums_exactly_past_int64_and_refuses_ragged_columns() -> None:

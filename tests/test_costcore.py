@@ -783,12 +783,22 @@ def test_stale_kernel_raises_import_error(monkeypatch: pytest.MonkeyPatch) -> No
         ("0E-30", 0),
         ("1E+3", 1000 * UNIT),
         ("9223372036854.775807", INT64_MAX),
-        (" 2.25 ", 2_250_000),
+        ("007.5", 7_500_000),  # ASCII decimal text (event quantities: JSON's, no "007")
     ],
 )
 def test_parse_quantity(text: str, micro: int) -> None:
-    assert parse_quantity(Decimal(text.strip())) == micro
+    assert parse_quantity(Decimal(text)) == micro
     assert parse_quantity(text) == micro
+
+
+@pytest.mark.parametrize(
+    "text", [" 2.25 ", "2.25\n", "1_000", "+1", ".5", "5.", "\uff11", "\u0661", "0x10", "1e"]
+)
+def test_parse_reads_ascii_decimal_text_only(text: str) -> None:
+    """What `Decimal(str)` reads but no caller means (it read " 2.25 " as 2.25)."""
+    for parse in (parse_quantity, parse_price):
+        with pytest.raises(ValueError, match="not a decimal number"):
+            parse(text)
 
 
 @pytest.mark.parametrize(

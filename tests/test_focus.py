@@ -725,3 +725,53 @@ def test_largest_list_cost_is_written_exactly() -> None:
     text = format_exact_cost(big)
     assert "e" not in text.lower()
     assert Decimal(text) == Decimal(f"{big}E-15")
+
+
+# --- CSV injection -------------------------------------------------------------------------
+
+FORMULAS = ("=1+2", "+1", "-1", "@SUM", "=A1+A2", "-2+3")
+
+
+async def test_formula_leading_text_cells_are_neutralised(store: Store) -> None:
+    """Text a caller chose (experiment, owner, a rate card's unit) that a spreadsheet would run
+    as a formula is written with a leading "'"; numeric columns and FOCUS's own values are
+    not touched."""
+    card = {
+        **TEST_CARD,
+        "skus": [
+            {"code": "gpu.h100.hour", "category": "compute", "unit": "=1+2", "unit_price": "2.5"}
+        ],
+    }
+    events = [
+        event(f"x{i}", "2", time="2025-03-10T10:15:00Z", experiment=text, owner=text)
+        for i, text in enumerate(FORMULAS)
+    ]
+    await ingest(store, events, card)
+    rows = parse(await export_text(store))
+    assert len(rows) == len(FORMULAS)
+    by_id = {row["x_EventId"]: row for row in rows}
+    for i, text in enumerate(FORMULAS):
+        row = by_id[f"x{i}"]
+        assert row["x_Experiment"] == "'" + text
+        assert row["x_Owner"] == "'" + text
+        assert row["SkuMeter"] == "'=1+2"
+        # Numbers and the spec's values as before.
+        assert row["BilledCost"] == "5.00"
+        assert row["ConsumedQuantity"] == row["PricingQuantity"] == "2"
+        assert row["ListUnitPrice"] == "2.50"
+        assert row["ChargeCategory"] == "Usage"
+        assert row["ChargeFrequency"] == "Usage-Based"
+        assert row["ChargePeriodStart"] == "2025-03-10T10:00:00Z"
+        assert row["x_RateCardVersion"] == "1"
+    for cell in (cell for row in rows for cell in row.values()):
+        assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+        assert not cell.startswith("-") or cell[1:2].isdigit(), cell
+
+
+def test_neutralise_covers_owasp_leading_characters() -> None:
+    from service.domain.csvsafe import neutralise
+
+    for text in ("=1+2", "+1", "-1", "@x", "\tx", "\rx", "\nx"):
+        assert neutralise(text) == "'" + text
+    for text in ("1+2", "a=b", "", None, '{"team": "=1"}', "Usage"):
+        assert neutralise(text) == text

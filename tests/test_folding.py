@@ -235,14 +235,25 @@ def test_cell_sums_survive_their_encoding() -> None:
     sums = CellSums()
     sums.cells[("20261130", "a\x1fb")] = [10, 2, 1]
     sums.cells[("20261201", "c")] = [7, 0, 3]
-    sums.hourly[("20261130", "c|05|pretrain")] = 10
+    sums.hourly[("20261130", "c|05|pretrain")] = [10, 1]
+    sums.hourly[("20261130", "c|06|eval")] = [0, 2]  # events that cost nothing
     sums.events = 4
     again = CellSums()
     again.add_blob(sums.encode())
     again.add_blob(sums.encode())
     assert again.events == 8
     assert again.cells == {("20261130", "a\x1fb"): [20, 4, 2], ("20261201", "c"): [14, 0, 6]}
-    assert again.hourly == {("20261130", "c|05|pretrain"): 20}
+    assert again.hourly == {
+        ("20261130", "c|05|pretrain"): [20, 2],
+        ("20261130", "c|06|eval"): [0, 4],
+    }
+    # A blob of the version before hourly cells counted events: its hours count none.
+    old = CellSums()
+    old.add_blob(msgspec.msgpack.encode([1, [], ["20261130", "c|05|pretrain", 7]]))
+    assert old.hourly == {("20261130", "c|05|pretrain"): [7, 0]}
+    increments = again.increments("llm")
+    assert (Keys.hourly("llm", "20261130"), "n|06|eval", 4) in increments
+    assert not any(field == "c|06|eval" for _, field, _ in increments)
     big = CellSums()
     big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]
     big.events = 1
@@ -259,7 +270,7 @@ async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: st
     try:
         legacy = CellSums()
         legacy.cells[("20261130", "pretrain\x1f\x1fcompute\x1fgpu\x1f\x1fe\x1f")] = [70, 3, 2]
-        legacy.hourly[("20261130", "c|05|pretrain\x1fcompute\x1fe")] = 70
+        legacy.hourly[("20261130", "c|05|pretrain\x1fcompute\x1fe")] = [70, 2]
         legacy.events = 2
         rows = [["a", 1, "pretrain", "", "", "gpu", 1, None, 30, 1, "compute"]] * 2
         client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})

@@ -188,3 +188,103 @@ def _access_lines(log_path: Path) -> list[dict[str, object]]:
 
 def _event_pids(log_path: Path) -> set[object]:
     return {a["pid"] for a in _access_lines(log_path) if a["path"] == "/v1/events"}
+
+
+def _serve(
+    redis_url: str, tmp_path: Path, log_format: str
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINLEDGER_", "PROMETHEUS"))}
+    env.update(TRAINLEDGER_REDIS_URL=redis_url, TRAINLEDGER_DATA_DIR=str(tmp_path))
+    log_path = tmp_path / f"serve-{log_format}.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "service.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--log-format",
+                log_format,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
+    base = f"http://127.0.0.1:{port}"
+    wait_until_ready(proc, base, log_path.read_text)
+    return proc, base, log_path
+
+
+FORGED = "FORGED 2099-01-01 00:00:00,000 ERROR trainledger: admin token leaked"
+# Percent-encoded line breaks and separators a path may carry (the server decodes them).
+FORGING_PATHS = (
+    "/nowhere%0a" + FORGED.replace(" ", "%20"),  # no route: a 404 before any middleware
+    "/v1/projects/x%0d%0a" + FORGED.replace(" ", "%20"),  # a route: 400 or 404 from a handler
+    "/v1/projects/x%e2%80%a8" + FORGED.replace(" ", "%20"),  # U+2028
+    "/v1/projects/x%c2%85" + FORGED.replace(" ", "%20"),  # U+0085 NEL
+    "/v1/projects/x%e2%80%ae" + FORGED.replace(" ", "%20"),  # U+202E
+)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_a_request_path_cannot_forge_a_log_line(
+    clean_redis: str, tmp_path: Path, log_format: str
+) -> None:
+    """`serve --log-format text|json`: a path with encoded line breaks, separators or bidi
+    characters is one access line, its characters escaped; 404s are logged too."""
+    proc, base, log_path = _serve(clean_redis, tmp_path, log_format)
+    try:
+        token = await make_admin_token(clean_redis)
+        async with httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as c:
+            for path in FORGING_PATHS:
+                r = await c.get(path)
+                assert 400 <= r.status_code < 500, (path, r.status_code)
+                assert r.headers.get("x-request-id")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log_path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    # No line starts with the forged text, and no record spans a line break or a separator.
+    assert not any(line.startswith("FORGED") for line in lines)
+    for sep in ("\r", "\x85", "\u2028", "\u2029", "\u202e"):
+        assert sep not in text, repr(sep)
+    forged = [line for line in lines if "FORGED" in line]
+    assert len(forged) == len(FORGING_PATHS), forged
+    for line in forged:
+        if log_format == "json":
+            doc = json.loads(line)
+            assert doc["logger"] == "trainledger.access" and doc["status"] in (400, 404)
+        else:
+            assert " INFO trainledger.access: GET /" in line
+            assert ("\\x0a" in line) or ("\\x0d" in line) or ("\\u" in line) or ("\\x85" in line)
+    assert any("/nowhere" in line and "404" in line for line in forged)  # 404s are logged
+
+
+def test_text_log_lines_escape_every_field() -> None:
+    from service.http.observability import TextFormatter
+
+    try:
+        raise ValueError("boom\nFORGED line")
+    except ValueError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "tl", logging.ERROR, __file__, 1, "a %s", ("b\r\nc\u2028",), exc_info
+    )
+    record.fields = {"path": "/p\x1b[31m\u202e", "status": 404}
+    token = request_id.set("r-1")
+    try:
+        line = TextFormatter().format(record)
+    finally:
+        request_id.reset(token)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert "\u2028" not in line and "\u202e" not in line
+    assert "a b\\x0d\\x0ac\\u2028" in line
+    assert "path=/p\\x1b[31m\\u202e" in line and "request_id=r-1" in line
+    assert "boom\\x0aFORGED line" in line

@@ -64,7 +64,7 @@ from service.alerts.targets import (
 from service.alerts.targets import check_target as _check_target
 from service.domain.budgeting import AlertView, alert_view, find_budget
 from service.domain.costs import cost_report
-from service.domain.events import ProjectName
+from service.domain.events import SAFE_TEXT_PATTERN, ProjectName
 from service.metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from service.storage.redis_store import Store
 from service.storage.sealing import Sealer, Unsealable, load_sealer
@@ -221,7 +221,7 @@ class WebhookIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         None  # None: every project
     )
     kinds: Annotated[list[AlertKindName], msgspec.Meta(min_length=1)] | None = None  # None: all
-    description: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    description: Annotated[str, msgspec.Meta(max_length=500, pattern=SAFE_TEXT_PATTERN)] = ""
 
 
 class WebhookRecord(msgspec.Struct, kw_only=True, omit_defaults=True):

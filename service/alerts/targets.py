@@ -42,6 +42,7 @@ from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import httpx
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -219,6 +220,14 @@ def _check_name(name: str) -> str:
     labels = ascii_name.split(".")
     if not ascii_name or len(ascii_name) > 253 or not all(_LABEL_RE.match(x) for x in labels):
         raise UnsafeTarget("the URL's host is not a valid host name")
+    for label in labels:
+        if label.startswith("xn--"):
+            try:  # an A-label must decode (IDNA 2008), wherever it stands in the name
+                idna.decode(label)
+            except idna.IDNAError as exc:
+                raise UnsafeTarget(
+                    "the URL's host is not a valid internationalized domain name"
+                ) from exc
     return ascii_name
 
 
@@ -304,7 +313,13 @@ def check_target(url: str, allow: AllowList | None = None) -> Target:
     """Raise `UnsafeTarget` unless `url` may be a webhook target as written (without looking
     it up: `resolve_target` does that). A literal address must be public unless allowed;
     http is allowed only for an allow-listed host."""
-    allow = allow or AllowList()
+    try:
+        return _check_target(url, allow or AllowList())
+    except UnicodeError as exc:  # idna.IDNAError: a malformed A-label ("xn--a") or U-label
+        raise UnsafeTarget("the URL's host is not a valid internationalized domain name") from exc
+
+
+def _check_target(url: str, allow: AllowList) -> Target:
     if any(ch.isspace() or ord(ch) < 0x20 or ch == "\\" for ch in url):
         raise UnsafeTarget("the URL contains whitespace, control characters or a backslash")
     try:

@@ -22,6 +22,7 @@ from rich.text import Text
 from service.cli.client import Client, CliError, add_client_options
 from service.cli.ui import ui
 from service.config import Settings
+from service.domain.csvsafe import neutralise
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
 COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")
@@ -275,7 +276,7 @@ def write_costs_csv(
         key = row.get("key") or {}
         writer.writerow(
             [
-                *(key.get(c, "") for c in columns),
+                *(neutralise(key.get(c, "")) for c in columns),
                 *([row.get("quantity") or "", row.get("unit") or ""] if by_sku else []),
                 row.get("events", ""),
                 row.get("cost", ""),

@@ -36,6 +36,8 @@ from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 import msgspec
 
+from service.domain.events import SAFE_TEXT_PATTERN
+
 __all__ = [
     "ANALYSES",
     "AnalysisError",
@@ -160,12 +162,12 @@ def _percent(part: Decimal, whole: Decimal) -> str | None:
 # Shared schema pieces
 # --------------------------------------------------------------------------------------
 
-CURRENCY_PATTERN = r"^[A-Z]{3}$"
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$"
-DECIMAL_PATTERN = r"^[0-9]{1,24}(\.[0-9]{1,24})?$"
-SIGNED_DECIMAL_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,24})?$"
-PROBABILITY_PATTERN = r"^(0(\.[0-9]{1,24})?|1(\.0{1,24})?)$"
+CURRENCY_PATTERN = r"^[A-Z]{3}$(?!\n)"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$(?!\n)"
+SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$(?!\n)"
+DECIMAL_PATTERN = r"^[0-9]{1,24}(\.[0-9]{1,24})?$(?!\n)"
+SIGNED_DECIMAL_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,24})?$(?!\n)"
+PROBABILITY_PATTERN = r"^(0(\.[0-9]{1,24})?|1(\.0{1,24})?)$(?!\n)"
 
 Currency = Annotated[
     str,
@@ -278,7 +280,7 @@ class UpsampleBucket(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             "upsampled mixture (0 drops the bucket)"
         ),
     ]
-    label: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    label: Annotated[str, msgspec.Meta(max_length=64, pattern=SAFE_TEXT_PATTERN)] | None = None
 
 
 class PilotPoint(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -777,7 +779,7 @@ def analyse_data_strategy(req: DataStrategyIn) -> DataStrategyOut:
 # domain-mix
 # --------------------------------------------------------------------------------------
 
-DomainName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+DomainName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,31}$(?!\n)")]
 MoneyString = Annotated[DecimalString, msgspec.Meta(description="money (currency)")]
 
 

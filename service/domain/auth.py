@@ -9,9 +9,11 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from service.domain.events import SAFE_TEXT_PATTERN, ProjectName
 
 Role = Literal["admin", "ingest", "read"]
 ROLES: tuple[str, ...] = ("admin", "ingest", "read")
@@ -56,8 +58,8 @@ class Principal:
 
 class TokenIn(msgspec.Struct, forbid_unknown_fields=True):
     role: Role
-    projects: list[str] | None = None
-    name: str = ""
+    projects: list[ProjectName] | None = None
+    name: Annotated[str, msgspec.Meta(max_length=200, pattern=SAFE_TEXT_PATTERN)] = ""
 
 
 class TokenView(msgspec.Struct, omit_defaults=True):

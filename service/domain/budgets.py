@@ -35,7 +35,14 @@ from typing import Annotated, Literal
 import msgspec
 
 from costcore.money import format_money, parse_money
-from service.domain.events import Label, LabelledEvent, ProjectName, TagKey, TagValue
+from service.domain.events import (
+    SAFE_TEXT_PATTERN,
+    Label,
+    LabelledEvent,
+    ProjectName,
+    TagKey,
+    TagValue,
+)
 from service.domain.ratecards import COST_CATEGORIES, DecimalString
 
 Period = Literal["monthly", "weekly", "window"]
@@ -62,7 +69,7 @@ class ForecastRule(msgspec.Struct, forbid_unknown_fields=True):
 
 class BudgetIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     project: ProjectName
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=120)]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=120, pattern=SAFE_TEXT_PATTERN)]
     amount: DecimalString
     period: Period = "monthly"
     window_start: Annotated[datetime, msgspec.Meta(tz=True)] | None = None

@@ -323,12 +323,13 @@ async def _grouped(
     if query.granularity == "hour":
         for day, fields in zip(days, await store.hour_totals(query.project, days), strict=True):
             for raw_field, raw_value in fields.items():
-                _, hour, dims_text = raw_field.decode().split("|", 2)
+                field_kind, hour, dims_text = raw_field.decode().split("|", 2)
                 dims = dims_text.split(FIELD_SEP)
                 if not all(_wanted(dims[_HOURLY_POS[n]], n, query.filters) for n in query.filters):
                     continue
                 key = (f"{_iso(day)}T{hour}", *(dims[_HOURLY_POS[n]] for n in query.group_by))
-                sums.setdefault(key, [0, 0, 0])[0] += int(raw_value)
+                # c|: cost; n|: events (an hour whose events cost nothing has only this one).
+                sums.setdefault(key, [0, 0, 0])[0 if field_kind == "c" else 2] += int(raw_value)
         return sums
     plan = plan_reads(query, days, rollups_complete)
     periods = [*plan.days, *plan.months]
@@ -671,7 +672,9 @@ async def cost_summary(
     hours: dict[str, int] = {}
     for day, fields in zip(days, await store.hour_totals(project, days), strict=True):
         for raw_field, raw_value in fields.items():
-            hour = raw_field.decode().split("|", 2)[1]
+            field_kind, hour, _ = raw_field.decode().split("|", 2)
+            if field_kind != "c":
+                continue  # the hour's event count
             stamp = f"{_iso(day)}T{hour}:00Z"
             hours[stamp] = hours.get(stamp, 0) + int(raw_value)
     rework = sum(rework_stage.values())

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
+from costcore.money import JSON_NUMBER_PATTERN, decimal_text_problem
+
 STAGES: tuple[str, ...] = (
     "data_prep",
     "quality_scoring",
@@ -29,11 +31,28 @@ Stage = Literal[
 
 # Identifiers never contain "{", "}", ":" or control characters, so a value can neither
 # escape its project's hash tag nor forge a field separator in the totals.
-PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}$"
-EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+=\-]{0,199}$"
-LABEL_PATTERN = r"^[A-Za-z0-9_.@/+=\-]{0,128}$"
-TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
-TAG_VALUE_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+# Every pattern ends in `$(?!\n)`: msgspec (and Litestar's parameters) check a pattern with
+# `re.search`, where a bare `$` also matches before a final newline ("llm\n" would pass);
+# the look-ahead refuses that and means nothing to a JSON Schema (ECMA-262) reader.
+END = r"$(?!\n)"
+PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}" + END
+EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+=\-]{0,199}" + END
+LABEL_PATTERN = r"^[A-Za-z0-9_.@/+=\-]{0,128}" + END
+TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}" + END
+# Characters no label may hold: C0 and C1 controls (U+0085 NEL among them), DEL, the line
+# and paragraph separators U+2028/U+2029, and the bidirectional formatting characters
+# (U+061C, U+200E/U+200F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
+FORBIDDEN_TEXT_CLASS = "\\x00-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069"
+SAFE_TEXT_PATTERN = f"^[^{FORBIDDEN_TEXT_CLASS}]*" + END
+TAG_VALUE_PATTERN = SAFE_TEXT_PATTERN
+# An event's time: RFC 3339 (section 5.6) with a "T" and a "Z" or a "+HH:MM"/"-HH:MM" offset
+# (the RFC lets both letters be lower case), at most 9 fraction digits (read to the nearest
+# microsecond). No "+0000", no space for the "T", no offset-less local time.
+TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})" + END
+)
+QUANTITY_TEXT_PATTERN = JSON_NUMBER_PATTERN.removesuffix("$") + END
 MAX_TAGS = 16
 
 ProjectName = Annotated[str, msgspec.Meta(pattern=PROJECT_PATTERN, examples=["llm-7b"])]
@@ -43,7 +62,13 @@ TagKey = Annotated[str, msgspec.Meta(pattern=TAG_KEY_PATTERN)]
 TagValue = Annotated[str, msgspec.Meta(max_length=256, pattern=TAG_VALUE_PATTERN)]
 Quantity = Annotated[
     Decimal,
-    msgspec.Meta(description="non-negative decimal, at most 6 decimal places", examples=["8"]),
+    msgspec.Meta(
+        description=(
+            "non-negative decimal, at most 6 decimal places: a JSON number, or a string "
+            f"matching {QUANTITY_TEXT_PATTERN} (ASCII; no spaces, '+', '_', '.5' or '5.')"
+        ),
+        examples=["8"],
+    ),
 ]
 
 
@@ -75,7 +100,9 @@ class EventIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, gc
     """One usage event. `id` is the idempotency key within the project."""
 
     id: _IdField
-    time: Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 with offset")]
+    time: Annotated[
+        datetime, msgspec.Meta(tz=True, description=f"RFC 3339, matches {TIME_PATTERN}")
+    ]
     project: _ProjectField
     sku: _SkuField
     quantity: Quantity
@@ -137,6 +164,7 @@ _PROJECT_RE = re.compile(PROJECT_PATTERN)
 _LABEL_RE = re.compile(LABEL_PATTERN)
 _TAG_KEY_RE = re.compile(TAG_KEY_PATTERN)
 _TAG_VALUE_RE = re.compile(TAG_VALUE_PATTERN)
+_TIME_RE = re.compile(TIME_PATTERN, re.ASCII)
 _VALID: dict[re.Pattern[str], set[str]] = {
     _PROJECT_RE: set(),
     _LABEL_RE: set(),
@@ -172,7 +200,54 @@ def identifier_problem(event: EventIn) -> tuple[str, str] | None:
         if not _matches(_TAG_KEY_RE, key):
             return "tags", f"tag key {key[:70]!r} must match {TAG_KEY_PATTERN}"
         if not _matches(_TAG_VALUE_RE, value):
-            return f"tags.{key}", "tag values may not hold control characters"
+            return (
+                f"tags.{key}",
+                "tag values may not hold control characters (C0, C1, DEL), line or "
+                "paragraph separators or bidirectional formatting characters",
+            )
+    return None
+
+
+_SAFE_TEXT_RE = re.compile(SAFE_TEXT_PATTERN)
+UNSAFE_TEXT_REASON = (
+    "may not hold control characters (C0, C1, DEL), line or paragraph separators or "
+    "bidirectional formatting characters"
+)
+
+
+def safe_text(text: str) -> bool:
+    """Whether a label or free text holds none of the characters `SAFE_TEXT_PATTERN` refuses
+    (for fields checked after decoding: the schema of stored records may not refuse them)."""
+    return _SAFE_TEXT_RE.fullmatch(text) is not None
+
+
+def time_text_problem(text: str) -> str | None:
+    """Why an event's time as sent is not in the accepted form, or None when it is."""
+    if len(text) > 64 or _TIME_RE.fullmatch(text) is None:
+        return (
+            f"must be an RFC 3339 date-time with 'Z' or a '+HH:MM' offset, matching {TIME_PATTERN}"
+        )
+    return None
+
+
+class _Texts(msgspec.Struct):
+    """The two fields of an event whose text `EventIn` does not keep (it holds a datetime and
+    a Decimal, which msgspec reads from more spellings than the API accepts)."""
+
+    time: Any = None
+    quantity: Any = None
+
+
+def text_problem(texts: _Texts) -> tuple[str, str] | None:
+    """(field, reason) if the time or quantity of an event as sent breaks its grammar."""
+    if isinstance(texts.time, str):
+        problem = time_text_problem(texts.time)
+        if problem is not None:
+            return "time", problem
+    if isinstance(texts.quantity, str):
+        problem = decimal_text_problem(texts.quantity, json_number=True)
+        if problem is not None:
+            return "quantity", f"quantity {problem}"
     return None
 
 
@@ -247,8 +322,12 @@ _json_raw_batch = msgspec.json.Decoder(list[msgspec.Raw])
 _msgpack_batch = msgspec.msgpack.Decoder(EventIn | list[EventIn])
 _msgpack_one = msgspec.msgpack.Decoder(EventIn)
 _msgpack_raw_batch = msgspec.msgpack.Decoder(list[msgspec.Raw])
-_cloud_one = msgspec.json.Decoder(CloudEvent)
-_cloud_batch = msgspec.json.Decoder(list[CloudEvent])
+_json_texts = msgspec.json.Decoder(list[_Texts] | _Texts)
+_msgpack_texts = msgspec.msgpack.Decoder(list[_Texts] | _Texts)
+# `data` is read untyped: its JSON numbers as Decimals (their exact text), never as floats
+# (a float would round a 20-digit quantity to one the event decoder then accepts).
+_cloud_one = msgspec.json.Decoder(CloudEvent, float_hook=Decimal)
+_cloud_batch = msgspec.json.Decoder(list[CloudEvent], float_hook=Decimal)
 
 
 _NONBLANK_LINE = re.compile(rb"\S[^\n]*")
@@ -286,12 +365,27 @@ def _loose(raw: bytes, msgpack: bool) -> Any:
         return None
 
 
+def _refused_text(index: int, event: EventIn, texts: _Texts, batch: bool) -> DecodedItem | None:
+    """The item refused, when the event's time or quantity as sent breaks its grammar."""
+    problem = text_problem(texts)
+    if problem is None:
+        return None
+    field, reason = problem
+    raw = msgspec.to_builtins(event)
+    raw["time"], raw["quantity"] = texts.time, texts.quantity  # as sent
+    return DecodedItem(index, None, reason, _item_path(index, "$." + field, batch), raw)
+
+
 def _decode_items(raws: list[msgspec.Raw], msgpack: bool, batch: bool) -> list[DecodedItem]:
     one = _msgpack_one if msgpack else _json_one
+    texts_of = _msgpack_texts if msgpack else _json_texts
     items = []
     for i, raw in enumerate(raws):
         try:
-            items.append(DecodedItem(i, one.decode(raw)))
+            event = one.decode(raw)
+            texts = texts_of.decode(raw)
+            assert isinstance(texts, _Texts)  # `raw` decoded as one event
+            items.append(_refused_text(i, event, texts, batch) or DecodedItem(i, event))
         except msgspec.ValidationError as exc:
             reason, path = _split_path(str(exc))
             items.append(
@@ -402,9 +496,17 @@ def _decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], boo
     except msgspec.DecodeError as exc:
         raise MalformedBody(f"body is not valid {'msgpack' if msgpack else 'JSON'}: {exc}") from exc
     else:
+        # The times and quantities as sent, read again: `EventIn` keeps a datetime and a
+        # Decimal, read from more spellings than the API accepts.
+        texts = (_msgpack_texts if msgpack else _json_texts).decode(body)
         if isinstance(decoded, list):
-            return [DecodedItem(i, e) for i, e in enumerate(decoded)], True
-        return [DecodedItem(0, decoded)], False
+            assert isinstance(texts, list) and len(texts) == len(decoded)
+            return [
+                _refused_text(i, e, t, True) or DecodedItem(i, e)
+                for i, (e, t) in enumerate(zip(decoded, texts, strict=True))
+            ], True
+        assert isinstance(texts, _Texts)
+        return [_refused_text(0, decoded, texts, False) or DecodedItem(0, decoded)], False
     try:
         raws = (_msgpack_raw_batch if msgpack else _json_raw_batch).decode(body)
     except msgspec.ValidationError:  # one document that is not an array: a single item

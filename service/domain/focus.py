@@ -99,6 +99,7 @@ import msgspec
 
 from costcore.money import INT64_MAX, format_money, format_quantity, round_half_even_div
 from service.domain.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
+from service.domain.csvsafe import neutralise
 from service.domain.eventlog import LoggedEvent, read_log
 from service.domain.ratecards import PricedSku, RateCardVersion
 from service.storage.redis_store import Store
@@ -175,6 +176,29 @@ CUSTOM_COLUMNS: tuple[str, ...] = (
     "x_Tags",
 )
 HEADER: tuple[str, ...] = FOCUS_COLUMNS + CUSTOM_COLUMNS
+# The columns that hold numbers (decimal text) or the version number: written as they are.
+# Every other cell is text, and is neutralised where it would start a spreadsheet formula
+# (`service.domain.csvsafe`); FOCUS's own values (enumerations, dates, currency codes, ids
+# built from checked names) never start with one of its characters, so they are unchanged.
+NUMERIC_COLUMNS: frozenset[str] = frozenset(
+    {
+        "BilledCost",
+        "ConsumedQuantity",
+        "ContractedCost",
+        "ContractedUnitPrice",
+        "EffectiveCost",
+        "ListCost",
+        "ListUnitPrice",
+        "PricingCurrencyContractedUnitPrice",
+        "PricingCurrencyEffectiveCost",
+        "PricingCurrencyListUnitPrice",
+        "PricingQuantity",
+        "x_RateCardVersion",
+    }
+)
+_TEXT_POSITIONS: tuple[int, ...] = tuple(
+    i for i, name in enumerate(HEADER) if name not in NUMERIC_COLUMNS
+)
 
 # trainledger category -> (ServiceCategory, ServiceSubcategory), values allowed by FOCUS 1.2.
 SERVICE_CATEGORIES: dict[str, tuple[str, str]] = {
@@ -541,6 +565,8 @@ class FocusExport:
         writer = csv.writer(buffer, lineterminator="\r\n")
         writer.writerow(HEADER)
         async for cells in self.rows(start, end):
+            for i in _TEXT_POSITIONS:
+                cells[i] = neutralise(cells[i])
             writer.writerow(cells)
             if buffer.tell() >= chunk_bytes:
                 yield buffer.getvalue().encode()

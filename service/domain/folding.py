@@ -101,17 +101,19 @@ def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
 
 
 class CellSums:
-    """Cost (nano), quantity (micro) and events per totals cell, and cost per hourly cell.
+    """Cost (nano), quantity (micro) and events per totals cell, and cost and events per
+    hourly cell.
 
     `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
-    them (see `Keys.totals`); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to cost.
+    them (see `Keys.totals`); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
+    (the events go to the ``n|HH|...`` field).
     """
 
     __slots__ = ("cells", "events", "hourly")
 
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], list[int]] = {}
-        self.hourly: dict[tuple[str, str], int] = {}
+        self.hourly: dict[tuple[str, str], list[int]] = {}
         self.events = 0
 
     def __bool__(self) -> bool:
@@ -119,14 +121,16 @@ class CellSums:
 
     def encode(self) -> bytes:
         """One msgpack blob: [events, flat (day, dims, cost, quantity, events)..., flat
-        (day, field, cost)...]."""
+        (day, field, cost)..., the hourly cells' events in the same order]."""
         cells: list[str | int] = []
         for (day, dims), (cost, quantity, count) in self.cells.items():
             cells += (day, dims, cost, quantity, count)
         hourly: list[str | int] = []
-        for (day, field), cost in self.hourly.items():
+        hourly_events: list[int] = []
+        for (day, field), (cost, count) in self.hourly.items():
             hourly += (day, field, cost)
-        return msgspec.msgpack.encode([self.events, cells, hourly])
+            hourly_events.append(count)
+        return msgspec.msgpack.encode([self.events, cells, hourly, hourly_events])
 
     def add(self, other: CellSums) -> None:
         """Add another batch's sums."""
@@ -141,8 +145,13 @@ class CellSums:
                 have[1] += quantity
                 have[2] += count
         hours = self.hourly
-        for key, cost in other.hourly.items():
-            hours[key] = hours.get(key, 0) + cost
+        for key, (cost, count) in other.hourly.items():
+            have_hour = hours.get(key)
+            if have_hour is None:
+                hours[key] = [cost, count]
+            else:
+                have_hour[0] += cost
+                have_hour[1] += count
 
     def add_groups(self, groups: CodedGroups, labels: _Labels) -> None:
         """Add events summed by `costcore.group_coded`, whose codes `labels` spell out."""
@@ -174,19 +183,27 @@ class CellSums:
                 have[2] += count
             self.events += count
         hours = self.hourly
-        for (hour, stage, hour_class), cost in zip(
-            groups.hour_keys, groups.hour_cost_nano, strict=True
+        for (hour, stage, hour_class), cost, count in zip(
+            groups.hour_keys, groups.hour_cost_nano, groups.hour_events, strict=True
         ):
             category, fixed = hour_classes[hour_class]
             hour_key = (hour, stages[stage], category, fixed)
             cell = _hour_memo.get(hour_key)
             if cell is None:
                 cell = _hour_cell_of(hour_key)
-            hours[cell] = hours.get(cell, 0) + cost
+            have_hour = hours.get(cell)
+            if have_hour is None:
+                hours[cell] = [cost, count]
+            else:
+                have_hour[0] += cost
+                have_hour[1] += count
 
     def add_blob(self, blob: bytes) -> None:
         """Add the sums of an encoded `CellSums`."""
-        events, cells, hourly = _blob_decoder.decode(blob)
+        decoded = _blob_decoder.decode(blob)
+        events, cells, hourly = decoded[:3]
+        # Blobs written before hourly cells counted their events carry no fourth list.
+        hourly_events = decoded[3] if len(decoded) > 3 else [0] * (len(hourly) // 3)
         self.events += events
         into = self.cells
         for i in range(0, len(cells), 5):
@@ -201,7 +218,12 @@ class CellSums:
         hours = self.hourly
         for i in range(0, len(hourly), 3):
             key = (hourly[i], hourly[i + 1])
-            hours[key] = hours.get(key, 0) + hourly[i + 2]
+            have_hour = hours.get(key)
+            if have_hour is None:
+                hours[key] = [hourly[i + 2], hourly_events[i // 3]]
+            else:
+                have_hour[0] += hourly[i + 2]
+                have_hour[1] += hourly_events[i // 3]
 
     def increments(self, project: str) -> list[tuple[str, str, int]]:
         """Every totals increment these sums make: finest cells (``c|``, ``q|``, ``n|``), the
@@ -229,13 +251,15 @@ class CellSums:
         daily_key = Keys.daily(project)
         out += [(daily_key, day, cost) for day, cost in daily.items()]
         hourly_key: dict[str, str] = {}
-        for (day, field), cost in self.hourly.items():
-            if cost == 0:
-                continue
+        for (day, field), (cost, count) in self.hourly.items():
             key = hourly_key.get(day)
             if key is None:
                 key = hourly_key[day] = Keys.hourly(project, day)
-            out.append((key, field, cost))
+            # An hour whose events cost nothing still has them: its events field says so.
+            if cost:
+                out.append((key, field, cost))
+            if count:
+                out.append((key, "n" + field[1:], count))
         out += rollup_increments(project, cell_keys, costs, quantities, counts)
         return out
 

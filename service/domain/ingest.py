@@ -17,7 +17,6 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -32,7 +31,7 @@ from costcore import (
     scan_events,
     scan_wire_events,
 )
-from costcore.money import format_money, parse_quantity
+from costcore.money import decimal_text_problem, format_money, parse_quantity
 from costcore.result import STATUS_PRICED
 from service.domain.alerting import budget_counters
 from service.domain.auth import Principal
@@ -49,6 +48,7 @@ from service.domain.events import (
     valid_project,
 )
 from service.domain.folding import Folder, day_name
+from service.domain.ratecards import SKU_PATTERN, is_valid_sku
 from service.metrics import DEAD_LETTERS_DROPPED
 from service.storage.limbs import CAP_UNITS, bound_units
 from service.storage.redis_store import (
@@ -152,11 +152,13 @@ class _Rejections:
 
 
 def _wire_quantity(value: str | int) -> int | None:
-    """Micro-units of a quantity as sent, read as `EventIn.quantity` reads it (msgspec's own
-    conversion to Decimal); None when that or the quantity's checks would refuse it."""
+    """Micro-units of a quantity as sent, read as the exact path reads it (the one decimal
+    grammar, then the quantity's checks); None when they would refuse it."""
+    if isinstance(value, str) and decimal_text_problem(value, json_number=True) is not None:
+        return None
     try:
-        return parse_quantity(msgspec.convert(value, Decimal))
-    except (msgspec.ValidationError, ValueError, ArithmeticError):
+        return parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError):
         return None
 
 
@@ -577,18 +579,22 @@ class Ingestor:
         def item_at(index: int) -> DecodedItem:  # for a rejection's message and dead letter
             return DecodedItem(index, events[index].event())
 
-        return await self._ingest_batches({project: pending}, 0, _Rejections(now, True), item_at)
+        return await self._ingest_batches({project: pending}, {}, _Rejections(now, True), item_at)
 
     async def _ingest_batches(
         self,
         batches: dict[str, PendingBatch],
-        duplicates: int,
+        in_body: dict[str, int],
         rejections: _Rejections,
         item_at: Callable[[int], DecodedItem],
     ) -> IngestReport:
-        """Price and apply each project's checked events; the report of the whole body."""
+        """Price and apply each project's checked events; the report of the whole body.
+        `in_body`: per project, the events that repeated an id earlier in the body. They are
+        duplicates like those the store finds, and counted in the project's counter with
+        them (by the ingest script, or `count_duplicates` when nothing is applied)."""
         reject = rejections.reject
         accepted = 0
+        duplicates = 0
         cost_by_project: dict[str, int] = {}
         for project, pending in batches.items():
             # Settings and rate card come from this worker's cache first; the ingest script
@@ -621,8 +627,13 @@ class Ingestor:
                     bad_set = set(bad)
                     pending = pending.take([i for i in range(len(pending)) if i not in bad_set])
                 if not len(pending) or catalog is None:
+                    if in_body.get(project):
+                        duplicates += in_body[project]
+                        await self.store.count_duplicates(project, in_body[project])
                     break
-                applied = await self._apply(project, pending, catalog, meta)
+                applied = await self._apply(
+                    project, pending, catalog, meta, in_body.get(project, 0)
+                )
                 if applied is None:
                     continue  # settings or rate card moved: read them again
                 done, dups, cost, overflowed, beyond = applied
@@ -665,8 +676,9 @@ class Ingestor:
         items: list[DecodedItem],
         now: datetime,
         reject: Callable[[DecodedItem, str, str], None],
-    ) -> tuple[dict[str, PendingBatch], int]:
-        """Check every event and split the batch into per-project columns.
+    ) -> tuple[dict[str, PendingBatch], dict[str, int]]:
+        """Check every event and split the batch into per-project columns; and per project,
+        the events whose id came earlier in the body (duplicates, left out).
 
         The compiled pass (`costcore.scan_events`) checks what it can from values known
         valid; an event it does not pass goes through the exact checks here, which reject
@@ -688,10 +700,10 @@ class Ingestor:
             ids = {ev.id for ev in events if ev.project == project}  # type: ignore[union-attr]
             if len(ids) == n:
                 index = [item.index for item in items]
-                return {project: PendingBatch.scanned(events, index, scan)}, 0  # type: ignore[arg-type]
+                return {project: PendingBatch.scanned(events, index, scan)}, {}  # type: ignore[arg-type]
         batches: dict[str, PendingBatch] = {}
         seen_in_batch: set[tuple[str, str]] = set()
-        duplicates = 0
+        duplicates: dict[str, int] = {}
         status = scan.status
         for i, item in enumerate(items):
             ev = item.event
@@ -710,7 +722,7 @@ class Ingestor:
                 shard = scan.shard[i]
             key = (ev.project, ev.id)
             if key in seen_in_batch:
-                duplicates += 1
+                duplicates[ev.project] = duplicates.get(ev.project, 0) + 1
                 continue
             seen_in_batch.add(key)
             pb = batches.get(ev.project)
@@ -779,17 +791,18 @@ class Ingestor:
         events: PendingBatch,
         catalog: PricingCatalog,
         meta: dict[str, str],
+        duplicates: int = 0,
     ) -> tuple[int, int, int, PendingBatch, list[int]] | None:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed,
         beyond: the body indexes of events the project's sums cannot take), or None when the
-        project's settings or rate card moved since `meta`/`catalog` were read."""
+        project's settings or rate card moved since `meta`/`catalog` were read.
+        `duplicates`: those found before (in the body), counted with the ones found here."""
         budgets_rev = meta.get("budgets_rev", "0")
         tag_keys = attribution_tags_of(meta)
         expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
         if project not in self._known_projects:
             await self.store.add_project(project)
             self._known_projects.add(project)
-        duplicates = 0
         beyond: list[int] = []
         await self.store.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
@@ -993,6 +1006,8 @@ def attribution_tags_of(meta: dict[str, str]) -> frozenset[str]:
 def _unpriceable(
     ev: EventIn, catalog: PricingCatalog | None, card_name: str, currency: str | None
 ) -> tuple[str, str] | None:
+    if not is_valid_sku(ev.sku):  # no rate card holds it: say why, without echoing it
+        return f"must match {SKU_PATTERN}", "sku"
     if catalog is None:
         return f"no rate card named {card_name!r} exists for project {ev.project!r}", "sku"
     vi = catalog.history.index_at(ev.time)

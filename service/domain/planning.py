@@ -43,7 +43,7 @@ class ProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     stage: str | None = None  # stage name, when it names one stage of the plan
     stage_index: Annotated[int, msgspec.Meta(ge=0)] | None = None
     tokens_done: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    fraction_done: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$")] | None = None
+    fraction_done: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)")] | None = None
 
 
 class ProgressRecord(msgspec.Struct, kw_only=True):

@@ -83,6 +83,7 @@ from costcore import (
     price_batch_reference,
     round_half_even_div,
 )
+from service.domain.events import UNSAFE_TEXT_REASON, ProjectName, safe_text
 from service.domain.ratecards import (
     COST_CATEGORIES,
     CURRENCY_PATTERN,
@@ -152,12 +153,14 @@ Currency = Annotated[str, msgspec.Meta(pattern=CURRENCY_PATTERN, examples=["USD"
 FlopsString = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^[0-9]+(\.[0-9]+)?([eE]\+?[0-9]{1,3})?$",
+        pattern=r"^[0-9]+(\.[0-9]+)?([eE]\+?[0-9]{1,3})?$(?!\n)",
         description="non-negative decimal, optionally with a positive exponent",
         examples=["989e12", "989500000000000"],
     ),
 ]
-RegionCode = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$", examples=["us"])]
+RegionCode = Annotated[
+    str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$(?!\n)", examples=["us"])
+]
 Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 
 _HOUR_UNITS = frozenset({"h", "hr", "hrs"})
@@ -231,7 +234,7 @@ class PlanIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     ``region`` from :data:`GRID_INTENSITY`; with neither, emissions are not computed.
     """
 
-    project: NamePart
+    project: ProjectName
     name: NamePart
     rate_card: NamePart
     currency: Currency
@@ -596,6 +599,11 @@ def estimate_plan(
     ``mfu`` outside (0, 1], a window that ends before it starts, a stage running past the
     window, an unknown region, a non-hour accelerator SKU, and so on.
     """
+    if plan.description is not None and not safe_text(plan.description):
+        raise PlanError("$.description", UNSAFE_TEXT_REASON)
+    for i, stage in enumerate(plan.stages):
+        if stage.label is not None and not safe_text(stage.label):
+            raise PlanError(f"$.stages[{i}].label", UNSAFE_TEXT_REASON)
     if card_currency is not None and plan.currency != card_currency:
         raise PlanError(
             "$.currency",

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from costcore.money import parse_price, parse_quantity
+from service.domain.events import UNSAFE_TEXT_REASON, safe_text
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
 COST_CATEGORIES: tuple[str, ...] = (
@@ -28,15 +29,17 @@ COST_CATEGORIES: tuple[str, ...] = (
     "hidden",
 )
 
-SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$"
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-CURRENCY_PATTERN = r"^[A-Z]{3}$"
+SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$(?!\n)"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$(?!\n)"
+CURRENCY_PATTERN = r"^[A-Z]{3}$(?!\n)"
 _SKU_RE = re.compile(SKU_PATTERN)
 
 SkuCode = Annotated[str, msgspec.Meta(pattern=SKU_PATTERN, examples=["gpu.h100.hour"])]
 DecimalString = Annotated[
     str,
-    msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$", description="non-negative decimal as a string"),
+    msgspec.Meta(
+        pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)", description="non-negative decimal as a string"
+    ),
 ]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
@@ -111,8 +114,17 @@ class RateCardError(ValueError):
 def validate_rate_card(card: RateCardIn) -> dict[str, PricedSku]:
     """Check a rate card beyond its schema and return its SKUs in integer form."""
     priced: dict[str, PricedSku] = {}
+    if card.description is not None and not safe_text(card.description):
+        raise RateCardError("$.description", UNSAFE_TEXT_REASON)
     for i, sku in enumerate(card.skus):
         where = f"$.skus[{i}]"
+        for name, text in (
+            ("unit", sku.unit),
+            ("description", sku.description),
+            ("source", sku.source),
+        ):
+            if text is not None and not safe_text(text):
+                raise RateCardError(f"{where}.{name}", UNSAFE_TEXT_REASON)
         if sku.code in priced:
             raise RateCardError(f"{where}.code", f"duplicate SKU code {sku.code!r}")
         priced[sku.code] = price_sku(sku, where)
@@ -189,4 +201,4 @@ class RateCardHistory:
 
 
 def is_valid_sku(code: str) -> bool:
-    return bool(_SKU_RE.match(code))
+    return _SKU_RE.fullmatch(code) is not None

@@ -9,7 +9,7 @@ import msgspec
 
 from service.domain.catalog import DEFAULT_RATE_CARD, RateCards
 from service.domain.eventlog import LoggedEvent, read_log
-from service.domain.events import Label
+from service.domain.events import SAFE_TEXT_PATTERN, Label
 from service.domain.ratecards import PricedSku
 from service.domain.waste import ProgressPoint, WastePolicy, WasteReport, find_waste
 from service.storage.redis_store import Store
@@ -21,8 +21,8 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
     """A progress report of an experiment (e.g. eval loss), for the waste report."""
 
     experiment: Annotated[Label, msgspec.Meta(min_length=1)]
-    metric: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")]
+    metric: Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)]
+    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$(?!\n)")]
     higher_is_better: bool = False
     time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 

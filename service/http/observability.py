@@ -89,12 +89,25 @@ async def answer_started(message: Message, scope: Scope) -> None:
         return
     seen = scope.get(_SCOPE_KEY)
     if not isinstance(seen, tuple):
+        # An answer given before any route was found (a 404 for an unknown path, a 405):
+        # Litestar sends it without the app's middleware, so it gets its id and line here.
+        rid = os.urandom(16).hex()
+        MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = rid
+        token = request_id.set(rid)
+        try:
+            _access_line(scope, message["status"], rid, None)
+        finally:
+            request_id.reset(token)
         return
     rid, started = seen
     MutableScopeHeaders.from_message(message)[REQUEST_ID_HEADER] = rid
+    _access_line(scope, message["status"], rid, started)
+
+
+def _access_line(scope: Scope, status: int, rid: str, started: float | None) -> None:
     if not access_log.isEnabledFor(logging.INFO):
         return  # (the level `serve --log-level warning` runs at): skip building the line
-    method, path, status = scope.get("method", ""), scope.get("path", ""), message["status"]
+    method, path = scope.get("method", ""), scope.get("path", "")
     access_log.info(
         "%s %s %d",
         method,
@@ -106,10 +119,50 @@ async def answer_started(message: Message, scope: Scope) -> None:
                 "method": method,
                 "path": path,
                 "status": status,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+                "duration_ms": (
+                    None if started is None else round((time.perf_counter() - started) * 1000, 3)
+                ),
             }
         },
     )
+
+
+# What a log line may not carry as it is: C0 and C1 controls (line breaks among them), DEL,
+# the line and paragraph separators and the bidirectional formatting characters. A request
+# path is percent-decoded (`%0a` is a newline): written raw, it could forge a log line.
+_UNSAFE_LOG_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_log_text(text: str) -> str:
+    """`text` with every character of `_UNSAFE_LOG_TEXT` written as a visible escape
+    (``\\n`` becomes ``\\x0a``), so that one record is one line."""
+    return _UNSAFE_LOG_TEXT.sub(_escape_char, text)
+
+
+class TextFormatter(logging.Formatter):
+    """`--log-format text`: one line per record, ``time level logger: message``, then the
+    extra fields as ``key=value``; control and bidirectional characters in any of them (and in
+    a traceback, whose line breaks become ``\\x0a``) escaped."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = escape_log_text(super().format(record))
+        rid = request_id.get()
+        if rid is not None:
+            line += " request_id=" + escape_log_text(rid)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                if key != "request_id":
+                    line += f" {escape_log_text(str(key))}={escape_log_text(str(value))}"
+        return line
 
 
 class JsonFormatter(logging.Formatter):
@@ -142,11 +195,7 @@ def logging_config(fmt: str, level: str = "info") -> LoggingConfig:
     Records are formatted in the thread that logs them (a plain stream handler, no queue),
     so the request id of the task at hand is the one written.
     """
-    formatter: dict[str, Any] = (
-        {"()": JsonFormatter}
-        if fmt == "json"
-        else {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
-    )
+    formatter: dict[str, Any] = {"()": JsonFormatter if fmt == "json" else TextFormatter}
     lvl = level.upper()
     loggers: dict[str, dict[str, Any]] = {
         name: {"level": lvl, "handlers": [], "propagate": True}

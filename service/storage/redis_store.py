@@ -19,7 +19,8 @@ tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantit
                                         ``n|dims`` events, dims = stage,experiment,category,
                                         sku,owner,fixed,tags joined by \\x1f (tags: the
                                         project's attribution tags, ``k=v`` joined by \\x1e)
-tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour
+tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour,
+                                        ``n|HH|...`` -> its events (cost 0 included)
 tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
 tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
 tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day

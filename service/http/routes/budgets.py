@@ -101,7 +101,9 @@ class AlertController(Controller):
         until: Annotated[datetime | None, QueryParameter(name="to")] = None,
         after: Annotated[
             str | None,
-            QueryParameter(description="cursor of the last alert seen", pattern=r"^\d+-\d+$"),
+            QueryParameter(
+                description="cursor of the last alert seen", pattern=r"^[0-9]+-[0-9]+$(?!\n)"
+            ),
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
     ) -> list[AlertView]:

@@ -83,7 +83,7 @@ class CostsController(Controller):
             str, QueryParameter(description="cost, key or events; '-' = descending")
         ] = "-cost",
         top: Annotated[int | None, QueryParameter(ge=1, le=10_000)] = None,
-        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31 - 1)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 100,
     ) -> CostReport:
         dims = _parse_group_by(group_by)

@@ -333,7 +333,7 @@ class EventsController(Controller):
         self,
         project: ProjectParam,
         services: NamedDependency[Services],
-        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31 - 1)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
         after: Annotated[
             str | None,

@@ -132,7 +132,7 @@ class WebhookController(Controller):
         status: Annotated[
             DeliveryStatus | None, QueryParameter(description="pending, failed or delivered")
         ] = None,
-        offset: Annotated[int, QueryParameter(ge=0)] = 0,
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31 - 1)] = 0,
         limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
     ) -> DeliveryPage:
         return await list_deliveries(services.store, project, status, offset, limit)
