@@ -84,6 +84,7 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
+    ClusterDownError,
     MovedError,
     NoScriptError,
     RedisError,
@@ -868,6 +869,52 @@ class ReplicationTimeout(RedisTimeoutError):
 CLUSTER_WAIT_REPLICAS = "wait_replicas"  # replicas a write must reach before its answer
 CLUSTER_WAIT_TIMEOUT_MS = "wait_timeout_ms"  # how long to wait for them
 DEFAULT_WAIT_TIMEOUT_MS = 2000
+# The longest one request may spend in the store before it is answered 503 (see
+# `Store.deadline`); default: wait_timeout_ms + 1,000.
+CLUSTER_REQUEST_TIMEOUT_MS = "request_timeout_ms"
+
+
+# Storage errors of a node that is down or failing over: a read of a global key (a token,
+# a rate card's revision) is then asked of the slot's replica (`Store._read_global`).
+NODE_DOWN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, SlotNotCoveredError)
+# How long a worker trusts a rate card's revision it read (`Store.rate_card_revision`).
+CARD_REVISION_SECONDS = 1.0
+
+
+def cluster_request_timeout_ms(url: str) -> int:
+    """`request_timeout_ms` of a `redis+cluster://` URL (default: wait_timeout_ms + 1,000):
+    the longest a request may wait for the store before it is answered 503."""
+    _, _, wait_timeout_ms = cluster_options(url)
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    try:
+        timeout_ms = int(query.get(CLUSTER_REQUEST_TIMEOUT_MS, wait_timeout_ms + 1000))
+    except ValueError as exc:
+        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS}: an integer") from exc
+    if timeout_ms <= wait_timeout_ms:
+        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS} > {CLUSTER_WAIT_TIMEOUT_MS}")
+    return timeout_ms
+
+
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, except for how it resets itself after an error.
+
+    After a failed pipeline, a CLUSTERDOWN answer or repeated MOVED answers, redis-py calls
+    `aclose()`, which disconnects every connection to every node, *including those other
+    requests are reading from at that moment*: they then fail with `RuntimeError` ("the
+    handler is closed") or `AttributeError` (a writer that is None) instead of a storage
+    error. Here that reset only asks for a fresh slot map and recycles the connections
+    lazily (idle ones now, busy ones when their command is done), as redis-py does itself
+    after a connection error. `close_all` closes for good (`Store.close`).
+    """
+
+    async def aclose(self) -> None:
+        self._initialize = True  # the next command reads the slot map again
+        for node in list(self.nodes_manager.nodes_cache.values()):
+            node.update_active_connections_for_reconnect()
+            await node.disconnect_free_connections()
+
+    async def close_all(self) -> None:
+        await super().aclose()
 
 
 def cluster_options(url: str) -> tuple[str, int | None, int]:
@@ -875,7 +922,11 @@ def cluster_options(url: str) -> tuple[str, int | None, int]:
     `wait_replicas` (None: one if the cluster has replicas, else none) and the timeout."""
     parts = urlsplit(url.replace("+cluster", "", 1))
     query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS)}
+    own = {
+        k: v
+        for k, v in query
+        if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS, CLUSTER_REQUEST_TIMEOUT_MS)
+    }
     rest = [(k, v) for k, v in query if k not in own]
     try:
         replicas = int(own[CLUSTER_WAIT_REPLICAS]) if CLUSTER_WAIT_REPLICAS in own else None
@@ -967,12 +1018,17 @@ class Store:
         # Whether the server has HSETEX with FNX (INGEST_LUA marks new ids with it): asked once,
         # by `learn_features`, before the first batch.
         self._hsetex: bool | None = None
+        # Cluster only: the longest a request may wait for the store before it is answered 503
+        # (seconds; service/http/deadline.py). None: no bound beyond the socket timeouts.
+        self.request_timeout: float | None = None
+        # Rate card name -> (read at, revision), for `rate_card_revision(max_age=...)`.
+        self._card_revisions: dict[str, tuple[float, int]] = {}
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> Store:
         if url.startswith(("redis+cluster://", "rediss+cluster://")):
             real, wait_replicas, wait_timeout_ms = cluster_options(url)
-            cluster = RedisCluster.from_url(
+            cluster = _Cluster.from_url(
                 real,
                 decode_responses=False,
                 # Per node. redis-py's cluster client cannot wait for a free connection (it
@@ -983,7 +1039,9 @@ class Store:
                 socket_timeout=120,
                 socket_connect_timeout=5,
             )
-            return cls(cluster, wait_replicas, wait_timeout_ms)
+            store = cls(cluster, wait_replicas, wait_timeout_ms)
+            store.request_timeout = cluster_request_timeout_ms(url) / 1000
+            return store
         # A blocking pool: under a burst, a request waits for a free connection (up to
         # `timeout` seconds) instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -1006,6 +1064,9 @@ class Store:
     async def close(self) -> None:
         if self._lane is not None:
             await self._lane.close()
+        if isinstance(self.client, _Cluster):
+            await self.client.close_all()
+            return
         await self.client.aclose()
 
     async def ping(self) -> bool:
@@ -1084,19 +1145,58 @@ class Store:
 
     # --- rate cards ---------------------------------------------------------------------
 
+    async def _read_global(self, command: str, key: str) -> Any:
+        """A read of one global key (a token record, a rate card), which every request of
+        every project may need: on a cluster, when the key's master is down or failing over,
+        it is read from that slot's replica instead (READONLY), so the projects of the other
+        shards do not depend on that one master. The replica is the node that takes over:
+        it answers what the master will answer after the failover (a write the master had not
+        passed on yet is lost with it either way)."""
+        try:
+            return await self.client.execute_command(command, key)
+        except NODE_DOWN_ERRORS:
+            if not isinstance(self.client, RedisCluster):
+                raise
+            cluster = self.client
+            slot = cluster.keyslot(key)
+            holders = cluster.nodes_manager.slots_cache.get(slot) or []
+            for replica in holders[1:]:
+                commands = [PipelineCommand(0, "READONLY"), PipelineCommand(1, command, key)]
+                try:
+                    await replica.execute_pipeline(commands)
+                except NODE_DOWN_ERRORS:
+                    continue
+                reply = commands[1].result
+                if not isinstance(reply, Exception):
+                    if command == "HGETALL" and isinstance(reply, list):  # raw RESP2 pairs
+                        return dict(zip(reply[::2], reply[1::2], strict=True))
+                    return reply
+            raise
+
     async def put_rate_card_version(self, name: str, version_json: bytes) -> int:
         version = await self._put_card(keys=[Keys.rate_card(name)], args=[version_json])
+        self._card_revisions.pop(name, None)  # this worker applies it at once
         await self.client.sadd(Keys.rate_card_names(), name)
         return int(version)
 
     async def rate_card_versions(self, name: str) -> list[tuple[int, bytes]]:
         """Every stored version as (version number, JSON), oldest number first."""
-        raw = await self.client.hgetall(Keys.rate_card(name))
+        raw = await self._read_global("HGETALL", Keys.rate_card(name))
         return sorted((int(k), _bytes(v)) for k, v in raw.items())
 
-    async def rate_card_revision(self, name: str) -> int:
-        """The number of versions (0: no such card); it changes with every new version."""
-        return int(await self.client.hlen(Keys.rate_card(name)))
+    async def rate_card_revision(self, name: str, max_age: float = 0.0) -> int:
+        """The number of versions (0: no such card); it changes with every new version.
+        With `max_age`, a revision this worker read less than `max_age` seconds ago."""
+        now = time.monotonic()
+        if max_age > 0:
+            hit = self._card_revisions.get(name)
+            if hit is not None and now - hit[0] < max_age:
+                return hit[1]
+        revision = int(await self._read_global("HLEN", Keys.rate_card(name)))
+        if len(self._card_revisions) > 1000:
+            self._card_revisions.clear()
+        self._card_revisions[name] = (now, revision)
+        return revision
 
     async def rate_card_names(self) -> list[str]:
         names = await self.client.smembers(Keys.rate_card_names())
@@ -1128,7 +1228,7 @@ class Store:
         await pipe.execute()
 
     async def token_record(self, digest: str) -> dict[str, str] | None:
-        raw = await self.client.hgetall(Keys.token(digest))
+        raw = await self._read_global("HGETALL", Keys.token(digest))
         return {_text(k): _text(v) for k, v in raw.items()} if raw else None
 
     async def token_records(self) -> list[dict[str, str]]:
@@ -1174,10 +1274,14 @@ class Store:
         cluster = isinstance(self.client, RedisCluster)
         # On a cluster the card lives in another slot: checked just before, not inside, the
         # script.
+        # Read at most once a second per worker (CARD_REVISION_SECONDS): the card's master
+        # is not asked by every batch of every project, and while it fails over the other
+        # shards' projects go on.
         if (
             cluster
             and plan.rate_card_revision
-            and await self.rate_card_revision(plan.rate_card) != plan.rate_card_revision
+            and await self.rate_card_revision(plan.rate_card, CARD_REVISION_SECONDS)
+            != plan.rate_card_revision
         ):
             return IngestOutcome(4)
         keys, args, order = self._ingest_call(plan, card_in_script=not cluster)
