@@ -1,7 +1,7 @@
 """One master of a Redis Cluster SIGKILLed under load: what every caller sees meanwhile.
 
-The scenario behind `tests/test_cluster_failover.py::test_what_callers_see_while_a_master_fails_over`
-and the stress command `python -m tests.stress_failover --runs 20`:
+The scenario behind `test_what_callers_see_while_a_master_fails_over` (in
+tests/test_cluster_failover.py) and the stress command `python -m tests.stress_failover`:
 
 * a cluster of its own (tests/cluster.py: three masters, three replicas, 1 s node timeout);
 * the service in front of it over real HTTP, with `wait_replicas=1`;
@@ -39,12 +39,12 @@ from tests.conftest import TEST_CARD, ServerThread, event
 
 # What the service is configured with here, and so the bound on any one answer: the WAIT for
 # a replica (wait_timeout_ms) inside the store's deadline for one request (request_timeout_ms).
-WAIT_TIMEOUT_MS = 1000
-REQUEST_TIMEOUT_MS = 2000
+WAIT_TIMEOUT_MS = 2000  # the default
+REQUEST_TIMEOUT_MS = 3000
 # Slack for a loaded 2-core machine on top of the configured bound (scheduling, HTTP, the
-# pricing itself). Before the bound existed, answers were held until the node came back:
-# DOWN_AFTER_FAILOVER_S (6 s) and more.
-SLACK_S = 2.0
+# pricing itself). Before the bound, a batch on the failed-over shard waited out one WAIT
+# per step (a NOSCRIPT on the promoted master, the batch, its duplicate count): 6 s and more.
+SLACK_S = 2.5
 DOWN_AFTER_FAILOVER_S = 6.0
 BATCH_PER_PROJECT = 10
 GPU_HOUR_NANO = 2_500_000_000  # TEST_CARD's gpu.h100.hour; every event here is 1 hour
@@ -73,12 +73,16 @@ class Run:
     restarted_at: float = 0.0
     victim_projects: list[str] = field(default_factory=list)
     healthy_projects: list[str] = field(default_factory=list)
+    exact: list[str] = field(default_factory=lambda: ["exactness not checked"])
 
     def summary(self) -> str:
         by_kind: Counter[str] = Counter(f"{a.kind}:{a.status}" for a in self.answers)
         slowest = max((a.elapsed for a in self.answers), default=0.0)
+        why: Counter[str] = Counter(
+            a.detail.split(";")[0][:70] for a in self.answers if a.status == 503
+        )
         return (
-            f"answers {dict(sorted(by_kind.items()))}, slowest {slowest:.2f} s, "
+            f"answers {dict(sorted(by_kind.items()))}, 503s {dict(why)}, slowest {slowest:.2f} s, "
             f"failover {self.failed_over_at - self.killed_at:.2f} s, "
             f"batches acknowledged {self.acked_batches}"
         )
@@ -216,9 +220,7 @@ async def _run(cluster: ValkeyCluster) -> Run:
     tasks: list[asyncio.Task[None]] = []
     headers = {"Authorization": f"Bearer {token}"}
     try:
-        async with httpx.AsyncClient(
-            base_url=server.base_url, headers=headers, timeout=60
-        ) as c:
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=60) as c:
             r = await c.put("/v1/rate-cards/default", json=TEST_CARD)
             assert r.status_code == 201, r.text
             tasks = [
@@ -250,7 +252,7 @@ async def _run(cluster: ValkeyCluster) -> Run:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
-            run.exact = await _exact(cluster.url, run)  # type: ignore[attr-defined]
+            run.exact = await _exact(cluster.url, run)
     finally:
         stop.set()
         for task in tasks:
@@ -324,5 +326,5 @@ def check(run: Run) -> list[str]:
     refused = [a for a in run.answers if a.kind == "batch" and a.status == 503]
     if not refused:
         bad.append("the failover was not felt: no batch was refused")
-    bad += getattr(run, "exact", ["exactness not checked"])
+    bad += run.exact
     return bad

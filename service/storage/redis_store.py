@@ -869,8 +869,8 @@ class ReplicationTimeout(RedisTimeoutError):
 CLUSTER_WAIT_REPLICAS = "wait_replicas"  # replicas a write must reach before its answer
 CLUSTER_WAIT_TIMEOUT_MS = "wait_timeout_ms"  # how long to wait for them
 DEFAULT_WAIT_TIMEOUT_MS = 2000
-# The longest one request may spend in the store before it is answered 503 (see
-# `Store.deadline`); default: wait_timeout_ms + 1,000.
+# The longest a request may wait for the store before it is answered 503
+# (service/http/deadline.py); default: wait_timeout_ms + 3,000.
 CLUSTER_REQUEST_TIMEOUT_MS = "request_timeout_ms"
 
 
@@ -882,12 +882,12 @@ CARD_REVISION_SECONDS = 1.0
 
 
 def cluster_request_timeout_ms(url: str) -> int:
-    """`request_timeout_ms` of a `redis+cluster://` URL (default: wait_timeout_ms + 1,000):
+    """`request_timeout_ms` of a `redis+cluster://` URL (default: wait_timeout_ms + 3,000):
     the longest a request may wait for the store before it is answered 503."""
     _, _, wait_timeout_ms = cluster_options(url)
     query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
     try:
-        timeout_ms = int(query.get(CLUSTER_REQUEST_TIMEOUT_MS, wait_timeout_ms + 1000))
+        timeout_ms = int(query.get(CLUSTER_REQUEST_TIMEOUT_MS, wait_timeout_ms + 3000))
     except ValueError as exc:
         raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS}: an integer") from exc
     if timeout_ms <= wait_timeout_ms:
@@ -1021,6 +1021,8 @@ class Store:
         # Cluster only: the longest a request may wait for the store before it is answered 503
         # (seconds; service/http/deadline.py). None: no bound beyond the socket timeouts.
         self.request_timeout: float | None = None
+        # (node name, script sha) of the scripts `_replicated` has run on a node.
+        self._scripts_on: set[tuple[str, str]] = set()
         # Rate card name -> (read at, revision), for `rate_card_revision(max_age=...)`.
         self._card_revisions: dict[str, tuple[float, int]] = {}
 
@@ -1111,7 +1113,15 @@ class Store:
             node = ask or cluster.get_node_from_key(keys[0])
             if node is None:
                 raise SlotNotCoveredError(f"no master serves {keys[0]!r} now; not applied")
-            commands = [PipelineCommand(0, "ASKING")] if ask else []
+            # A node this worker has not run the script on (a replica just promoted: the
+            # script cache is not replicated) gets it loaded first, in the same pipeline:
+            # a NOSCRIPT answer would still cost a full WAIT (no write to wait for, but no
+            # replica either right after a failover) before the retry.
+            commands = []
+            if (node.name, script.sha) not in self._scripts_on:
+                commands.append(PipelineCommand(0, "SCRIPT", "LOAD", script.script))
+            if ask:  # right before the command it allows
+                commands.append(PipelineCommand(len(commands), "ASKING"))
             commands += [
                 PipelineCommand(len(commands), "EVALSHA", script.sha, len(keys), *keys, *args),
                 PipelineCommand(len(commands) + 1, "WAIT", want, self._wait_timeout_ms),
@@ -1119,9 +1129,12 @@ class Store:
             ask = None
             await node.execute_pipeline(commands)
             reply, acked = commands[-2].result, commands[-1].result
-            if isinstance(reply, NoScriptError):  # a new or restarted master: load it there
-                await node.execute_command("SCRIPT", "LOAD", script.script)
+            if isinstance(reply, NoScriptError):  # a restarted master: load it there
+                self._scripts_on.discard((node.name, script.sha))
                 continue
+            if len(self._scripts_on) > 10_000:
+                self._scripts_on.clear()
+            self._scripts_on.add((node.name, script.sha))
             if isinstance(reply, MovedError):  # the slot moved for good: follow it
                 await cluster.nodes_manager.move_slot(reply)
                 continue
@@ -1145,6 +1158,21 @@ class Store:
 
     # --- rate cards ---------------------------------------------------------------------
 
+    async def _at_master(self, key: str, *command: Any) -> Any:
+        """One command on one global key, sent once to the key's master as this worker
+        knows it: no redis-py retries, each of which reads the slot map (and the command
+        table) again while every other command of the worker waits. A redirection (the slot
+        moved) is left to redis-py. Raises NODE_DOWN_ERRORS when the master is down."""
+        cluster = cast(RedisCluster, self.client)
+        await cluster.initialize()  # a no-op unless a failed command asked for a refresh
+        node = cluster.get_node_from_key(key)
+        if node is None:
+            raise SlotNotCoveredError(f"no master serves {key!r} now")
+        try:
+            return await node.execute_command(*command)
+        except (MovedError, AskError, TryAgainError):
+            return await cluster.execute_command(*command)
+
     async def _read_global(self, command: str, key: str) -> Any:
         """A read of one global key (a token record, a rate card), which every request of
         every project may need: on a cluster, when the key's master is down or failing over,
@@ -1152,14 +1180,12 @@ class Store:
         shards do not depend on that one master. The replica is the node that takes over:
         it answers what the master will answer after the failover (a write the master had not
         passed on yet is lost with it either way)."""
+        if not isinstance(self.client, RedisCluster):
+            return await cast(Any, self.client).execute_command(command, key)
         try:
-            return await self.client.execute_command(command, key)
+            return await self._at_master(key, command, key)
         except NODE_DOWN_ERRORS:
-            if not isinstance(self.client, RedisCluster):
-                raise
-            cluster = self.client
-            slot = cluster.keyslot(key)
-            holders = cluster.nodes_manager.slots_cache.get(slot) or []
+            holders = self.client.nodes_manager.slots_cache.get(self.client.keyslot(key)) or []
             for replica in holders[1:]:
                 commands = [PipelineCommand(0, "READONLY"), PipelineCommand(1, command, key)]
                 try:
@@ -1251,8 +1277,18 @@ class Store:
         return True
 
     async def count_request(self, token_id: str, second: int, count: int = 1) -> int:
-        """Requests of this token so far in this (epoch) second, these `count` included."""
-        return int(await self._rate_window(keys=[Keys.rate_window(token_id, second)], args=[count]))
+        """Requests of this token so far in this (epoch) second, these `count` included.
+        On a cluster, one try at the window's master (its node down: NODE_DOWN_ERRORS at
+        once, and the rate limiter fails open; service/http/ratelimit.py)."""
+        key = Keys.rate_window(token_id, second)
+        if not isinstance(self.client, RedisCluster):
+            return int(await self._rate_window(keys=[key], args=[count]))
+        script = self._rate_window
+        try:
+            return int(await self._at_master(key, "EVALSHA", script.sha, 1, key, count))
+        except NoScriptError:
+            await self._at_master(key, "SCRIPT", "LOAD", script.script)
+            return int(await self._at_master(key, "EVALSHA", script.sha, 1, key, count))
 
     async def token_count(self) -> int:
         return int(await self.client.hlen(Keys.token_index()))
@@ -1285,8 +1321,11 @@ class Store:
         ):
             return IngestOutcome(4)
         keys, args, order = self._ingest_call(plan, card_in_script=not cluster)
-        # Only an applied batch (status 0) needs its replicas before it is acknowledged.
-        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
+        # An applied batch (status 0) needs its replicas before it is acknowledged. So does a
+        # batch found (partly) seen (status 1): its next step (the rest of the batch, or the
+        # duplicate count) would wait for the same replicas again, and a shard without one
+        # (right after a failover) would hold the request a second wait_timeout_ms.
+        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) in (0, 1))
         return _ingest_outcome(reply, order)
 
     async def learn_features(self) -> None:
