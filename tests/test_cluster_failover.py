@@ -22,11 +22,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from redis.asyncio.connection import Connection as RedisConnection
 from redis.cluster import key_slot
 
 from service.domain.auth import mint
 from service.domain.eventlog import decode_log
 from service.domain.folding import settle
+from service.http.deadline import raised_inside_redis
 from service.storage.redis_store import (
     Keys,
     Store,
@@ -373,6 +375,60 @@ async def test_projects_on_other_shards_do_not_depend_on_a_dead_master(
     assert "nothing was applied" not in r.json()["detail"]
 
 
+async def test_a_request_the_cluster_does_not_answer_is_refused_at_request_timeout(
+    cluster: ValkeyCluster,
+) -> None:
+    """A master that hangs (SIGSTOP: no error, no answer) no longer holds a request until
+    the socket timeout (120 s): it is answered 503 at request_timeout_ms, outcome unknown;
+    the retry once the node is back counts the batch once."""
+    project = "llm"
+    master = cluster.master_of(Keys.meta(project))
+    with contextlib.closing(cluster.replica_of(master).client()) as r:
+        r.config_set("cluster-replica-no-failover", "yes")  # the master only hangs
+    url = cluster.url + "?wait_replicas=1&request_timeout_ms=3000"
+    batch = [event(f"s{i}", "1", project=project) for i in range(BATCH)]
+    async with service(url) as api:
+        await put_card(api)
+        async with api.client() as c:
+            c.timeout = httpx.Timeout(30.0)  # far past the bound, far short of 120 s
+            r = await c.post("/v1/events", json=[event("warm", "1", project=project)])
+            assert r.status_code == 200, r.text
+            pid = cluster.pid(master)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                r = await c.post("/v1/events", json=batch)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "1"
+            detail = r.json()["detail"]
+            assert "did not answer within 3000 ms" in detail and "outcome is unknown" in detail
+            for _ in range(100):
+                r = await c.post("/v1/events", json=batch)
+                if r.status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert r.status_code == 200, r.text
+            assert r.json()["accepted"] + r.json()["duplicates"] == BATCH
+    accepted, logged, cost = await counted(cluster.url, project)
+    assert sorted(logged) == sorted(["warm", *(e["id"] for e in batch)])  # each once
+    assert accepted == BATCH + 1 and cost == (BATCH + 1) * GPU_HOUR_NANO
+
+
+async def test_an_error_raised_inside_redis_py_is_told_from_ours() -> None:
+    """What a request meets when redis-py's cluster client closes a connection under it
+    (`'NoneType' object has no attribute 'writelines'`) is a storage failure (503), not a
+    bug of the service (500)."""
+    never_connected = RedisConnection()
+    with pytest.raises(AttributeError) as inside:
+        await never_connected._send_packed_command([b"PING\r\n"])
+    assert "writelines" in str(inside.value)
+    assert raised_inside_redis(inside.value)
+    with pytest.raises(RuntimeError) as ours:
+        raise RuntimeError("a bug of the service")
+    assert not raised_inside_redis(ours.value)
+
+
 def test_cluster_url_options_are_read_and_the_rest_passed_on() -> None:
     url, replicas, timeout_ms = cluster_options(
         "rediss+cluster://u:p@h:7000/0?wait_replicas=2&ssl_cert_reqs=none&wait_timeout_ms=150"
@@ -389,7 +445,12 @@ def test_cluster_url_options_are_read_and_the_rest_passed_on() -> None:
     )
     assert cluster_request_timeout_ms("redis+cluster://h:7000") == 5000
     assert cluster_request_timeout_ms("redis+cluster://h:7000?wait_timeout_ms=100") == 3100
-    assert cluster_request_timeout_ms("redis+cluster://h:7000?request_timeout_ms=900") == 900
+    assert (
+        cluster_request_timeout_ms(
+            "redis+cluster://h:7000?wait_timeout_ms=100&request_timeout_ms=900"
+        )
+        == 900
+    )
     for bad in ("request_timeout_ms=x", "request_timeout_ms=2000"):
         with pytest.raises(ValueError):
             cluster_request_timeout_ms("redis+cluster://h:7000?" + bad)

@@ -9,12 +9,18 @@ background, its late answer dropped. The handler is not cancelled: a cancellatio
 redis-py's cluster client (while it reads a new slot map) closes every connection of every
 node, under other requests' feet. Once an answer has started (a long export streaming), it
 runs to its end.
+
+It also answers 503, not 500, when redis-py fails with an error that is not a storage error
+(`RuntimeError` "the handler is closed", `AttributeError` on a writer that is None: a
+connection closed under a request while a node died, as redis-py 8.1 does when it resets
+its cluster client): see `raised_inside_redis`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from types import TracebackType
 from typing import Any
 
 from litestar.enums import ScopeType
@@ -24,6 +30,20 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from service.http.problems import storage_unavailable
 
 log = logging.getLogger("trainledger")
+
+
+def raised_inside_redis(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside redis-py (or below it, in asyncio's transports),
+    called from this service's code: the frames after the service's last one include one
+    of the `redis` package."""
+    frames: list[str] = []
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename.replace("\\", "/"))
+        tb = tb.tb_next
+    ours = [i for i, name in enumerate(frames) if "/service/" in name]
+    below = frames[ours[-1] + 1 :] if ours else frames
+    return any("/redis/" in name for name in below)
 
 
 def _forget(task: asyncio.Future[None]) -> None:
@@ -52,9 +72,8 @@ class StoreDeadlineMiddleware(ASGIMiddleware):
             await send(message)
 
         task = asyncio.ensure_future(next_app(scope, receive, guarded_send))
-        try:
-            await asyncio.wait_for(asyncio.shield(task), bound)
-        except TimeoutError:
+        done, _ = await asyncio.wait({task}, timeout=bound)  # (the task is not cancelled)
+        if not done:
             if started:  # an answer is under way: let it finish
                 await task
                 return
@@ -63,4 +82,12 @@ class StoreDeadlineMiddleware(ASGIMiddleware):
             raise storage_unavailable(
                 f"the ledger's Redis did not answer within {round(bound * 1000)} ms "
                 "(request_timeout_ms)"
-            ) from None
+            )
+        try:
+            task.result()
+        except (RuntimeError, AttributeError) as exc:
+            if started or not raised_inside_redis(exc):
+                raise
+            raise storage_unavailable(
+                f"the connection to the ledger's Redis failed ({type(exc).__name__})"
+            ) from exc
