@@ -10,7 +10,8 @@ tests/test_cluster_failover.py) and the stress command `python -m tests.stress_f
   lands there). The per-second rate-limit counter moves from slot to slot and lands on it
   in about one second of three;
 * retrying clients post multi-project batches (each spans all six projects, two per
-  master) until each is acknowledged, under the same ids every time;
+  master; one event per project of a SKU with graduated tiers, so batches read and move the
+  tier counters) until each is acknowledged, under the same ids every time;
 * probes post one event at a time to each project on a healthy master, without retrying;
 * the victim is killed, its replica takes over, the dead node stays down a while (so the
   promoted master has no replica: its writes cannot be confirmed) and then comes back.
@@ -25,6 +26,7 @@ import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -47,7 +49,15 @@ REQUEST_TIMEOUT_MS = 3000
 SLACK_S = 2.5
 DOWN_AFTER_FAILOVER_S = 6.0
 BATCH_PER_PROJECT = 10
-GPU_HOUR_NANO = 2_500_000_000  # TEST_CARD's gpu.h100.hour; every event here is 1 hour
+GPU_HOUR_NANO = 2_500_000_000  # TEST_CARD's gpu.h100.hour; every GPU event here is 1 hour
+TIERED = "storage.hot.gb_day"  # 1 GB-day each: 0.002 up to 100, 0.0015 up to 1,000, 0.001
+
+
+def tiered_cost(count: int) -> int:
+    """Nano-units of `count` one-GB-day events of TIERED in one month."""
+    first = min(count, 100)
+    second = min(max(count - 100, 0), 900)
+    return first * 2_000_000 + second * 1_500_000 + max(count - 1000, 0) * 1_000_000
 
 
 @dataclass
@@ -71,6 +81,7 @@ class Run:
     killed_at: float = 0.0
     failed_over_at: float = 0.0
     restarted_at: float = 0.0
+    when: str = ""  # every event's time: one month, one set of tier counters
     victim_projects: list[str] = field(default_factory=list)
     healthy_projects: list[str] = field(default_factory=list)
     exact: list[str] = field(default_factory=lambda: ["exactness not checked"])
@@ -154,8 +165,20 @@ async def feeder(
     seq = 0
     while not stop.is_set():
         ids = {p: [f"{name}-{seq}-{p}-{i}" for i in range(BATCH_PER_PROJECT)] for p in projects}
+        for some in ids.values():
+            some[0] += "-tiered"
         seq += 1
-        body = [event(i, "1", project=p) for p, some in ids.items() for i in some]
+        body = [
+            event(
+                i,
+                "1",
+                project=p,
+                time=run.when,
+                sku=TIERED if i.endswith("-tiered") else "gpu.h100.hour",
+            )
+            for p, some in ids.items()
+            for i in some
+        ]
         while True:
             r = await _post(run, c, "batch", "*", body)
             if r is not None and r.status_code == 200:
@@ -180,7 +203,7 @@ async def prober(
     while not stop.is_set():
         eid = f"{name}-{seq}"
         seq += 1
-        r = await _post(run, c, "probe", project, [event(eid, "1", project=project)])
+        r = await _post(run, c, "probe", project, [event(eid, "1", project=project, time=run.when)])
         if r is not None and r.status_code == 200:
             run.acked.setdefault(project, set()).add(eid)
         await asyncio.sleep(0.03)
@@ -208,6 +231,7 @@ async def _run(cluster: ValkeyCluster) -> Run:
     token = await token_on(cluster, victim)
     where = projects_by_master(cluster, per_master=2)
     run = Run(
+        when=(datetime.now(UTC) - timedelta(hours=1)).isoformat(),
         victim_projects=[p for p, n in where.items() if n is victim],
         healthy_projects=[p for p, n in where.items() if n is not victim],
     )
@@ -291,8 +315,10 @@ async def _exact(url: str, run: Run) -> list[str]:
                 )
             if int(meta.get("accepted", "0")) != len(set(ids)):
                 problems.append(f"{project}: accepted counter {meta.get('accepted')}")
-            if cost != len(set(ids)) * GPU_HOUR_NANO:
-                problems.append(f"{project}: totals {cost} for {len(set(ids))} events")
+            tiered = sum(1 for i in set(ids) if i.endswith("-tiered"))
+            expected = (len(set(ids)) - tiered) * GPU_HOUR_NANO + tiered_cost(tiered)
+            if cost != expected:
+                problems.append(f"{project}: totals {cost}, expected {expected}")
     finally:
         await store.close()
     return problems

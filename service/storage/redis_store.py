@@ -914,6 +914,7 @@ class _Cluster(RedisCluster):
             await node.disconnect_free_connections()
 
     async def close_all(self) -> None:
+        self._initialize = False  # whatever state it is in: redis-py's aclose closes all
         await super().aclose()
 
 
