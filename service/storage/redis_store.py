@@ -1300,11 +1300,24 @@ class Store:
         """Current cumulative quantity (micro) for each (month, sku)."""
         if not slots:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for month, sku in slots:
-            pipe.hget(Keys.tier(project, month), sku)
-        values = await pipe.execute()
-        return [int(v) if v is not None else 0 for v in values]
+        # One HMGET per month (a batch's events are nearly always of one month), not a
+        # pipeline: on a cluster, a pipeline to a dead master is retried with pauses for ~3 s
+        # before it fails (a single command: ~0.2 s), and its retries reset the client.
+        positions: dict[str, list[int]] = {}
+        for i, (month, _sku) in enumerate(slots):
+            positions.setdefault(month, []).append(i)
+        months = list(positions)
+        replies = await asyncio.gather(
+            *(
+                self.client.hmget(Keys.tier(project, m), [slots[i][1] for i in positions[m]])
+                for m in months
+            )
+        )
+        out = [0] * len(slots)
+        for month, values in zip(months, replies, strict=True):
+            for i, v in zip(positions[month], values, strict=True):
+                out[i] = int(v) if v is not None else 0
+        return out
 
     async def apply_batch(self, plan: IngestPlan) -> IngestOutcome:
         """Run the batch's script through the pool (on a cluster, with WAIT for replicas)."""
