@@ -22,11 +22,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+from redis.asyncio.connection import Connection as RedisConnection
 from redis.cluster import key_slot
 
+from service.domain.auth import mint
 from service.domain.eventlog import decode_log
 from service.domain.folding import settle
-from service.storage.redis_store import Keys, Store, cluster_options
+from service.http.deadline import raised_inside_redis
+from service.storage.redis_store import (
+    Keys,
+    Store,
+    cluster_options,
+    cluster_request_timeout_ms,
+)
+from tests import failover_scenario
 from tests.cluster import ClusterNode, ValkeyCluster
 from tests.conftest import CLUSTER_ENABLED, Api, ServerThread, event, make_admin_token
 from tests.test_ingest import put_card
@@ -287,6 +296,139 @@ async def test_a_write_its_replica_did_not_confirm_is_not_acknowledged(
     assert accepted == 2 * BATCH and cost == 2 * BATCH * GPU_HOUR_NANO
 
 
+async def test_what_callers_see_while_a_master_fails_over(tmp_path: Path) -> None:
+    """The master holding the rate card and the caller's token is SIGKILLed under load from
+    retrying clients (tests/failover_scenario.py; `python -m tests.stress_failover --runs 20`
+    runs it many times): no 5xx but 503, every 503 with Retry-After and no claim that nothing
+    was applied, every post to a healthy shard's project answered 200 throughout, no answer
+    held past request_timeout_ms (plus slack), every acknowledged event counted once."""
+    if not CLUSTER_ENABLED:
+        pytest.skip("TRAINLEDGER_TEST_CLUSTER=0")
+    run = await failover_scenario.run_scenario(tmp_path / "cluster")
+    assert failover_scenario.check(run) == [], run.summary()
+
+
+def _token_pinned_to(
+    cluster: ValkeyCluster, node: ClusterNode, seconds: range
+) -> tuple[str, str, dict[str, str]]:
+    """A token whose record lives on `node`, and whose rate-limit counter does in at least
+    two of `seconds` (the counter's key moves to another slot every second; minted until
+    both hold, slots looked up locally)."""
+    starts = sorted(cluster.masters_by_slot().items())
+
+    def on_node(key: str) -> bool:
+        slot = key_slot(key.encode())
+        return [owner for start, owner in starts if start <= slot][-1] == node.node_id
+
+    while True:
+        token, digest, record = mint("admin", None, "pinned")
+        if on_node(Keys.token(digest)) and (
+            sum(on_node(Keys.rate_window(record["id"], s)) for s in seconds) >= 2
+        ):
+            return token, digest, record
+
+
+async def test_projects_on_other_shards_do_not_depend_on_a_dead_master(
+    cluster: ValkeyCluster,
+) -> None:
+    """The master that holds the rate card, the caller's token record and its rate-limit
+    counter for the coming seconds dies, and (its replica told not to take over) stays dead.
+    The projects of the other masters are served all along (the token and the card's
+    revision read from the dead master's replica, the rate limit counted by the worker); the
+    dead master's own project gets a 503 that says the outcome is unknown."""
+    victim = cluster.master_of(Keys.rate_card("default"))
+    where = projects_on_every_master(cluster, per_master=1)
+    healthy = [p for p, n in where.items() if n is not victim]
+    lost = next(p for p, n in where.items() if n is victim)
+    url = cluster.url + "?wait_replicas=1&wait_timeout_ms=500&request_timeout_ms=1500"
+    async with service(url) as api:
+        await put_card(api)
+        async with api.client() as c:
+            for p in where:
+                r = await c.post("/v1/events", json=[event("warm", "1", project=p)])
+                assert r.status_code == 200, r.text
+        now = int(time.time())
+        token, digest, record = _token_pinned_to(cluster, victim, range(now + 2, now + 6))
+        store = Store.from_url(cluster.url)
+        try:
+            await store.put_token(digest, record["id"], record)
+        finally:
+            await store.close()
+        with contextlib.closing(cluster.replica_of(victim).client()) as r:
+            r.config_set("cluster-replica-no-failover", "yes")
+        cluster.kill(victim)
+        answers: Counter[int] = Counter()
+        async with api.client(token) as c:
+            i = 0
+            while time.time() < now + 6:  # over several seconds: the token's cache expires
+                for p in healthy:
+                    r = await c.post("/v1/events", json=[event(f"h{i}", "1", project=p)])
+                    assert r.status_code == 200, (p, r.text)
+                    answers[r.status_code] += 1
+                i += 1
+                await asyncio.sleep(0.05)
+            r = await c.post("/v1/events", json=[event("x", "1", project=lost)])
+    assert answers[200] > 20
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "1"
+    assert "outcome is unknown" in r.json()["detail"], r.text
+    assert "nothing was applied" not in r.json()["detail"]
+
+
+async def test_a_request_the_cluster_does_not_answer_is_refused_at_request_timeout(
+    cluster: ValkeyCluster,
+) -> None:
+    """A master that hangs (SIGSTOP: no error, no answer) no longer holds a request until
+    the socket timeout (120 s): it is answered 503 at request_timeout_ms, outcome unknown;
+    the retry once the node is back counts the batch once."""
+    project = "llm"
+    master = cluster.master_of(Keys.meta(project))
+    with contextlib.closing(cluster.replica_of(master).client()) as r:
+        r.config_set("cluster-replica-no-failover", "yes")  # the master only hangs
+    url = cluster.url + "?wait_replicas=1&request_timeout_ms=3000"
+    batch = [event(f"s{i}", "1", project=project) for i in range(BATCH)]
+    async with service(url) as api:
+        await put_card(api)
+        async with api.client() as c:
+            c.timeout = httpx.Timeout(30.0)  # far past the bound, far short of 120 s
+            r = await c.post("/v1/events", json=[event("warm", "1", project=project)])
+            assert r.status_code == 200, r.text
+            pid = cluster.pid(master)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                r = await c.post("/v1/events", json=batch)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert r.status_code == 503, r.text
+            assert r.headers["retry-after"] == "1"
+            detail = r.json()["detail"]
+            assert "did not answer within 3000 ms" in detail and "outcome is unknown" in detail
+            for _ in range(100):
+                r = await c.post("/v1/events", json=batch)
+                if r.status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert r.status_code == 200, r.text
+            assert r.json()["accepted"] + r.json()["duplicates"] == BATCH
+    accepted, logged, cost = await counted(cluster.url, project)
+    assert sorted(logged) == sorted(["warm", *(e["id"] for e in batch)])  # each once
+    assert accepted == BATCH + 1 and cost == (BATCH + 1) * GPU_HOUR_NANO
+
+
+async def test_an_error_raised_inside_redis_py_is_told_from_ours() -> None:
+    """What a request meets when redis-py's cluster client closes a connection under it
+    (`'NoneType' object has no attribute 'writelines'`) is a storage failure (503), not a
+    bug of the service (500)."""
+    never_connected = RedisConnection()
+    with pytest.raises(AttributeError) as inside:
+        await never_connected._send_packed_command([b"PING\r\n"])
+    assert "writelines" in str(inside.value)
+    assert raised_inside_redis(inside.value)
+    with pytest.raises(RuntimeError) as ours:
+        raise RuntimeError("a bug of the service")
+    assert not raised_inside_redis(ours.value)
+
+
 def test_cluster_url_options_are_read_and_the_rest_passed_on() -> None:
     url, replicas, timeout_ms = cluster_options(
         "rediss+cluster://u:p@h:7000/0?wait_replicas=2&ssl_cert_reqs=none&wait_timeout_ms=150"
@@ -297,3 +439,18 @@ def test_cluster_url_options_are_read_and_the_rest_passed_on() -> None:
     for bad in ("wait_replicas=x", "wait_replicas=-1", "wait_timeout_ms=0"):
         with pytest.raises(ValueError):
             cluster_options("redis+cluster://h:7000?" + bad)
+    # The store's bound on one request: read by trainledger, not passed on to redis-py.
+    assert cluster_options("redis+cluster://h:7000?request_timeout_ms=9000")[0] == (
+        "redis://h:7000"
+    )
+    assert cluster_request_timeout_ms("redis+cluster://h:7000") == 5000
+    assert cluster_request_timeout_ms("redis+cluster://h:7000?wait_timeout_ms=100") == 3100
+    assert (
+        cluster_request_timeout_ms(
+            "redis+cluster://h:7000?wait_timeout_ms=100&request_timeout_ms=900"
+        )
+        == 900
+    )
+    for bad in ("request_timeout_ms=x", "request_timeout_ms=2000"):
+        with pytest.raises(ValueError):
+            cluster_request_timeout_ms("redis+cluster://h:7000?" + bad)

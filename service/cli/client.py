@@ -26,7 +26,7 @@ from service.config import Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # 503 "busy" (contention) and "storage unavailable" answers carry Retry-After: honour it a
-# few times before giving up; nothing was applied by the refused request.
+# few times before giving up (the same request again: event ids make a retry safe).
 RETRIES = 5
 
 

@@ -31,6 +31,7 @@ from service.domain.catalog import RateCards
 from service.domain.folding import Folder
 from service.domain.ingest import Ingestor
 from service.http.bodies import BoundedRequest
+from service.http.deadline import StoreDeadlineMiddleware
 from service.http.deps import Services
 from service.http.observability import (
     PROMETHEUS,
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         middleware=[
             RequestIdMiddleware(),
             PROMETHEUS.middleware,
+            StoreDeadlineMiddleware(),
             DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs", "^/metrics"]),
             TokenRateLimitMiddleware(),
         ],
@@ -198,7 +200,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                         ClientException: from_client_error,
                         RedisConnectionError: redis_unavailable,
                         RedisTimeoutError: redis_unavailable,
-                        # A cluster shard failing over: nothing was applied there; retry.
+                        # A cluster shard failing over: outcome unknown there; retry.
                         ClusterDownError: redis_unavailable,
                         TryAgainError: redis_unavailable,
                         SlotNotCoveredError: redis_unavailable,

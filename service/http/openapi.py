@@ -83,7 +83,12 @@ COMMON_ERRORS = {
     "401": "No bearer token, or an unknown or revoked one",
     "403": "The token's role or projects do not allow this",
     "429": "Over the per-token rate limit; retry after `Retry-After` seconds",
-    "503": "The ledger's Redis cannot be reached; nothing was applied; retry after `Retry-After`",
+    "503": (
+        "The ledger's Redis cannot be reached, or a shard is failing over (or, for `busy`, "
+        "too much contention). The outcome is unknown: all, part or none of the request may "
+        "have been applied. Retry the same request after `Retry-After` seconds, events under "
+        "the same ids (a retry never counts an event twice)"
+    ),
 }
 PUBLIC_ERRORS = {"503": COMMON_ERRORS["503"]}
 # Answers that depend on the operation's shape.

@@ -73,22 +73,31 @@ def from_client_error(exc: ClientException) -> ProblemDetailsException:
     )
 
 
-def redis_unavailable(exc: Exception) -> ProblemDetailsException:
-    """Redis cannot be reached: nothing was applied; the client should retry."""
-    if isinstance(exc, ReplicationTimeout):
-        # Applied on the master, not yet on a replica: unacknowledged, and a retry is safe.
-        return problem(
-            503,
-            "Storage unavailable",
-            f"the write was not confirmed by a replica in time ({exc}); it is not "
-            "acknowledged: retry (a retry never counts an event twice)",
-            kind="storage-unavailable",
-            headers={"Retry-After": "1"},
-        )
+# What a 503 for a storage failure can honestly say: the request may have been applied in
+# part (a batch spanning several projects is written project by project, on several shards)
+# or in full (the answer was lost), or not at all. Event ids make the retry safe.
+OUTCOME_UNKNOWN = (
+    "the outcome is unknown (all, part or none of the request may have been applied): "
+    "retry it as it was, with the same event ids (a retry never counts an event twice)"
+)
+
+
+def storage_unavailable(reason: str) -> ProblemDetailsException:
     return problem(
         503,
         "Storage unavailable",
-        f"the ledger's Redis cannot be reached ({type(exc).__name__}); nothing was applied, retry",
+        f"{reason}; {OUTCOME_UNKNOWN}",
         kind="storage-unavailable",
         headers={"Retry-After": "1"},
     )
+
+
+def redis_unavailable(exc: Exception) -> ProblemDetailsException:
+    """Redis cannot be reached, or a shard is failing over: the outcome is unknown, and the
+    client should retry the same request."""
+    if isinstance(exc, ReplicationTimeout):
+        # Applied on the master, not yet on a replica: unacknowledged, and a retry is safe.
+        return storage_unavailable(
+            f"the write was not confirmed by a replica in time ({exc}); it is not acknowledged"
+        )
+    return storage_unavailable(f"the ledger's Redis cannot be reached ({type(exc).__name__})")

@@ -10,6 +10,13 @@ a busy token costs one Redis round trip per grant instead of one per request. Th
 counter only ever hands out `limit` requests a second in all, so the limit is never
 exceeded; a grant left unspent when its second ends is lost, so near the limit a token may
 get slightly fewer.
+
+The shared counter of a second lives in one slot (on a Redis Cluster, on one shard, a
+different one from second to second). While its node cannot be reached (a master failing
+over), a worker does not make every project wait for that one shard: it *fails open*,
+counting the token's requests itself, at most `limit` a second in this worker, for at most
+`FAIL_OPEN_SECONDS` in a row; past that, requests are answered 503 until the counter can be
+reached again. So during a failover a token may get up to `limit` a second from each worker.
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from service.domain.auth import Principal
 from service.http.problems import problem
-from service.storage.redis_store import Store
+from service.storage.redis_store import NODE_DOWN_ERRORS, Store
+
+# The longest a worker counts requests itself while the shared counter cannot be reached.
+FAIL_OPEN_SECONDS = 30.0
 
 
 def grant_size(limit: int) -> int:
@@ -45,6 +55,11 @@ class _Grants:
         self.left: dict[str, int] = {}
         self.claiming: dict[str, asyncio.Event] = {}
         self.waiting: dict[str, int] = {}
+        # Since when (monotonic) the shared counter could not be reached; None: it can.
+        self.failing_since: float | None = None
+        # Requests counted by this worker alone in the current second, while failing open.
+        self.local: dict[str, int] = {}
+        self.local_second = 0
 
     def take(self, token_id: str, second: int) -> bool:
         if second > self.second:
@@ -75,7 +90,13 @@ class _Grants:
         done = self.claiming[token_id] = asyncio.Event()
         try:
             want = min(limit, max(grant_size(limit), self.waiting.get(token_id, 0) + 1))
-            count = await store.count_request(token_id, second, want)
+            try:
+                count = await store.count_request(token_id, second, want)
+                self.failing_since = None
+            except NODE_DOWN_ERRORS:
+                if not self._may_fail_open():
+                    raise
+                count = self._count_locally(token_id, second, want)
             # Of the `want` just counted, those within the limit are ours to spend, in the
             # second they were counted in.
             granted = min(want, max(0, limit - (count - want)))
@@ -88,6 +109,22 @@ class _Grants:
             del self.claiming[token_id]
             done.set()
         return granted > 0  # one of them is this request's, even if its second has passed
+
+    def _may_fail_open(self) -> bool:
+        """The shared counter's node is down: whether this worker may count by itself still
+        (for at most FAIL_OPEN_SECONDS in a row; past that the storage error stands: 503)."""
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        return now - self.failing_since <= FAIL_OPEN_SECONDS
+
+    def _count_locally(self, token_id: str, second: int, want: int) -> int:
+        """`count_request`, counted in this worker alone."""
+        if second != self.local_second:
+            self.local_second = second
+            self.local.clear()
+        count = self.local[token_id] = self.local.get(token_id, 0) + want
+        return count
 
 
 class TokenRateLimitMiddleware(ASGIMiddleware):

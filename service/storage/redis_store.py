@@ -95,6 +95,7 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
+    ClusterDownError,
     MovedError,
     NoScriptError,
     RedisError,
@@ -1132,6 +1133,53 @@ class ReplicationTimeout(RedisTimeoutError):
 CLUSTER_WAIT_REPLICAS = "wait_replicas"  # replicas a write must reach before its answer
 CLUSTER_WAIT_TIMEOUT_MS = "wait_timeout_ms"  # how long to wait for them
 DEFAULT_WAIT_TIMEOUT_MS = 2000
+# The longest a request may wait for the store before it is answered 503
+# (service/http/deadline.py); default: wait_timeout_ms + 3,000.
+CLUSTER_REQUEST_TIMEOUT_MS = "request_timeout_ms"
+
+
+# Storage errors of a node that is down or failing over: a read of a global key (a token,
+# a rate card's revision) is then asked of the slot's replica (`Store._read_global`).
+NODE_DOWN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, SlotNotCoveredError)
+# How long a worker trusts a rate card's revision it read (`Store.rate_card_revision`).
+CARD_REVISION_SECONDS = 1.0
+
+
+def cluster_request_timeout_ms(url: str) -> int:
+    """`request_timeout_ms` of a `redis+cluster://` URL (default: wait_timeout_ms + 3,000):
+    the longest a request may wait for the store before it is answered 503."""
+    _, _, wait_timeout_ms = cluster_options(url)
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    try:
+        timeout_ms = int(query.get(CLUSTER_REQUEST_TIMEOUT_MS, wait_timeout_ms + 3000))
+    except ValueError as exc:
+        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS}: an integer") from exc
+    if timeout_ms <= wait_timeout_ms:
+        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS} > {CLUSTER_WAIT_TIMEOUT_MS}")
+    return timeout_ms
+
+
+class _Cluster(RedisCluster):
+    """redis-py's cluster client, except for how it resets itself after an error.
+
+    After a failed pipeline, a CLUSTERDOWN answer or repeated MOVED answers, redis-py calls
+    `aclose()`, which disconnects every connection to every node, *including those other
+    requests are reading from at that moment*: they then fail with `RuntimeError` ("the
+    handler is closed") or `AttributeError` (a writer that is None) instead of a storage
+    error. Here that reset only asks for a fresh slot map and recycles the connections
+    lazily (idle ones now, busy ones when their command is done), as redis-py does itself
+    after a connection error. `close_all` closes for good (`Store.close`).
+    """
+
+    async def aclose(self) -> None:
+        self._initialize = True  # the next command reads the slot map again
+        for node in list(self.nodes_manager.nodes_cache.values()):
+            node.update_active_connections_for_reconnect()
+            await node.disconnect_free_connections()
+
+    async def close_all(self) -> None:
+        self._initialize = False  # whatever state it is in: redis-py's aclose closes all
+        await super().aclose()
 
 
 def cluster_options(url: str) -> tuple[str, int | None, int]:
@@ -1139,7 +1187,11 @@ def cluster_options(url: str) -> tuple[str, int | None, int]:
     `wait_replicas` (None: one if the cluster has replicas, else none) and the timeout."""
     parts = urlsplit(url.replace("+cluster", "", 1))
     query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS)}
+    own = {
+        k: v
+        for k, v in query
+        if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS, CLUSTER_REQUEST_TIMEOUT_MS)
+    }
     rest = [(k, v) for k, v in query if k not in own]
     try:
         replicas = int(own[CLUSTER_WAIT_REPLICAS]) if CLUSTER_WAIT_REPLICAS in own else None
@@ -1233,12 +1285,19 @@ class Store:
         # Whether the server has HSETEX with FNX (INGEST_LUA marks new ids with it): asked once,
         # by `learn_features`, before the first batch.
         self._hsetex: bool | None = None
+        # Cluster only: the longest a request may wait for the store before it is answered 503
+        # (seconds; service/http/deadline.py). None: no bound beyond the socket timeouts.
+        self.request_timeout: float | None = None
+        # (node name, script sha) of the scripts `_replicated` has run on a node.
+        self._scripts_on: set[tuple[str, str]] = set()
+        # Rate card name -> (read at, revision), for `rate_card_revision(max_age=...)`.
+        self._card_revisions: dict[str, tuple[float, int]] = {}
 
     @classmethod
     def from_url(cls, url: str, max_connections: int = 64) -> Store:
         if url.startswith(("redis+cluster://", "rediss+cluster://")):
             real, wait_replicas, wait_timeout_ms = cluster_options(url)
-            cluster = RedisCluster.from_url(
+            cluster = _Cluster.from_url(
                 real,
                 decode_responses=False,
                 # Per node. redis-py's cluster client cannot wait for a free connection (it
@@ -1249,7 +1308,9 @@ class Store:
                 socket_timeout=120,
                 socket_connect_timeout=5,
             )
-            return cls(cluster, wait_replicas, wait_timeout_ms)
+            store = cls(cluster, wait_replicas, wait_timeout_ms)
+            store.request_timeout = cluster_request_timeout_ms(url) / 1000
+            return store
         # A blocking pool: under a burst, a request waits for a free connection (up to
         # `timeout` seconds) instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -1272,6 +1333,9 @@ class Store:
     async def close(self) -> None:
         if self._lane is not None:
             await self._lane.close()
+        if isinstance(self.client, _Cluster):
+            await self.client.close_all()
+            return
         await self.client.aclose()
 
     async def ping(self) -> bool:
@@ -1316,7 +1380,15 @@ class Store:
             node = ask or cluster.get_node_from_key(keys[0])
             if node is None:
                 raise SlotNotCoveredError(f"no master serves {keys[0]!r} now; not applied")
-            commands = [PipelineCommand(0, "ASKING")] if ask else []
+            # A node this worker has not run the script on (a replica just promoted: the
+            # script cache is not replicated) gets it loaded first, in the same pipeline:
+            # a NOSCRIPT answer would still cost a full WAIT (no write to wait for, but no
+            # replica either right after a failover) before the retry.
+            commands = []
+            if (node.name, script.sha) not in self._scripts_on:
+                commands.append(PipelineCommand(0, "SCRIPT", "LOAD", script.script))
+            if ask:  # right before the command it allows
+                commands.append(PipelineCommand(len(commands), "ASKING"))
             commands += [
                 PipelineCommand(len(commands), "EVALSHA", script.sha, len(keys), *keys, *args),
                 PipelineCommand(len(commands) + 1, "WAIT", want, self._wait_timeout_ms),
@@ -1324,9 +1396,12 @@ class Store:
             ask = None
             await node.execute_pipeline(commands)
             reply, acked = commands[-2].result, commands[-1].result
-            if isinstance(reply, NoScriptError):  # a new or restarted master: load it there
-                await node.execute_command("SCRIPT", "LOAD", script.script)
+            if isinstance(reply, NoScriptError):  # a restarted master: load it there
+                self._scripts_on.discard((node.name, script.sha))
                 continue
+            if len(self._scripts_on) > 10_000:
+                self._scripts_on.clear()
+            self._scripts_on.add((node.name, script.sha))
             if isinstance(reply, MovedError):  # the slot moved for good: follow it
                 await cluster.nodes_manager.move_slot(reply)
                 continue
@@ -1350,19 +1425,71 @@ class Store:
 
     # --- rate cards ---------------------------------------------------------------------
 
+    async def _at_master(self, key: str, *command: Any) -> Any:
+        """One command on one global key, sent once to the key's master as this worker
+        knows it: no redis-py retries, each of which reads the slot map (and the command
+        table) again while every other command of the worker waits. A redirection (the slot
+        moved) is left to redis-py. Raises NODE_DOWN_ERRORS when the master is down."""
+        cluster = cast(RedisCluster, self.client)
+        await cluster.initialize()  # a no-op unless a failed command asked for a refresh
+        node = cluster.get_node_from_key(key)
+        if node is None:
+            raise SlotNotCoveredError(f"no master serves {key!r} now")
+        try:
+            return await node.execute_command(*command)
+        except (MovedError, AskError, TryAgainError):
+            return await cluster.execute_command(*command)
+
+    async def _read_global(self, command: str, key: str) -> Any:
+        """A read of one global key (a token record, a rate card), which every request of
+        every project may need: on a cluster, when the key's master is down or failing over,
+        it is read from that slot's replica instead (READONLY), so the projects of the other
+        shards do not depend on that one master. The replica is the node that takes over:
+        it answers what the master will answer after the failover (a write the master had not
+        passed on yet is lost with it either way)."""
+        if not isinstance(self.client, RedisCluster):
+            return await cast(Any, self.client).execute_command(command, key)
+        try:
+            return await self._at_master(key, command, key)
+        except NODE_DOWN_ERRORS:
+            holders = self.client.nodes_manager.slots_cache.get(self.client.keyslot(key)) or []
+            for replica in holders[1:]:
+                commands = [PipelineCommand(0, "READONLY"), PipelineCommand(1, command, key)]
+                try:
+                    await replica.execute_pipeline(commands)
+                except NODE_DOWN_ERRORS:
+                    continue
+                reply = commands[1].result
+                if not isinstance(reply, Exception):
+                    if command == "HGETALL" and isinstance(reply, list):  # raw RESP2 pairs
+                        return dict(zip(reply[::2], reply[1::2], strict=True))
+                    return reply
+            raise
+
     async def put_rate_card_version(self, name: str, version_json: bytes) -> int:
         version = await self._put_card(keys=[Keys.rate_card(name)], args=[version_json])
+        self._card_revisions.pop(name, None)  # this worker applies it at once
         await self.client.sadd(Keys.rate_card_names(), name)
         return int(version)
 
     async def rate_card_versions(self, name: str) -> list[tuple[int, bytes]]:
         """Every stored version as (version number, JSON), oldest number first."""
-        raw = await self.client.hgetall(Keys.rate_card(name))
+        raw = await self._read_global("HGETALL", Keys.rate_card(name))
         return sorted((int(k), _bytes(v)) for k, v in raw.items())
 
-    async def rate_card_revision(self, name: str) -> int:
-        """The number of versions (0: no such card); it changes with every new version."""
-        return int(await self.client.hlen(Keys.rate_card(name)))
+    async def rate_card_revision(self, name: str, max_age: float = 0.0) -> int:
+        """The number of versions (0: no such card); it changes with every new version.
+        With `max_age`, a revision this worker read less than `max_age` seconds ago."""
+        now = time.monotonic()
+        if max_age > 0:
+            hit = self._card_revisions.get(name)
+            if hit is not None and now - hit[0] < max_age:
+                return hit[1]
+        revision = int(await self._read_global("HLEN", Keys.rate_card(name)))
+        if len(self._card_revisions) > 1000:
+            self._card_revisions.clear()
+        self._card_revisions[name] = (now, revision)
+        return revision
 
     async def rate_card_names(self) -> list[str]:
         names = await self.client.smembers(Keys.rate_card_names())
@@ -1396,7 +1523,7 @@ class Store:
         await pipe.execute()
 
     async def token_record(self, digest: str) -> dict[str, str] | None:
-        raw = await self.client.hgetall(Keys.token(digest))
+        raw = await self._read_global("HGETALL", Keys.token(digest))
         return {_text(k): _text(v) for k, v in raw.items()} if raw else None
 
     async def token_records(self) -> list[dict[str, str]]:
@@ -1427,8 +1554,18 @@ class Store:
         return True
 
     async def count_request(self, token_id: str, second: int, count: int = 1) -> int:
-        """Requests of this token so far in this (epoch) second, these `count` included."""
-        return int(await self._rate_window(keys=[Keys.rate_window(token_id, second)], args=[count]))
+        """Requests of this token so far in this (epoch) second, these `count` included.
+        On a cluster, one try at the window's master (its node down: NODE_DOWN_ERRORS at
+        once, and the rate limiter fails open; service/http/ratelimit.py)."""
+        key = Keys.rate_window(token_id, second)
+        if not isinstance(self.client, RedisCluster):
+            return int(await self._rate_window(keys=[key], args=[count]))
+        script = self._rate_window
+        try:
+            return int(await self._at_master(key, "EVALSHA", script.sha, 1, key, count))
+        except NoScriptError:
+            await self._at_master(key, "SCRIPT", "LOAD", script.script)
+            return int(await self._at_master(key, "EVALSHA", script.sha, 1, key, count))
 
     async def token_count(self) -> int:
         return int(await self.client.hlen(Keys.token_index()))
@@ -1439,26 +1576,46 @@ class Store:
         """Current cumulative quantity (micro) for each (month, sku)."""
         if not slots:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for month, sku in slots:
-            pipe.hget(Keys.tier(project, month), sku)
-        values = await pipe.execute()
-        return [int(v) if v is not None else 0 for v in values]
+        # One HMGET per month (a batch's events are nearly always of one month), not a
+        # pipeline: on a cluster, a pipeline to a dead master is retried with pauses for ~3 s
+        # before it fails (a single command: ~0.2 s), and its retries reset the client.
+        positions: dict[str, list[int]] = {}
+        for i, (month, _sku) in enumerate(slots):
+            positions.setdefault(month, []).append(i)
+        months = list(positions)
+        replies = await asyncio.gather(
+            *(
+                self.client.hmget(Keys.tier(project, m), [slots[i][1] for i in positions[m]])
+                for m in months
+            )
+        )
+        out = [0] * len(slots)
+        for month, values in zip(months, replies, strict=True):
+            for i, v in zip(positions[month], values, strict=True):
+                out[i] = int(v) if v is not None else 0
+        return out
 
     async def apply_batch(self, plan: IngestPlan) -> IngestOutcome:
         """Run the batch's script through the pool (on a cluster, with WAIT for replicas)."""
         cluster = isinstance(self.client, RedisCluster)
         # On a cluster the card lives in another slot: checked just before, not inside, the
         # script.
+        # Read at most once a second per worker (CARD_REVISION_SECONDS): the card's master
+        # is not asked by every batch of every project, and while it fails over the other
+        # shards' projects go on.
         if (
             cluster
             and plan.rate_card_revision
-            and await self.rate_card_revision(plan.rate_card) != plan.rate_card_revision
+            and await self.rate_card_revision(plan.rate_card, CARD_REVISION_SECONDS)
+            != plan.rate_card_revision
         ):
             return IngestOutcome(4)
         keys, args, order = self._ingest_call(plan, card_in_script=not cluster)
-        # Only an applied batch (status 0) needs its replicas before it is acknowledged.
-        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) == 0)
+        # An applied batch (status 0) needs its replicas before it is acknowledged. So does a
+        # batch found (partly) seen (status 1): its next step (the rest of the batch, or the
+        # duplicate count) would wait for the same replicas again, and a shard without one
+        # (right after a failover) would hold the request a second wait_timeout_ms.
+        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) in (0, 1))
         return _ingest_outcome(reply, order)
 
     async def learn_features(self) -> None:

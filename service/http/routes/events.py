@@ -49,7 +49,7 @@ from service.domain.ingest import (
 )
 from service.http.bodies import read_body
 from service.http.deps import Services
-from service.http.problems import invalid, problem
+from service.http.problems import OUTCOME_UNKNOWN, invalid, problem
 from service.http.security import authorize, requires
 from service.metrics import count_ingest
 
@@ -235,7 +235,7 @@ async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | Non
         raise problem(
             503,
             "Busy",
-            "too much contention on this project; retry",
+            f"too much contention on this project; {OUTCOME_UNKNOWN}",
             kind="busy",
             headers={"Retry-After": "1"},
         ) from exc
