@@ -39,7 +39,13 @@ import httpx
 import msgspec
 import pytest
 
-from .conftest import free_port, make_admin_token, sync_client, wait_until_ready
+from .conftest import (
+    TEST_SECRET_KEY,
+    free_port,
+    make_admin_token,
+    sync_client,
+    wait_until_ready,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = json.loads((REPO / "openapi" / "openapi.json").read_text())
@@ -206,6 +212,7 @@ def served(embedded_valkey: str, tmp_path: Path) -> Iterator[tuple[str, str, int
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
     env.update(
         TRAINLEDGER_REDIS_URL=embedded_valkey,
+        TRAINLEDGER_SECRET_KEY=TEST_SECRET_KEY,  # an external Redis needs one given
         TRAINLEDGER_DATA_DIR=str(tmp_path),
         TRAINLEDGER_MAX_BODY_BYTES=str(BODY_LIMIT),
         TRAINLEDGER_MAX_JSON_BODY_BYTES=str(JSON_LIMIT),
