@@ -18,5 +18,5 @@ USER trainledger
 WORKDIR /home/trainledger
 ENV TRAINLEDGER_DATA_DIR=/data
 EXPOSE 8000
-HEALTHCHECK CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/readyz')" || exit 1
+HEALTHCHECK CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz')" || exit 1
 CMD ["trainledger", "serve", "--host", "0.0.0.0", "--port", "8000"]
