@@ -406,6 +406,30 @@ async def test_a_body_project_must_be_one_string(api: Api) -> None:
     assert not failures, "\n".join(failures)
 
 
+async def test_a_body_naming_its_project_twice_is_400(api: Api) -> None:
+    """`{"project": "pa", …, "project": "pb"}` (or spelled with an escape): decoders keep the
+    last key silently, so the body is ambiguous: 400 naming `project`, in either order."""
+    await _seed(api)
+    token = await _scoped_admin(api, ["pa"])
+    before = await _snapshot(api)
+    failures = []
+    async with api.client(token) as c:
+        for op in PROJECT_OPS:
+            if op.in_body != "project" or op.key == "POST /v1/events":
+                continue  # events: each event's project is checked by the ingest (per event)
+            method, url, params, content = _request(op, "pa")
+            assert content is not None
+            text = content.decode()
+            assert text.startswith("{")
+            for second, key in (("pb", "project"), ("pa", "project"), ("pb", "proj\\u0065ct")):
+                body = f'{{"{key}": "{second}", {text[1:]}'
+                r = await _send(c, (method, url, params, body.encode()))
+                if not _ambiguous(r):
+                    failures.append(f"{op.key} [{key}={second}]: {r.status_code} {r.text[:200]}")
+    assert not failures, "\n".join(failures)
+    assert not _changes(before, await _snapshot(api))
+
+
 async def test_project_less_operations_refuse_a_project(api: Api) -> None:
     """An operation that names no project takes no `?project=` either: 400, not ignored."""
     token = await _scoped_admin(api, ["pa"])

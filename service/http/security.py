@@ -8,6 +8,7 @@ any request that names a project (path, query or body, exactly once: the rule be
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -219,12 +220,39 @@ async def _body_project(
         raise invalid("$", str(exc), status=400) from exc
     if not isinstance(body, dict) or "project" not in body:
         return None
+    if _names_project_twice(await request.body()):
+        raise _named_twice()
     if "body" not in facts.project_in:
         raise _misplaced("the body", facts)
     named = body["project"]
     if not isinstance(named, str):
         raise invalid("$.project", "name one project, as a string", status=400)
     return named
+
+
+class _TwiceNamed(Exception):
+    pass
+
+
+def _no_repeated_project(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if sum(1 for key, _ in pairs if key == "project") > 1:
+        raise _TwiceNamed
+    return dict(pairs)
+
+
+def _names_project_twice(raw: bytes) -> bool:
+    """Whether a JSON object of the body names `project` twice (`{"project": "pa", …,
+    "project": "pb"}`): decoders keep the last silently, so such a body is ambiguous. The
+    careful read runs only when the bytes could hold a second (or an escaped) key."""
+    if raw.count(b'"project"') < 2 and b"\\u" not in raw:
+        return False
+    try:
+        json.loads(raw, object_pairs_hook=_no_repeated_project)
+    except _TwiceNamed:
+        return True
+    except ValueError:
+        return False  # msgspec read it; the stricter stdlib reader need not
+    return False
 
 
 def _misplaced(where: str, facts: _RouteFacts) -> Exception:
