@@ -196,6 +196,7 @@ def _serve(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINLEDGER_", "PROMETHEUS"))}
     env.update(TRAINLEDGER_REDIS_URL=redis_url, TRAINLEDGER_DATA_DIR=str(tmp_path))
+    env["TRAINLEDGER_SECRET_KEY"] = TEST_SECRET_KEY  # an external Redis needs one given
     log_path = tmp_path / f"serve-{log_format}.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
