@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
+import pytest_asyncio
 import redis
 import uvicorn
 
@@ -281,3 +282,32 @@ def event(
         "quantity": str(quantity),
         **extra,
     }
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
+async def _no_task_outlives_the_session(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """At the end of the run, cancel what is left on the session's event loop and wait a
+    bounded time. pytest-asyncio's own close waits for every cancelled task without a bound,
+    and a run was seen to hang there after its last test; should a task still refuse to end,
+    name it, print the run's closing line and leave with the run's own exit code."""
+    yield
+    current = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in left:
+        task.cancel()
+    if not left:
+        return
+    _, stuck = await asyncio.wait(left, timeout=10)
+    if not stuck:
+        return
+    for task in stuck:
+        print(f"\ntask still running after the session, not waited for: {task!r}", flush=True)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", {})
+    counts = {k: len(stats.get(k, [])) for k in ("passed", "failed", "skipped", "error")}
+    failed = max(counts["failed"] + counts["error"], request.session.testsfailed)
+    print(
+        f"\n{counts['passed']} passed, {failed} failed, {counts['skipped']} skipped",
+        flush=True,
+    )
+    os._exit(1 if failed else 0)
