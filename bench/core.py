@@ -1,10 +1,10 @@
 """1. Core: events per second through the Cython kernel against the plain-Python reference.
 
 One batch (default 100,000 events, 20 SKUs of which 4 graduated, 100 experiments x 6
-stages) is turned into the kernel's columns exactly as `service.domain.ingest.price_events`
+stages) is turned into the kernel's columns exactly as `service.ingest.service.price_events`
 does (rate row per (version, SKU), one group per (day, dims) cell, one tier slot per
 (month, tiered SKU)), against the catalog the service builds from the same rate card
-(`service.domain.catalog.build_catalog`). Then `costcore.price_batch` (compiled) and
+(`service.ratecards.catalog.build_catalog`). Then `costcore.price_batch` (compiled) and
 `costcore.price_batch_reference` (plain Python) each price the same batch, from the same
 tier counters, and their results are checked equal.
 
@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from trainledger.ratecards.catalog import PricingCatalog, build_catalog
+from trainledger.ratecards.model import RateCardIn, RateCardVersion
 
 from bench.common import BENCH_CARD, EventFactory, Workload, median, result, time_repeated
 from costcore import price_batch, price_batch_reference
 from costcore.money import parse_quantity
-from service.domain.catalog import PricingCatalog, build_catalog
-from service.domain.ratecards import RateCardIn, RateCardVersion
 
 DEFAULTS: dict[str, Any] = {"events": 100_000, "repeat": 30, "min_seconds": 2.0, "ref_repeat": 3}
 QUICK: dict[str, Any] = {"events": 100_000, "repeat": 10, "min_seconds": 0.5, "ref_repeat": 1}

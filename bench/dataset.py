@@ -2,8 +2,8 @@
 
 Posting 10 million events over HTTP would take most of an hour on a 2-core machine, so the
 queries and memory benchmarks load their data by calling what the HTTP handler calls, minus
-the HTTP layer: `service.domain.events.decode_events` on a msgpack body, then
-`service.domain.ingest.Ingestor.ingest` with a `Store` on an embedded Valkey, in
+the HTTP layer: `service.events.model.decode_events` on a msgpack body, then
+`service.ingest.service.Ingestor.ingest` with a `Store` on an embedded Valkey, in
 batches. Pricing, deduplication state, totals, the log: all of it is written
 by the service's own code and Lua script, exactly as a `POST /v1/events` would. Batches are
 of 5,000 events, the HTTP benchmark's size, so the log entries are those HTTP makes. A batch
@@ -34,16 +34,16 @@ from typing import Any
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from trainledger.auth.model import Principal, mint
+from trainledger.events.model import MSGPACK, decode_events
+from trainledger.ingest.service import Ingestor
+from trainledger.ledger.folding import Folder, settle
+from trainledger.ratecards.catalog import RateCards
+from trainledger.ratecards.model import RateCardIn
+from trainledger.storage.embedded import EmbeddedValkey
+from trainledger.storage.redis_store import Store
 
 from bench.common import BENCH_CARD, EventFactory, Workload
-from service.domain.auth import Principal, mint
-from service.domain.catalog import RateCards
-from service.domain.events import MSGPACK, decode_events
-from service.domain.folding import Folder, settle
-from service.domain.ingest import Ingestor
-from service.domain.ratecards import RateCardIn
-from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Store
 
 LOAD_BATCH = 5_000  # the HTTP batch: same log entries, same script sizes
 MAX_TRIES = 5

@@ -6,7 +6,7 @@ keep-alive connections, closed loop) posting `templates` (8) pre-encoded 5,000-e
 in turn, whose ids are made fresh for every request by splicing in an 8-byte prefix
 (bench/loadgen.py); without wrk on the machine, the same with the lean asyncio client. The
 bodies are different random draws over the same day (each touches ~4,400 of the day's 12,000
-totals cells), so the totals fold of the server (service/domain/folding.py) merges no more than
+totals cells), so the totals fold of the server (service/ledger/folding.py) merges no more than
 it would for a scheduler's stream; one body posted again and again would let it merge more.
 JSON and msgpack are run one after the other for `seconds` each, after two untimed warm-up
 posts. After each run, one `GET /v1/costs` folds whatever is still queued: its time
@@ -173,8 +173,7 @@ def _rewrites(server: Server) -> int:
 
 def _accepted(server: Server, project: str) -> int:
     import redis
-
-    from service.storage.redis_store import Keys
+    from trainledger.storage.redis_store import Keys
 
     client = redis.Redis.from_url(server.redis_url)
     try:

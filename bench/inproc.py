@@ -24,17 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from trainledger.auth.model import Principal
+from trainledger.events.model import decode_events
+from trainledger.ingest.service import Ingestor
+from trainledger.ledger.folding import settle
+from trainledger.ratecards.catalog import RateCards
+from trainledger.ratecards.model import RateCardIn
+from trainledger.storage.embedded import EmbeddedValkey
+from trainledger.storage.redis_store import Store
 
 from bench.common import BENCH_CARD, CONTENT_TYPE, EventFactory, Workload, encode
 from bench.server import process_cpu_seconds
-from service.domain.auth import Principal
-from service.domain.catalog import RateCards
-from service.domain.events import decode_events
-from service.domain.folding import settle
-from service.domain.ingest import Ingestor
-from service.domain.ratecards import RateCardIn
-from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Store
 
 _ADMIN = Principal("bench-inproc", "admin", None, "bench")
 
@@ -134,7 +134,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.no_rollups:
-        import service.domain.folding as folding_module
+        import trainledger.ledger.folding as folding_module
 
         folding_module.rollup_increments = lambda *a, **k: []  # type: ignore[assignment]
     data_dir = Path(tempfile.mkdtemp(prefix="tl-bench-inproc-"))

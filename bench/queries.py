@@ -14,7 +14,7 @@ Every 90-day answer must report the same total cost and `total_events` equal to 
 loaded, whichever roll-up the planner read it from (a cross-check of the roll-ups).
 
 Figure: p99 over all timed queries. Ceiling: the storage floor of each query: the very
-hashes the query planner reads for it (`service.domain.costs.plan_reads`: month roll-ups
+hashes the query planner reads for it (`service.costs.queries.plan_reads`: month roll-ups
 for whole months, day roll-ups for the rest, or the finest per-day totals; from the big ones,
 `xsku` and the finest totals, only their `c|`/`n|` fields, by HSCAN MATCH, as the server
 does — only `c|` when grouped by SKU, the event total then coming from the smallest roll-up
@@ -71,7 +71,7 @@ def _cost_query(project: str, query: str) -> Any:
     """The `CostQuery` the route builds from one of the query strings above."""
     from datetime import date
 
-    from service.domain.costs import CostQuery
+    from trainledger.costs.queries import CostQuery
 
     params = dict(part.split("=", 1) for part in query.split("&"))
     return CostQuery(
@@ -136,10 +136,9 @@ def storage_floor(
     from dataclasses import replace
 
     import redis
-
-    from service.domain.costs import _BIG, _in_range, plan_reads
-    from service.domain.rollups import ROLLUP_VERSION
-    from service.storage.redis_store import Keys
+    from trainledger.costs.queries import _BIG, _in_range, plan_reads
+    from trainledger.ledger.rollups import ROLLUP_VERSION
+    from trainledger.storage.redis_store import Keys
 
     client = redis.Redis.from_url(url)
     samples: dict[str, list[float]] = {}
@@ -194,8 +193,7 @@ def finest_floor(url: str, project: str, repeat: int) -> list[float]:
     """Seconds to fetch every per-day finest totals hash: what every query read before
     roll-ups (the old storage floor)."""
     import redis
-
-    from service.storage.redis_store import Keys
+    from trainledger.storage.redis_store import Keys
 
     client = redis.Redis.from_url(url)
     samples = []
@@ -343,7 +341,7 @@ def run(params: dict[str, Any] | None = None) -> dict[str, Any]:
             f"data loaded in-process through Ingestor.ingest ({n:,} events at "
             f"{ds.load_rate:,.0f} events/s), served by `trainledger serve`",
             "each query reads the smallest roll-up covering its group_by and filters "
-            "(service/domain/rollups.py): month hashes for whole months, day hashes for the "
+            "(service/ledger/rollups.py): month hashes for whole months, day hashes for the "
             "rest; the finest per-day totals (90 x 12,000 cells x 3 fields, saturated from ~3M "
             "events on) only when no roll-up covers it",
         ],

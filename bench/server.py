@@ -1,6 +1,6 @@
 """The real server for the HTTP benchmarks: `trainledger serve` in a subprocess.
 
-It runs exactly as an operator would start it: `python -m service.cli serve` with
+It runs exactly as an operator would start it: `python -m trainledger.cli serve` with
 `TRAINLEDGER_DATA_DIR=<tmp>`, its own embedded Valkey (append-only file, fsync every second),
 uvicorn with uvloop and httptools, and `--workers N`. The local admin token it mints on
 first start is read from `<tmp>/admin-token`. With `redis_url` it serves an existing Valkey
@@ -80,7 +80,7 @@ class Server:
         cmd = [
             sys.executable,
             "-m",
-            "service.cli",
+            "trainledger.cli",
             "serve",
             "--host",
             "127.0.0.1",
@@ -231,7 +231,7 @@ class Server:
 
 
 def _is_fold_process(pid: int) -> bool:
-    from service.cli.serve import FOLD_PROCESS_NAME
+    from trainledger.cli.serve import FOLD_PROCESS_NAME
 
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == FOLD_PROCESS_NAME

@@ -1,11 +1,13 @@
 """Passes over a decoded ingest batch: the per-event checks and columns, and the grouping of
 logged events by totals cell, and the small gathers that pricing and the ingest script's
 arguments need (pure computation). Each compiled function (``costcore/_columns.pyx``) has a
-plain-Python reference here, described there and checked equal by tests/test_columns.py; the
+plain-Python reference here, described there and checked equal by
+tests/unit/costcore/test_columns.py; the
 rest of this docstring is `scan_events`'s contract.
 
 `scan_events` (compiled, ``costcore/_columns.pyx``) and `scan_events_reference` (this plain
-Python) have one contract, checked equal by tests/test_costcore.py. For every event they
+Python) have one contract, checked equal by tests/unit/costcore/test_costcore.py. For every
+event they
 decide whether it passes the fast checks, and if so give its columns:
 
 * the id matches ``^[A-Za-z0-9][A-Za-z0-9_.:/@+=\\-]{0,199}$`` (checked here, character by
@@ -215,7 +217,7 @@ def dictionary_encode_reference(values: Sequence[Hashable]) -> tuple[list[Any], 
 
 
 class CodedEntry(NamedTuple):
-    """One log entry's events with their labels as codes (see service/domain/eventlog.py)."""
+    """One log entry's events with their labels as codes (see service/ledger/eventlog.py)."""
 
     epoch_us: Sequence[int]
     cost_nano: Sequence[int]
@@ -368,7 +370,7 @@ def json_array_length_reference(body: bytes, limit: int) -> int:
     with "[". Only the structure is read (strings, escapes, nesting): a body that is not
     valid JSON gets a count of what it holds up to where the count stopped, which the decoder
     that reads it afterwards refuses anyway. Used to refuse an oversized batch before any of
-    its items is decoded (service/domain/events.py)."""
+    its items is decoded (service/events/model.py)."""
     i, n = 0, len(body)
     while i < n and body[i] in _JSON_SPACE:
         i += 1

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.alerts.targets import parse_allowlist_env
+from .webhooks.targets import parse_allowlist_env
 
 
 def _int_env(name: str, default: int) -> int:
@@ -58,7 +58,7 @@ class Settings:
     # Requests a second one token may make (all workers together); 0 turns the limit off.
     rate_limit_per_second: int = 1000
     # Webhook targets exempt from "https only, public addresses only": host names (exact,
-    # case-insensitive), IP addresses and CIDR networks (service/alerts/targets.py).
+    # case-insensitive), IP addresses and CIDR networks (service/webhooks/targets.py).
     webhook_allowlist: tuple[str, ...] = ()
     # "json" or "text" sets up the process's logging (the `serve` command does); "" leaves it.
     log_format: str = ""

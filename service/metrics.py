@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Histogram
 
 if TYPE_CHECKING:
-    from service.storage.redis_store import Store
+    from .storage.redis_store import Store
 
 EVENTS_ACCEPTED = Counter(
     "trainledger_events_accepted", "Usage events accepted and counted (first time seen)"

@@ -26,12 +26,12 @@ import pytest
 import pytest_asyncio
 import redis
 import uvicorn
+from trainledger.auth.model import mint
+from trainledger.config import Settings
+from trainledger.http.app import create_app
+from trainledger.storage.embedded import EmbeddedValkey
+from trainledger.storage.redis_store import Store, cluster_options
 
-from service.config import Settings
-from service.domain.auth import mint
-from service.http.app import create_app
-from service.storage.embedded import EmbeddedValkey
-from service.storage.redis_store import Store, cluster_options
 from tests.cluster import ValkeyCluster
 from tests.shared_redis import claim_database
 
@@ -166,7 +166,7 @@ class ServerThread:
     def __init__(self, redis_url: str, settings: Settings | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        # Test receivers listen on loopback over http: allow-list it (service/alerts/targets.py).
+        # Test receivers listen on loopback over http: allow-list it (service/webhooks/targets.py).
         settings = settings or Settings(redis_url=redis_url, webhook_allowlist=("127.0.0.1",))
         app = create_app(settings, redis_url=redis_url)
         config = uvicorn.Config(

@@ -1,7 +1,7 @@
 """One master of a Redis Cluster SIGKILLed under load: what every caller sees meanwhile.
 
 The scenario behind `test_what_callers_see_while_a_master_fails_over` (in
-tests/test_cluster_failover.py) and the stress command `python -m tests.stress_failover`:
+tests/system/test_cluster_failover.py) and the stress command `python -m tests.stress_failover`:
 
 * a cluster of its own (tests/cluster.py: three masters, three replicas, 1 s node timeout);
 * the service in front of it over real HTTP, with `wait_replicas=1`;
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import httpx
 from redis.cluster import key_slot
+from trainledger.auth.model import mint
+from trainledger.ledger.eventlog import decode_log
+from trainledger.ledger.folding import settle
+from trainledger.storage.redis_store import Keys, Store
 
-from service.domain.auth import mint
-from service.domain.eventlog import decode_log
-from service.domain.folding import settle
-from service.storage.redis_store import Keys, Store
 from tests.cluster import ClusterNode, ValkeyCluster
 from tests.conftest import TEST_CARD, ServerThread, event
 

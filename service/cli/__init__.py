@@ -8,17 +8,16 @@ Server side: `serve`, `token create|list|revoke` (straight to the service's Redi
 from __future__ import annotations
 
 import argparse
-import importlib
 
 import httpx
 
-from service import __version__
-from service.cli import commands, imports, serve, spec, tokens
-from service.cli.client import ApiError, CliError, print_problem, report_connection_error
-from service.cli.serve import ensure_admin_token, redis_url_for, run_with_store
-from service.cli.spec import openapi_json
-from service.cli.ui import ui
-from service.config import Settings
+from .. import __version__
+from ..config import Settings
+from . import commands, imports, serve, spec, tokens
+from .client import ApiError, CliError, print_problem, report_connection_error
+from .serve import ensure_admin_token, redis_url_for, run_with_store
+from .spec import openapi_json
+from .ui import ui
 
 __all__ = [
     "build_parser",
@@ -31,15 +30,10 @@ __all__ = [
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    """Hand the rest of the command line to `service.demo`, imported only now, so the CLI works
-    whether or not that module is installed."""
-    try:
-        demo = importlib.import_module("service.demo")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("service.demo", "service"):
-            raise
-        ui.err.print("the demo is not available in this installation (no service.demo module)")
-        return 1
+    """Hand the rest of the command line to `trainledger.cli.demo`, imported only now: it is
+    the largest module and no other command needs it."""
+    from . import demo
+
     parser = argparse.ArgumentParser(prog="trainledger demo", description=demo.__doc__)
     demo.add_arguments(parser)
     return int(demo.run(parser.parse_args(args.demo_argv)))

@@ -1,7 +1,7 @@
-"""`python -m service.cli ...` (what the tests and the benchmarks start)."""
+"""`python -m trainledger.cli ...` (what the tests and the benchmarks start)."""
 
 import sys
 
-from service.cli import main
+from . import main
 
 sys.exit(main())

@@ -20,9 +20,9 @@ import httpx
 from rich.table import Table
 from rich.text import Text
 
-from service.cli.serve import ADMIN_TOKEN_FILE
-from service.cli.ui import ui
-from service.config import Settings
+from ..config import Settings
+from .serve import ADMIN_TOKEN_FILE
+from .ui import ui
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # 503 "busy" (contention) and "storage unavailable" answers carry Retry-After: honour it a

@@ -19,10 +19,10 @@ from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from service.cli.client import Client, CliError, add_client_options
-from service.cli.ui import ui
-from service.config import Settings
-from service.domain.csvsafe import neutralise
+from ..config import Settings
+from ..export.csvsafe import neutralise
+from .client import Client, CliError, add_client_options
+from .ui import ui
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
 COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")

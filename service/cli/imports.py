@@ -25,12 +25,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column, Table
 from rich.text import Text
 
-from service.cli.client import ApiError, Client, CliError, add_client_options
-from service.cli.ui import ui
-from service.config import Settings
-from service.importers.common import ImportEvent, ImportResult, parse_mapping
-from service.importers.kubernetes import PodListError, import_pods
-from service.importers.slurm import SacctFormatError, import_sacct
+from ..config import Settings
+from ..importers.common import ImportEvent, ImportResult, parse_mapping
+from ..importers.kubernetes import PodListError, import_pods
+from ..importers.slurm import SacctFormatError, import_sacct
+from .client import ApiError, Client, CliError, add_client_options
+from .ui import ui
 
 BATCH = 5_000
 SHOW = 20  # rows of skipped records / rejected reasons printed before "... and N more"

@@ -20,14 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from service.cli.ui import ui
-from service.config import Settings
-from service.domain.auth import mint
-from service.domain.folding import Folder
-from service.runtime import tune_garbage_collector
-from service.storage.embedded import EmbeddedValkey, redact
-from service.storage.redis_store import Store
-from service.storage.sealing import (
+from ..auth.model import mint
+from ..config import Settings
+from ..ledger.folding import Folder
+from ..runtime import tune_garbage_collector
+from ..storage.embedded import EmbeddedValkey, redact
+from ..storage.redis_store import Store
+from ..storage.sealing import (
     CHECK_PLAINTEXT,
     KEY_ENV,
     Sealer,
@@ -35,6 +34,7 @@ from service.storage.sealing import (
     Unsealable,
     load_sealer,
 )
+from .ui import ui
 
 # The local admin token `serve` writes on first start; client commands fall back to it.
 ADMIN_TOKEN_FILE = "admin-token"
@@ -96,7 +96,7 @@ async def ensure_secret_key(store: Store, sealer: Sealer) -> str | None:
     """Check that the key opens the secrets this Redis holds (a check value sealed with the
     key of the first start), and re-seal with the first key whatever an older key of the
     list sealed (rotation). Returns why the server must not start, or None."""
-    from service.alerts.delivery import reseal_webhooks
+    from ..webhooks.delivery import reseal_webhooks
 
     stored = await store.sealing_check(sealer.seal(CHECK_PLAINTEXT))
     try:
@@ -155,7 +155,7 @@ def fold_forever(url: str, parent: int) -> None:
     `trainledger serve` (process `parent`) is gone. One process for all the workers keeps
     the fold's Python off the request workers (in a worker it took turns with the requests
     for the interpreter: single-event p99 8 ms with it there, 3 ms without it)."""
-    from service.http.observability import JsonFormatter, TextFormatter
+    from ..http.observability import JsonFormatter, TextFormatter
 
     _name_process(FOLD_PROCESS_NAME)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -188,7 +188,7 @@ def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from service.http.protocol import TimedHttpToolsProtocol, read_timeouts
+    from ..http.protocol import TimedHttpToolsProtocol, read_timeouts
 
     settings = replace(
         settings,
@@ -252,7 +252,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         folder = _start_folder(url)
         ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
         uvicorn.run(
-            "service.http.app:serve_app",
+            "trainledger.http.app:serve_app",
             factory=True,
             host=args.host,
             port=args.port,

@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from service.cli.ui import ui
-from service.config import Settings
+from ..config import Settings
+from .ui import ui
 
 
 def openapi_json() -> str:
-    from service.http.openapi import openapi_document
+    from ..http.openapi import openapi_document
 
     return json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
 

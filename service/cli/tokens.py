@@ -6,11 +6,11 @@ import argparse
 
 from rich.table import Table
 
-from service.cli.serve import run_with_store
-from service.cli.ui import ui
-from service.config import Settings
-from service.domain.auth import ROLES, mint, view_of
-from service.storage.redis_store import LastUnscopedAdmin, Store
+from ..auth.model import ROLES, mint, view_of
+from ..config import Settings
+from ..storage.redis_store import LastUnscopedAdmin, Store
+from .serve import run_with_store
+from .ui import ui
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:

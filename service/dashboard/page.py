@@ -9,11 +9,10 @@ from decimal import Decimal
 from html import escape
 from urllib.parse import quote, urlencode
 
-from service.domain.budgeting import BudgetStatus
-from service.domain.costs import CostReport, CostSummary
-from service.domain.planning import PlanStatus
-from service.domain.waste import WasteReport
-
+from ..budgets.service import BudgetStatus
+from ..costs.queries import CostReport, CostSummary
+from ..plans.service import PlanStatus
+from ..waste.model import WasteReport
 from .charts import (
     CATEGORY_COLORS,
     STAGE_COLORS,

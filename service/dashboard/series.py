@@ -7,10 +7,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from costcore.money import format_money, parse_money
-from service.domain.budgets import Budget, amount_nano, matches, threshold_limit
-from service.domain.costs import CostReport
-from service.domain.events import EventIn
 
+from ..budgets.model import Budget, amount_nano, matches, threshold_limit
+from ..costs.queries import CostReport
+from ..events.model import EventIn
 from .charts import StackSeries
 
 ZERO = "0.00"

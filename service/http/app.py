@@ -24,43 +24,43 @@ from redis.exceptions import ClusterDownError, RedisError, SlotNotCoveredError, 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service import __version__
-from service.alerts.delivery import DeliveryConfig, DeliveryWorker
-from service.config import Settings
-from service.domain.catalog import RateCards
-from service.domain.folding import Folder
-from service.domain.ingest import Ingestor
-from service.http.bodies import BoundedRequest
-from service.http.deadline import StoreDeadlineMiddleware
-from service.http.deps import Services
-from service.http.observability import (
+from .. import __version__
+from ..analysis.routes import AnalysisController
+from ..budgets.routes import AlertController, BudgetController
+from ..config import Settings
+from ..costs.routes import CostsController
+from ..dashboard.routes import DashboardController
+from ..events.routes import EventsController
+from ..export.routes import ExportController
+from ..ingest.service import Ingestor
+from ..ledger.folding import Folder
+from ..metrics import time_redis_commands
+from ..plans.routes import PlanController
+from ..projects.routes import ProjectController, TokenController
+from ..ratecards.catalog import RateCards
+from ..ratecards.routes import RateCardController
+from ..runtime import tune_garbage_collector
+from ..storage.embedded import exit_with_parent
+from ..storage.redis_store import Store
+from ..storage.sealing import Sealer, load_sealer
+from ..waste.routes import ExperimentController, ReportController
+from ..webhooks.delivery import DeliveryConfig, DeliveryWorker
+from ..webhooks.routes import WebhookController
+from .bodies import BoundedRequest
+from .deadline import StoreDeadlineMiddleware
+from .deps import Services
+from .health import StoreReachability, healthz, readyz
+from .observability import (
     PROMETHEUS,
     MetricsController,
     RequestIdMiddleware,
     answer_started,
     logging_config,
 )
-from service.http.openapi import add_wire_schemas, document_problems, security_components
-from service.http.problems import from_client_error, from_validation, redis_unavailable
-from service.http.ratelimit import TokenRateLimitMiddleware
-from service.http.routes.admin import ProjectController, TokenController
-from service.http.routes.analysis import AnalysisController
-from service.http.routes.budgets import AlertController, BudgetController
-from service.http.routes.costs import CostsController
-from service.http.routes.events import EventsController
-from service.http.routes.export import ExportController
-from service.http.routes.health import StoreReachability, healthz, readyz
-from service.http.routes.plans import PlanController
-from service.http.routes.ratecards import RateCardController
-from service.http.routes.reports import ExperimentController, ReportController
-from service.http.routes.ui import DashboardController
-from service.http.routes.webhooks import WebhookController
-from service.http.security import BearerTokenMiddleware
-from service.metrics import time_redis_commands
-from service.runtime import tune_garbage_collector
-from service.storage.embedded import exit_with_parent
-from service.storage.redis_store import Store
-from service.storage.sealing import Sealer, load_sealer
+from .openapi import add_wire_schemas, document_problems, security_components
+from .problems import from_client_error, from_validation, redis_unavailable
+from .ratelimit import TokenRateLimitMiddleware
+from .security import BearerTokenMiddleware
 
 log = logging.getLogger("trainledger")
 
@@ -228,7 +228,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
 
 
 def _share_the_interpreter_finely() -> None:
-    """A fold sums its batches in a thread (service/domain/folding.py); with Python's default
+    """A fold sums its batches in a thread (service/ledger/folding.py); with Python's default
     5 ms switch interval a request waits up to 5 ms for the interpreter while it runs. 1 ms
     keeps the requests' share of it fine-grained."""
     sys.setswitchinterval(0.001)

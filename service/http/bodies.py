@@ -14,7 +14,7 @@ from typing import Any
 
 from litestar import Request
 
-from service.http.problems import invalid, problem
+from .problems import invalid, problem
 
 
 class BoundedRequest(Request[Any, Any, Any]):

@@ -27,7 +27,7 @@ from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.http.problems import storage_unavailable
+from .problems import storage_unavailable
 
 log = logging.getLogger("trainledger")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.config import Settings
-from service.domain.catalog import RateCards
-from service.domain.folding import Folder
-from service.domain.ingest import Ingestor
-from service.storage.redis_store import Store
-from service.storage.sealing import Sealer
+from ..config import Settings
+from ..ingest.service import Ingestor
+from ..ledger.folding import Folder
+from ..ratecards.catalog import RateCards
+from ..storage.redis_store import Store
+from ..storage.sealing import Sealer
 
 
 @dataclass

@@ -16,7 +16,7 @@ from litestar.openapi.spec import (
     SecurityScheme,
 )
 
-from service.domain.events import EventIn
+from ..events.model import EventIn
 
 
 class _RawSchema(Schema):
@@ -141,8 +141,8 @@ def document_problems(app: Litestar) -> None:
 
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI document of the app, as checked in at `openapi/openapi.json`."""
-    from service.config import Settings
-    from service.http.app import create_app
+    from ..config import Settings
+    from .app import create_app
 
     # No connection is made: the Redis client is created in the lifespan, which is not run.
     app = create_app(Settings(), redis_url="redis://127.0.0.1:1/0")

@@ -14,7 +14,7 @@ long as it likes. Here:
   within this time of the head. Otherwise the server answers 408 (unless an answer has
   started) and closes; the handler waiting for the body sees the client as gone.
 
-The idle time between requests stays ``timeout_keep_alive`` (`service.cli.serve`). Both
+The idle time between requests stays ``timeout_keep_alive`` (`trainledger.cli.serve`). Both
 timeouts are read from the environment once per process.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.http.problems import PROBLEM_BASE
+from .problems import PROBLEM_BASE
 
 HEADER_TIMEOUT_ENV = "TRAINLEDGER_HEADER_TIMEOUT_S"
 BODY_TIMEOUT_ENV = "TRAINLEDGER_BODY_TIMEOUT_S"

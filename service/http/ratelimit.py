@@ -29,9 +29,9 @@ from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from service.domain.auth import Principal
-from service.http.problems import problem
-from service.storage.redis_store import NODE_DOWN_ERRORS, Store
+from ..auth.model import Principal
+from ..storage.redis_store import NODE_DOWN_ERRORS, Store
+from .problems import problem
 
 # The longest a worker counts requests itself while the shared counter cannot be reached.
 FAIL_OPEN_SECONDS = 30.0

@@ -21,9 +21,9 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Scope
 
-from service.domain.auth import Principal, digest, principal_from_record
-from service.http.problems import invalid, problem
-from service.storage.redis_store import Store
+from ..auth.model import Principal, digest, principal_from_record
+from ..storage.redis_store import Store
+from .problems import invalid, problem
 
 _cache: dict[str, tuple[float, Principal | None]] = {}
 

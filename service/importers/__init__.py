@@ -5,6 +5,6 @@ returns the events to post plus everything it did not turn into an event, with t
 The command line (`trainledger import ...`) reads the files and posts the events.
 """
 
-from service.importers.common import ImportEvent, ImportResult, Skipped, Unmapped
+from .common import ImportEvent, ImportResult, Skipped, Unmapped
 
 __all__ = ["ImportEvent", "ImportResult", "Skipped", "Unmapped"]

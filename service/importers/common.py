@@ -18,7 +18,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from service.domain.events import LABEL_PATTERN, PROJECT_PATTERN, STAGES
+from ..events.model import LABEL_PATTERN, PROJECT_PATTERN, STAGES
 
 MICRO = 10**6
 PROJECT_RE = re.compile(PROJECT_PATTERN)

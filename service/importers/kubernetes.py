@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from service.domain.events import STAGES
-from service.importers.common import (
+from ..events.model import STAGES
+from .common import (
     ImportEvent,
     ImportResult,
     Skipped,

@@ -10,7 +10,7 @@ Required columns: JobID, Account, Partition, AllocTRES, ElapsedRaw, Start, End, 
 optional: User (the event's owner), Comment (stage/experiment, below), WCKey, Cluster.
 Column order is free; names are matched without regard to case.
 
-Rules (each one is tested in tests/test_import_slurm.py):
+Rules (each one is tested in tests/api/test_import_slurm.py):
 
 * **Allocations, not steps.** A job's own line (`123`, an array task `123_4`, a heterogeneous
   component `123+0`) is counted with its AllocTRES; step lines (`123.batch`, `123.extern`,
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Literal
 
-from service.importers.common import (
+from .common import (
     ImportEvent,
     ImportResult,
     Skipped,

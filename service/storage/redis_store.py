@@ -25,12 +25,12 @@ tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index
 tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
 tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
                                         (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
-                                        + the projected dims (service/domain/rollups.py)
+                                        + the projected dims (service/ledger/rollups.py)
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
                                         ``pend_events``)
 tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
-                                        columns)), service/domain/eventlog.py; the totals
+                                        columns)), service/ledger/eventlog.py; the totals
                                         are folded from it
 tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
 tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
@@ -107,8 +107,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from costcore import group_positions, take
-from service.storage.lane import LaneNoScript, OrderedLane
-from service.storage.limbs import (
+
+from .lane import LaneNoScript, OrderedLane
+from .limbs import (
     CAP_UNITS,
     LIMB,
     MAX_LO_DELTA,
@@ -410,9 +411,9 @@ end
 #           p[16] [cost units, cost limit, quantity units, quantity limit]: what the batch adds
 #           to meta ``bound_c``/``bound_q`` (its cost and quantity in LIMBs, rounded up), and
 #           the most each may hold before it (service/storage/limbs.py, CAP_UNITS).
-#   ARGV[2] the log entry (service/domain/eventlog.py). The batch's totals are not applied
+#   ARGV[2] the log entry (service/ledger/eventlog.py). The batch's totals are not applied
 #   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
-#   (service/domain/folding.py); ``pend_events`` counts the events it has yet to fold. Log
+#   (service/ledger/folding.py); ``pend_events`` counts the events it has yet to fold. Log
 #   retention never trims an entry not yet folded.
 # Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
 # event order, of events already seen), {2, j} (tier counter j changed since it was read:

@@ -1,0 +1,66 @@
+"""`POST /v1/analysis/...`: the design-decision analyses (pure computations, no ledger data)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from litestar import Controller, post
+from litestar.params import JSONBody
+
+from ..http.problems import invalid
+from ..http.security import requires
+from .calculators import (
+    AnalysisError,
+    CheckpointIntervalIn,
+    CheckpointIntervalOut,
+    DataStrategyIn,
+    DataStrategyOut,
+    DomainMixIn,
+    DomainMixOut,
+    StorageLifecycleIn,
+    StorageLifecycleOut,
+    analyse_checkpoint_interval,
+    analyse_data_strategy,
+    analyse_domain_mix,
+    analyse_storage_lifecycle,
+)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+def _answer(analyse: Callable[[In], Out], data: In) -> Out:
+    """Run an analysis; a request it cannot answer is a 422 naming the field."""
+    try:
+        return analyse(data)
+    except AnalysisError as exc:
+        raise invalid(exc.field, exc.reason) from exc
+
+
+class AnalysisController(Controller):
+    path = "/v1/analysis"
+    tags = ["analysis"]
+    guards = [requires("read")]
+
+    @post("/data-strategy", status_code=200, summary="Flat filtering vs quality-aware upsampling")
+    async def data_strategy(self, data: JSONBody[DataStrategyIn]) -> DataStrategyOut:
+        return _answer(analyse_data_strategy, data)
+
+    @post("/domain-mix", status_code=200, summary="Mid-training domain mixes: cost vs score")
+    async def domain_mix(self, data: JSONBody[DomainMixIn]) -> DomainMixOut:
+        return _answer(analyse_domain_mix, data)
+
+    @post(
+        "/checkpoint-interval",
+        status_code=200,
+        summary="Checkpoint interval minimising checkpoint and rework cost (Young/Daly)",
+    )
+    async def checkpoint_interval(
+        self, data: JSONBody[CheckpointIntervalIn]
+    ) -> CheckpointIntervalOut:
+        return _answer(analyse_checkpoint_interval, data)
+
+    @post("/storage-lifecycle", status_code=200, summary="Storage cost with and without tiering")
+    async def storage_lifecycle(self, data: JSONBody[StorageLifecycleIn]) -> StorageLifecycleOut:
+        return _answer(analyse_storage_lifecycle, data)

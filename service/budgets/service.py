@@ -1,0 +1,189 @@
+"""Budget lifecycle over storage: create (counting what was already spent), status, alerts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from costcore.money import format_money
+
+from ..ledger.eventlog import read_log
+from ..storage.redis_store import Store
+from .firing import day_field, spend_field, threshold_checks
+from .model import (
+    AlertRecord,
+    Budget,
+    BudgetIn,
+    amount_nano,
+    counters_for,
+    daily_for,
+    forecast_limit,
+    new_budget,
+    period_of,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_budget_decoder = msgspec.json.Decoder(Budget)
+_alert_decoder = msgspec.json.Decoder(AlertRecord)
+
+
+class BudgetConflict(Exception):
+    pass
+
+
+async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
+    """Store a budget and set its counters from everything already accepted in its scope.
+
+    Thresholds the spend has already passed are recorded as alerts at once (they were crossed,
+    before the budget existed to watch them).
+    """
+    budget = new_budget(data)
+    await store.put_budget(budget.project, budget.id, msgspec.json.encode(budget))
+    for _ in range(10):
+        last = await store.last_log_entry(budget.project)
+        spend: dict[str, int] = {}
+        days: dict[str, int] = {}
+        async for _, rows in read_log(store, budget.project, last):
+            batch = [
+                (row.event(budget.project), row.epoch_us, row.category, row.cost_nano)
+                for row in rows
+            ]
+            for (_, period), (_, _, delta) in counters_for([budget], batch).items():
+                field = spend_field(budget.id, period)
+                spend[field] = spend.get(field, 0) + delta
+            for (_, day), delta in daily_for([budget], batch).items():
+                field = day_field(budget.id, day)
+                days[field] = days.get(field, 0) + delta
+        checks = []
+        for field in spend:
+            period = field.split("|", 1)[1]
+            for check in threshold_checks(budget, period, currency):
+                checks.append((field, check.limit, check.alert_id, check.alert_json))
+        if await store.init_budget_counters(budget.project, last, spend, days, checks):
+            return budget
+    raise BudgetConflict("events kept arriving while the budget's counters were being set")
+
+
+async def list_budgets(store: Store, project: str) -> list[Budget]:
+    return [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
+
+
+async def find_budget(store: Store, project: str, budget_id: str) -> Budget | None:
+    for budget in await list_budgets(store, project):
+        if budget.id == budget_id:
+            return budget
+    return None
+
+
+class BudgetStatus(msgspec.Struct, kw_only=True):
+    budget: Budget
+    period: str | None
+    period_start: datetime | None
+    period_end: datetime | None
+    spent: str
+    remaining: str
+    used_pct: str
+    forecast: str | None
+    forecast_over_budget: bool | None
+    currency: str | None
+    fired: list[str]
+
+
+async def budget_status(
+    store: Store, budget: Budget, currency: str | None, now: datetime | None = None
+) -> BudgetStatus:
+    now = now or datetime.now(UTC)
+    bounds = period_of(budget, now)
+    if bounds is None and budget.period == "window":
+        assert budget.window_start is not None and budget.window_end is not None
+        # Before or after the window: show the window as a whole.
+        bounds = period_of(
+            budget,
+            min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1)),
+        )
+    assert bounds is not None
+    (spent,), _ = await store.budget_counters(
+        budget.project, [spend_field(budget.id, bounds.name)], []
+    )
+    amount = amount_nano(budget)
+    elapsed = (min(now, bounds.end) - bounds.start).total_seconds()
+    length = (bounds.end - bounds.start).total_seconds()
+    forecast: int | None = None
+    if elapsed > 0:
+        forecast = spent * int(length) // max(int(elapsed), 1)
+    limit = forecast_limit(amount, bounds, now, 1)
+    fired = sorted(
+        k for k in await store.fired_alerts(budget.project) if k.startswith(budget.id + ":")
+    )
+    used_bp = spent * 10_000 // amount
+    return BudgetStatus(
+        budget=budget,
+        period=bounds.name,
+        period_start=bounds.start,
+        period_end=bounds.end,
+        spent=format_money(spent),
+        remaining=format_money(max(amount - spent, 0)),
+        used_pct=f"{used_bp // 100}.{used_bp % 100:02d}",
+        forecast=format_money(forecast) if forecast is not None else None,
+        forecast_over_budget=(spent > limit) if limit is not None else None,
+        currency=currency,
+        fired=fired,
+    )
+
+
+class AlertView(AlertRecord, kw_only=True, omit_defaults=True):
+    """An alert as recorded, with the spend when it fired and the stream cursor."""
+
+    spent: str
+    over_by: str
+    occurred_at: datetime
+    cursor: str
+
+
+def alert_view(entry_id: str, fields: dict[str, bytes]) -> AlertView:
+    record = _alert_decoder.decode(fields["a"])
+    spent = int(fields["s"])
+    limit = int(Decimal(record.limit).scaleb(9))
+    ms = int(entry_id.split("-", 1)[0])
+    data: dict[str, Any] = msgspec.structs.asdict(record)
+    data.update(
+        spent=format_money(spent),
+        over_by=format_money(max(spent - limit, 0)),
+        occurred_at=_EPOCH + timedelta(milliseconds=ms),
+        cursor=entry_id,
+    )
+    return msgspec.convert(data, AlertView)
+
+
+def _stream_ms(when: datetime) -> str:
+    return str(max(0, int(when.timestamp() * 1000)))
+
+
+async def list_alerts(
+    store: Store,
+    project: str,
+    kind: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    after: str | None,
+    limit: int,
+) -> list[AlertView]:
+    # Stream ids are milliseconds since the epoch: earlier bounds mean "from the start".
+    start = "(" + after if after else (_stream_ms(since) if since else "-")
+    end = _stream_ms(until) if until else "+"
+    views: list[AlertView] = []
+    while len(views) < limit:
+        entries = await store.alerts(project, start, end, count=max(limit, 100))
+        if not entries:
+            break
+        for entry_id, fields in entries:
+            view = alert_view(entry_id, fields)
+            if kind is None or view.kind == kind:
+                views.append(view)
+                if len(views) == limit:
+                    break
+        start = "(" + entries[-1][0]
+    return views

@@ -1,0 +1,418 @@
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import anyio.to_thread
+import msgspec
+from litestar import Controller, Litestar, Request, Response, delete, get, post
+from litestar.background_tasks import BackgroundTask, BackgroundTasks
+from litestar.datastructures import Cookie, MutableScopeHeaders
+from litestar.di import NamedDependency
+from litestar.enums import MediaType
+from litestar.openapi.spec import (
+    OpenAPIMediaType,
+    OpenAPIType,
+    Operation,
+    Reference,
+    RequestBody,
+    Schema,
+)
+from litestar.params import JSONBody, QueryParameter
+from litestar.response.base import ASGIResponse
+from litestar.serialization import get_serializer
+from litestar.status_codes import HTTP_200_OK
+from litestar.types import TypeEncodersMap
+
+from ..auth.model import Principal
+from ..http.bodies import read_body
+from ..http.deps import Services
+from ..http.problems import OUTCOME_UNKNOWN, invalid, problem
+from ..http.security import authorize, requires
+from ..ingest.service import (
+    CHECK_IN_THREAD_EVENTS,
+    ForbiddenProject,
+    IngestConflict,
+    IngestReport,
+    RejectedEvent,
+)
+from ..metrics import count_ingest
+from .model import (
+    CONTENT_TYPES,
+    PROJECT_PATTERN,
+    DecodedItem,
+    EventIn,
+    MalformedBody,
+    TooManyEvents,
+    UnsupportedContentType,
+    count_events,
+    decode_events,
+    decode_wire_batch,
+    may_exceed,
+    media_type_of,
+)
+
+ProjectParam = Annotated[str, QueryParameter(pattern=PROJECT_PATTERN, description="project name")]
+
+
+@dataclass
+class EventsOperation(Operation):
+    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works."""
+
+    def __post_init__(self) -> None:
+        event = Reference(ref="#/components/schemas/EventIn")
+        ref = Schema(one_of=[event, Schema(type=OpenAPIType.ARRAY, items=event)])
+        self.request_body = RequestBody(
+            required=True,
+            description=(
+                "One event or a batch. JSON, NDJSON (one event a line), msgpack, or CloudEvents "
+                "1.0 (structured or batch); see the README for the CloudEvents mapping."
+            ),
+            content={media: OpenAPIMediaType(schema=ref) for media in CONTENT_TYPES},
+        )
+
+
+class RejectedRecord(msgspec.Struct):
+    """A dead letter. `event` is the rejected event as read; one larger than 8 KiB (as compact
+    JSON) is kept only as `excerpt`, its first 8 KiB (`truncated`, `event` null), and cannot
+    be replayed: post the fixed event again. `size` and `sha256` are those of the whole event
+    as compact JSON (absent on records stored by versions before they were kept)."""
+
+    id: str
+    project: str
+    reason: str
+    field: str | None
+    rejected_at: str
+    event: Any
+    size: int | None = None
+    sha256: str | None = None
+    truncated: bool = False
+    excerpt: str | None = None
+
+
+class RejectedPage(msgspec.Struct):
+    project: str
+    items: list[RejectedRecord]
+    offset: int
+    limit: int
+    total: int
+    next_offset: int | None
+    # `after` for the next page: unlike `next_offset`, it keeps its place when the oldest
+    # dead letters are dropped meanwhile (the project's limit).
+    next_cursor: str | None = None
+
+
+class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
+    ids: list[str] | None = None  # None: every stored rejected event of the project
+
+
+class DeleteRejectedIn(msgspec.Struct, forbid_unknown_fields=True):
+    ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10_000)]
+
+
+_record_decoder = msgspec.json.Decoder(RejectedRecord)
+_event_decoder = msgspec.json.Decoder(EventIn)
+
+
+class _EncodedJson(ASGIResponse):
+    """A 200 JSON answer already encoded: what `ASGIResponse(body=..., media_type=JSON)` holds,
+    with its two headers written directly. `ASGIResponse.__init__` (deliberately not called:
+    every slot is set here) builds them through `MutableScopeHeaders.setdefault`, ~45k
+    instructions of a one-event post's ~1.8M. Sending is Litestar's own `__call__`."""
+
+    def __init__(self, body: bytes, status_code: int) -> None:
+        self.background = None
+        self.body = body
+        self.content_length = len(body)
+        self.encoding = "utf-8"
+        self.is_head_response = False
+        self.status_code = status_code
+        self._encoded_cookies = ()
+        self.headers = MutableScopeHeaders(
+            {
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode("latin-1")),
+                ]
+            }
+        )
+
+
+class _ReportResponse(Response[IngestReport]):
+    """The answer to an ingest: `Response(report)`, rendered by Litestar's own `render` (same
+    bytes) into an `_EncodedJson` when nothing but the report and a 200 goes into it;
+    anything else (headers, cookies, background tasks, another media type) goes through
+    Litestar's `to_asgi_response`."""
+
+    def to_asgi_response(
+        self,
+        app: Litestar | None,
+        request: Request[Any, Any, Any],
+        *,
+        background: BackgroundTask | BackgroundTasks | None = None,
+        cookies: Iterable[Cookie] | None = None,
+        encoded_headers: Iterable[tuple[bytes, bytes]] | None = None,
+        headers: dict[str, str] | None = None,
+        is_head_response: bool = False,
+        media_type: str | None = None,
+        status_code: int | None = None,
+        type_encoders: TypeEncodersMap | None = None,
+    ) -> ASGIResponse:
+        plain = (
+            app is None
+            and background is None
+            and self.background is None
+            and not cookies
+            and not self.cookies
+            and encoded_headers is None
+            and not headers
+            and not self.headers
+            and not is_head_response
+            and not self.response_type_encoders
+            and (self.media_type or media_type or MediaType.JSON) == MediaType.JSON
+        )
+        status = self.status_code or status_code or HTTP_200_OK
+        if plain and status == HTTP_200_OK:
+            body = self.render(self.content, MediaType.JSON, get_serializer(type_encoders))
+            return _EncodedJson(body, status)
+        return super().to_asgi_response(
+            app,
+            request,
+            background=background,
+            cookies=cookies,
+            encoded_headers=encoded_headers,
+            headers=headers,
+            is_head_response=is_head_response,
+            media_type=media_type,
+            status_code=status_code,
+            type_encoders=type_encoders,
+        )
+
+
+def _answer(report: IngestReport) -> Response[Any]:
+    if report.rejected and report.accepted == 0 and report.duplicates == 0:
+        body = msgspec.to_builtins(report)
+        body.update(
+            {
+                "type": "https://trainledger.dev/problems/events-rejected",
+                "title": "Every event was rejected",
+                "status": 422,
+                "detail": "; ".join(
+                    f"{r.field or r.index}: {r.reason}" for r in report.rejected[:5]
+                ),
+                "errors": [
+                    {"field": r.field or f"$[{r.index}]", "reason": r.reason}
+                    for r in report.rejected
+                ],
+            }
+        )
+        return Response(body, status_code=422, media_type="application/problem+json")
+    return _ReportResponse(report, status_code=200)
+
+
+async def run_ingest(
+    services: Services, items: list[DecodedItem], principal: Principal, batch: bool = True
+) -> Response[Any]:
+    report = await _ingesting(services.ingestor.ingest(items, principal, batch))
+    assert report is not None
+    return await _reported(report)
+
+
+async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | None:
+    """The report of an ingest call, its refusals turned into problem answers."""
+    try:
+        return await work
+    except ForbiddenProject as exc:
+        raise problem(
+            403,
+            "Forbidden",
+            f"this token may not write to project {exc.project!r} (event {exc.index})",
+            kind="forbidden",
+            errors=[{"field": f"$[{exc.index}].project", "reason": "outside the token's projects"}],
+        ) from exc
+    except IngestConflict as exc:
+        raise problem(
+            503,
+            "Busy",
+            f"too much contention on this project; {OUTCOME_UNKNOWN}",
+            kind="busy",
+            headers={"Retry-After": "1"},
+        ) from exc
+
+
+async def _reported(report: IngestReport) -> Response[Any]:
+    if len(report.rejected) > CHECK_IN_THREAD_EVENTS:  # counted and answered in a thread
+        return await anyio.to_thread.run_sync(_reported_now, report)
+    return _reported_now(report)
+
+
+def _reported_now(report: IngestReport) -> Response[Any]:
+    count_ingest(report.accepted, report.duplicates, (r.field for r in report.rejected))
+    return _answer(report)
+
+
+# Bodies larger than this that take the exact path (`decode_events`: every item decoded on
+# its own, with its reason) are decoded in a worker thread; the usual batch (the fast path)
+# is not, so its cost per event stays as measured (bench/README).
+SLOW_DECODE_IN_THREAD_BYTES = 256 * 1024
+
+
+def _too_many(limit: int) -> Exception:
+    return invalid("$", f"a batch holds at most {limit} events", status=413)
+
+
+class EventsController(Controller):
+    path = "/v1/events"
+    tags = ["events"]
+
+    # The hottest route: it checks `requires("ingest")` itself (`authorize`) and takes the
+    # services from the app state, not through a guard and a dependency. Litestar copies the
+    # handler object for every guard call (~120k instructions) and resolves a dependency
+    # through two signature models (~55k): ~10 % of a one-event post. Same answers, same
+    # order of checks (the token's role and projects before the body is read).
+    @post(
+        "/",
+        operation_class=EventsOperation,
+        status_code=200,
+        summary="Post one usage event or a batch",
+        description=(
+            "Answers with the number accepted, the duplicates (already counted, by id) and each "
+            "rejected event with its index, id and reason. Rejected events are kept for "
+            "`GET /v1/events/rejected`. 422 when every event was rejected."
+        ),
+        responses={},
+        # Its own limit, `max_body_bytes` (read_body); the app's is for the other routes.
+        request_max_body_size=None,
+    )
+    async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
+        authorize(request, "ingest")
+        services: Services = request.app.state.services
+        try:
+            media = media_type_of(request.headers.get("content-type"))
+        except UnsupportedContentType as exc:
+            raise problem(
+                415,
+                "Unsupported media type",
+                f"{exc} is not accepted; use one of {', '.join(CONTENT_TYPES)}",
+                kind="unsupported-media-type",
+            ) from exc
+        body = await read_body(request, services.settings.max_body_bytes)
+        # The usual batch first: read without a datetime or Decimal per event, or None (then
+        # read and checked exactly below, with every rejection's reason).
+        limit = services.settings.max_batch_events
+        if may_exceed(body, media, limit):  # before any event is decoded
+            raise _too_many(limit)
+        events = decode_wire_batch(body, media)
+        if events is not None:
+            if len(events) > limit:
+                raise _too_many(limit)
+            report = await _ingesting(services.ingestor.ingest_wire(events, request.user))
+            if report is not None:
+                return await _reported(report)
+        try:
+            # Counted before any item is decoded (`TooManyEvents`); a large body is read in a
+            # thread, so the loop goes on answering meanwhile (this path decodes item by item).
+            if (
+                len(body) > SLOW_DECODE_IN_THREAD_BYTES
+                or count_events(body, media, limit) > CHECK_IN_THREAD_EVENTS
+            ):
+                items, batch = await anyio.to_thread.run_sync(decode_events, body, media, limit)
+            else:
+                items, batch = decode_events(body, media, limit)
+        except TooManyEvents as exc:
+            raise _too_many(limit) from exc
+        except MalformedBody as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
+        if len(items) > limit:  # not reached: counted above
+            raise _too_many(limit)
+        return await run_ingest(services, items, request.user, batch)
+
+    @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
+    async def list_rejected(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31 - 1)] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=1000)] = 100,
+        after: Annotated[
+            str | None,
+            QueryParameter(
+                pattern=r"^[0-9]{1,16}:.{1,200}$",
+                description="a page's `next_cursor`: the page after it (instead of `offset`)",
+            ),
+        ] = None,
+    ) -> RejectedPage:
+        cursor = None
+        if after is not None:
+            when_ms, _, event_id = after.partition(":")
+            cursor = (int(when_ms), event_id)
+        raws, total, offset, last = await services.store.rejected_listing(
+            project, offset, limit, cursor
+        )
+        items = [_record_decoder.decode(r) for r in raws]
+        end = offset + limit
+        more = end < total
+        return RejectedPage(
+            project,
+            items,
+            offset,
+            limit,
+            total,
+            end if more else None,
+            f"{last[0]}:{last[1]}" if more and last is not None else None,
+        )
+
+    @post(
+        "/rejected/replay",
+        guards=[requires("ingest")],
+        status_code=200,
+        summary="Submit stored rejected events again",
+        description="Use after fixing the cause (for example adding the SKU to the rate card). "
+        "Accepted ones leave the dead-letter store; the others stay with their new reason.",
+    )
+    async def replay(
+        self,
+        project: ProjectParam,
+        data: JSONBody[ReplayIn],
+        request: Request[Principal, str, Any],
+        services: NamedDependency[Services],
+    ) -> Response[IngestReport]:
+        if data.ids is None:
+            raws, _ = await services.store.rejected_page(
+                project, 0, services.settings.max_batch_events
+            )
+        else:
+            raws = [r for r in await services.store.rejected_records(project, data.ids) if r]
+        items = []
+        excerpts: list[RejectedEvent] = []
+        for i, raw in enumerate(raws):
+            record = _record_decoder.decode(raw)
+            if record.truncated:  # only an excerpt is kept: nothing to submit again
+                reason = (
+                    f"only an excerpt of this event is kept ({record.size} bytes, sha256 "
+                    f"{record.sha256}): post the fixed event again instead"
+                )
+                excerpts.append(RejectedEvent(i, record.id, reason, "$", record.project))
+                continue
+            try:
+                event = _event_decoder.decode(msgspec.json.encode(record.event))
+                items.append(DecodedItem(i, event))
+            except msgspec.ValidationError as exc:
+                items.append(DecodedItem(i, None, str(exc), "$", record.event))
+        report = await _ingesting(services.ingestor.ingest(items, request.user, True))
+        assert report is not None
+        if excerpts:
+            report.rejected = sorted(report.rejected + excerpts, key=lambda r: r.index)
+        return await _reported(report)
+
+    @delete(
+        "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
+    )
+    async def drop_rejected(
+        self,
+        project: ProjectParam,
+        data: JSONBody[DeleteRejectedIn],
+        services: NamedDependency[Services],
+    ) -> dict[str, int]:
+        return {"deleted": await services.store.delete_rejected(project, data.ids)}

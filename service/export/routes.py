@@ -1,0 +1,88 @@
+"""Exports: the ledger in the FinOps Foundation's FOCUS format, streamed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from litestar import Controller, get
+from litestar.di import NamedDependency
+from litestar.params import QueryParameter
+from litestar.response import Stream
+
+from ..events.routes import ProjectParam
+from ..http.deps import Services
+from ..http.problems import invalid, problem
+from ..http.security import requires
+from .focus import (
+    FOCUS_VERSION,
+    ExportError,
+    export_filename,
+    prepare_export,
+)
+
+# Litestar adds "; charset=utf-8" to a text/* media type: the answer is text/csv; charset=utf-8.
+CSV = "text/csv"
+
+FromTime = Annotated[
+    datetime | None,
+    QueryParameter(
+        name="from",
+        description="first event time included (RFC 3339; UTC when no offset is given)",
+    ),
+]
+ToTime = Annotated[
+    datetime | None,
+    QueryParameter(
+        name="to",
+        description="first event time excluded (RFC 3339; UTC when no offset is given)",
+    ),
+]
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    if when is None:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+class ExportController(Controller):
+    path = "/v1/export"
+    tags = ["export"]
+
+    @get(
+        "/focus",
+        guards=[requires("read")],
+        summary=f"Priced usage as a FOCUS {FOCUS_VERSION} cost-and-usage CSV",
+        description=(
+            f"Streams the project's accepted events as a FinOps FOCUS {FOCUS_VERSION} "
+            "CostAndUsage dataset: one row per event (an event that crosses a graduated-tier "
+            "boundary gets one row per tier), with trainledger's own dimensions as `x_` "
+            "columns. Events are selected by their own time, in [from, to). Money is exact: "
+            "BilledCost is the ledger's charge; ListCost and ContractedCost are the exact "
+            "products of unit price and quantity. The column mapping is documented in "
+            "`service/export/focus.py`."
+        ),
+        media_type=CSV,
+        response_description="CSV (RFC 4180, UTF-8, header row first)",
+    )
+    async def focus(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        from_time: FromTime = None,
+        to_time: ToTime = None,
+    ) -> Stream:
+        start, end = _utc(from_time), _utc(to_time)
+        if start and end and end <= start:
+            raise invalid("to", "must be after 'from'", status=400)
+        try:
+            export = await prepare_export(services.store, services.rate_cards, project)
+        except ExportError as exc:
+            raise problem(409, "Cannot export", str(exc), kind="conflict") from exc
+        filename = export_filename(project, start, end)
+        return Stream(
+            export.csv_chunks(start, end),
+            media_type=CSV,
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )

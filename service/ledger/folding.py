@@ -1,0 +1,496 @@
+"""Folding: the totals summed from the accepted-event log, many batches at a time.
+
+The ingest script applies at once what must be exact at once: the deduplication ids, the log
+entry, the graduated-tier and budget counters (alerts fire from those) and `accepted`. The
+batch's totals (one sum per cell: day x stage x experiment x category x SKU x owner x
+fixed/elastic x attributed tags, plus the hourly cells, the daily index and the roll-ups) are
+not written there, field by field: a fold reads the log entries after the project's cursor
+(meta ``fold_cursor``), sums their events by cell in one compiled pass (`costcore.CodedSums`;
+batches touching the same cells merge, so a cell is written once per fold rather than once per
+batch), derives the daily index, hours and roll-ups from the sums, and applies it all in one
+script that also moves the cursor past the entries it summed, after checking that no other
+fold moved it first. The log entry carries what a fold needs (each event's cost, category,
+fixed/elastic flag and attributed tags, as priced), so a fold reads no rate card or setting.
+
+Answers stay exact and current: every read of the totals folds first (`settle`), and in the
+background `trainledger serve`'s folding process folds every project every 2 seconds (an app
+run otherwise folds, in each worker, the projects it ingested into: `Folder`). Nothing
+is lost if a worker stops between the two steps: the entries stay after the cursor until some
+fold applies them, and a fold that lost the race writes nothing.
+
+Legacy: batches accepted before the totals were folded from the log queued their cell sums
+on the project's pending list (blobs of `CellSums.encode`); `settle` folds those first. Their
+log entries are rows (format 1) and are skipped by the log fold, which is also what keeps a
+worker of that version, running beside this one during an upgrade, from being counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, cast
+
+import msgspec
+from redis.exceptions import RedisError
+
+from costcore import CodedEntry, CodedGroups, coded_sums_for
+
+from ..storage.redis_store import FIELD_SEP, Keys, Store
+from .eventlog import CodedLog, decode_log_entry
+from .rollups import rollup_increments
+
+log = logging.getLogger("trainledger")
+
+# A fold's writes grow with the distinct cells its entries touch, not with their events, so
+# folding less often writes less (at 1,000 one-event posts a second: single-event p99 3.7-3.8 ms
+# folding every 2 s, 3.9-4.8 ms every second, 5.9-6.2 ms every 0.25 s); reads fold first, so
+# this delays no answer.
+FOLD_INTERVAL_SECONDS = 2.0
+# What one fold reads and writes. Valkey runs the fold's script alone, so a fold writes at most
+# 32,768 cells (~0.1 s of Valkey at most; a day of the benchmark's project has 12,000); it
+# reads log entries up to 8 MB (a 5,000-event entry is ~62 kB: ~650,000 events, ~0.5 s of
+# decoding and summing, in slices) or 4,096 of them (a second of one-event posts at 1,000/s
+# is one fold, not several).
+FOLD_MAX_ENTRIES = 4096
+FOLD_MAX_BYTES = 8 << 20
+FOLD_MAX_CELLS = 32768
+# Legacy pending blobs: as many per fold as before.
+FOLD_MAX_BATCHES = 4096
+LEGACY_MAX_BYTES = 32 << 20
+# A fold's sums are exact ints of any size: the store keeps every sum in two limbs and splits
+# an increment past int64 between them (service/storage/limbs.py, docs/exact-money.md).
+
+_blob_decoder = msgspec.msgpack.Decoder()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@functools.lru_cache(maxsize=4096)
+def day_name(days_since_epoch: int) -> str:
+    """yyyymmdd of a day counted from 1970-01-01."""
+    return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
+
+
+_MEMO_LIMIT = 200_000
+# A fold's cells recur fold after fold: each key is spelled out once per worker.
+_cell_memo: dict[tuple[int, str, str, str, str, str, str, str], tuple[str, str]] = {}
+_hour_memo: dict[tuple[int, str, str, str], tuple[str, str]] = {}
+
+
+def _cell_of(key: tuple[int, str, str, str, str, str, str, str]) -> tuple[str, str]:
+    """(yyyymmdd, dims) of a cell key (day, then the dims): dims as the totals fields spell them."""
+    if len(_cell_memo) >= _MEMO_LIMIT:
+        _cell_memo.clear()
+    day, *dims = key
+    cell = _cell_memo[key] = (day_name(day), FIELD_SEP.join(dims))
+    return cell
+
+
+def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
+    """(yyyymmdd, hourly field) of an hour key (hours since 1970-01-01, stage, category, fixed)."""
+    if len(_hour_memo) >= _MEMO_LIMIT:
+        _hour_memo.clear()
+    hours, stage, category, fixed = key
+    field = f"c|{hours % 24:02d}|{stage}{FIELD_SEP}{category}{FIELD_SEP}{fixed}"
+    cell = _hour_memo[key] = (day_name(hours // 24), field)
+    return cell
+
+
+class CellSums:
+    """Cost (nano), quantity (micro) and events per totals cell, and cost and events per
+    hourly cell.
+
+    `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
+    them (see `Keys.totals`); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
+    (the events go to the ``n|HH|...`` field).
+    """
+
+    __slots__ = ("cells", "events", "hourly")
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str], list[int]] = {}
+        self.hourly: dict[tuple[str, str], list[int]] = {}
+        self.events = 0
+
+    def __bool__(self) -> bool:
+        return self.events > 0
+
+    def encode(self) -> bytes:
+        """One msgpack blob: [events, flat (day, dims, cost, quantity, events)..., flat
+        (day, field, cost)..., the hourly cells' events in the same order]."""
+        cells: list[str | int] = []
+        for (day, dims), (cost, quantity, count) in self.cells.items():
+            cells += (day, dims, cost, quantity, count)
+        hourly: list[str | int] = []
+        hourly_events: list[int] = []
+        for (day, field), (cost, count) in self.hourly.items():
+            hourly += (day, field, cost)
+            hourly_events.append(count)
+        return msgspec.msgpack.encode([self.events, cells, hourly, hourly_events])
+
+    def add(self, other: CellSums) -> None:
+        """Add another batch's sums."""
+        self.events += other.events
+        into = self.cells
+        for key, (cost, quantity, count) in other.cells.items():
+            have = into.get(key)
+            if have is None:
+                into[key] = [cost, quantity, count]
+            else:
+                have[0] += cost
+                have[1] += quantity
+                have[2] += count
+        hours = self.hourly
+        for key, (cost, count) in other.hourly.items():
+            have_hour = hours.get(key)
+            if have_hour is None:
+                hours[key] = [cost, count]
+            else:
+                have_hour[0] += cost
+                have_hour[1] += count
+
+    def add_groups(self, groups: CodedGroups, labels: _Labels) -> None:
+        """Add events summed by `costcore.group_coded`, whose codes `labels` spell out."""
+        into = self.cells
+        stages, experiments, owners, rates, attributed, hour_classes = labels
+        for (day, stage, experiment, owner, rate, attr), cost, quantity, count in zip(
+            groups.keys, groups.cost_nano, groups.quantity_micro, groups.events, strict=True
+        ):
+            sku, category, fixed = rates[rate]
+            key = (
+                day,
+                stages[stage],
+                experiments[experiment],
+                category,
+                sku,
+                owners[owner],
+                fixed,
+                attributed[attr],
+            )
+            cell = _cell_memo.get(key)
+            if cell is None:
+                cell = _cell_of(key)
+            have = into.get(cell)
+            if have is None:
+                into[cell] = [cost, quantity, count]
+            else:
+                have[0] += cost
+                have[1] += quantity
+                have[2] += count
+            self.events += count
+        hours = self.hourly
+        for (hour, stage, hour_class), cost, count in zip(
+            groups.hour_keys, groups.hour_cost_nano, groups.hour_events, strict=True
+        ):
+            category, fixed = hour_classes[hour_class]
+            hour_key = (hour, stages[stage], category, fixed)
+            cell = _hour_memo.get(hour_key)
+            if cell is None:
+                cell = _hour_cell_of(hour_key)
+            have_hour = hours.get(cell)
+            if have_hour is None:
+                hours[cell] = [cost, count]
+            else:
+                have_hour[0] += cost
+                have_hour[1] += count
+
+    def add_blob(self, blob: bytes) -> None:
+        """Add the sums of an encoded `CellSums`."""
+        decoded = _blob_decoder.decode(blob)
+        events, cells, hourly = decoded[:3]
+        # Blobs written before hourly cells counted their events carry no fourth list.
+        hourly_events = decoded[3] if len(decoded) > 3 else [0] * (len(hourly) // 3)
+        self.events += events
+        into = self.cells
+        for i in range(0, len(cells), 5):
+            key = (cells[i], cells[i + 1])
+            have = into.get(key)
+            if have is None:
+                into[key] = [cells[i + 2], cells[i + 3], cells[i + 4]]
+            else:
+                have[0] += cells[i + 2]
+                have[1] += cells[i + 3]
+                have[2] += cells[i + 4]
+        hours = self.hourly
+        for i in range(0, len(hourly), 3):
+            key = (hourly[i], hourly[i + 1])
+            have_hour = hours.get(key)
+            if have_hour is None:
+                hours[key] = [hourly[i + 2], hourly_events[i // 3]]
+            else:
+                have_hour[0] += hourly[i + 2]
+                have_hour[1] += hourly_events[i // 3]
+
+    def increments(self, project: str) -> list[tuple[str, str, int]]:
+        """Every totals increment these sums make: finest cells (``c|``, ``q|``, ``n|``), the
+        daily index, the hourly cells and the roll-ups (with their event count)."""
+        out: list[tuple[str, str, int]] = []
+        daily: dict[str, int] = {}
+        totals_key: dict[str, str] = {}
+        cell_keys: list[tuple[str, str]] = []
+        costs: list[int] = []
+        quantities: list[int] = []
+        counts: list[int] = []
+        for cell, (cost, quantity, count) in self.cells.items():
+            day, dims = cell
+            key = totals_key.get(day)
+            if key is None:
+                key = totals_key[day] = Keys.totals(project, day)
+            out.append((key, "c|" + dims, cost))
+            out.append((key, "q|" + dims, quantity))
+            out.append((key, "n|" + dims, count))
+            daily[day] = daily.get(day, 0) + cost
+            cell_keys.append(cell)
+            costs.append(cost)
+            quantities.append(quantity)
+            counts.append(count)
+        daily_key = Keys.daily(project)
+        out += [(daily_key, day, cost) for day, cost in daily.items()]
+        hourly_key: dict[str, str] = {}
+        for (day, field), (cost, count) in self.hourly.items():
+            key = hourly_key.get(day)
+            if key is None:
+                key = hourly_key[day] = Keys.hourly(project, day)
+            # An hour whose events cost nothing still has them: its events field says so.
+            if cost:
+                out.append((key, field, cost))
+            if count:
+                out.append((key, "n" + field[1:], count))
+        out += rollup_increments(project, cell_keys, costs, quantities, counts)
+        return out
+
+
+def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
+    """The sums of the first blobs, as many as keep the cells within `FOLD_MAX_CELLS` (at
+    least one); and how many blobs were summed."""
+    sums = CellSums()
+    count = 0
+    for blob in blobs:
+        sums.add_blob(blob)
+        count += 1
+        if len(sums.cells) >= FOLD_MAX_CELLS:
+            break
+    return sums, count
+
+
+# A fold's decoding and summing run in the event loop itself, in slices of about this long
+# between which requests are served: in a thread they would take turns with the requests for
+# the interpreter in 1 ms slices (`trainledger serve`'s switch interval), stretching requests
+# by several milliseconds. The increments of many cells (one step) go to a thread.
+_SLICE_SECONDS = 0.0005
+_THREAD_ABOVE_CELLS = 2000
+
+_LogPlan = tuple[int, str, int, list[tuple[str, str, int]]]
+_T = TypeVar("_T")
+
+
+def _plan_steps(
+    entries: Sequence[tuple[str, bytes]],
+) -> Generator[None, None, tuple[int, CellSums]]:
+    """Steps (one entry each) of summing the first entries: all of them, or fewer when their
+    cells pass `FOLD_MAX_CELLS` (sums are exact ints of any size). Returns how many entries
+    were summed, and their sums."""
+    # Row entries (format 1, written before the totals were folded from the log) are left
+    # out: their sums went to the legacy pending list.
+    coded: list[CodedLog | None] = []
+    for _, blob in entries:
+        coded.append(decode_log_entry(blob))
+        yield
+    take = len(entries)
+    while True:
+        sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
+        if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
+            take //= 2
+            continue
+        return take, sums
+
+
+def _run(steps: Generator[None, None, _T]) -> _T:
+    """Run steps to their end, at once."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return cast(_T, done.value)
+
+
+async def _run_sliced(steps: Generator[None, None, _T]) -> _T:
+    """Run steps to their end in the event loop, giving way to other tasks between slices."""
+    give_way = time.perf_counter() + _SLICE_SECONDS
+    try:
+        while True:
+            next(steps)
+            if time.perf_counter() >= give_way:
+                await asyncio.sleep(0)
+                give_way = time.perf_counter() + _SLICE_SECONDS
+    except StopIteration as done:
+        return cast(_T, done.value)
+
+
+def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+    """(entries summed, the last one's id, events, increments) for a fold of the first
+    entries (see `_plan_steps`), at once."""
+    take, sums = _run(_plan_steps(entries))
+    return take, entries[take - 1][0], sums.events, sums.increments(project)
+
+
+async def _log_plan_sliced(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+    """`_log_plan`, sliced between the event loop's other tasks."""
+    take, sums = await _run_sliced(_plan_steps(entries))
+    if len(sums.cells) > _THREAD_ABOVE_CELLS:
+        increments = await asyncio.to_thread(sums.increments, project)
+    else:
+        increments = sums.increments(project)
+    return take, entries[take - 1][0], sums.events, increments
+
+
+# The labels a fold's codes stand for: stages, experiments, owners, rates as (sku, category,
+# fixed), attributed tags, and hour classes as (category, fixed).
+_Labels = tuple[
+    list[str], list[str], list[str], list[tuple[str, str, str]], list[str], list[tuple[str, str]]
+]
+
+
+def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
+    """The totals of these log entries, summed by cell and hour in one compiled pass."""
+    return _run(_sum_steps(entries))
+
+
+def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
+    """`sums_of_log` in steps of one entry."""
+    spaces: list[dict[Any, int]] = [{}, {}, {}, {}, {}]
+    hour_class: dict[tuple[str, str], int] = {}
+    coded: list[CodedEntry] = []
+    for e in entries:
+        rates = [(sku, category, fixed) for _, sku, category, fixed in e.rates]
+        columns: tuple[list[Any], ...] = (e.stages, e.experiments, e.owners, rates, e.attributed)
+        to_global = [
+            [space.setdefault(value, len(space)) for value in values]
+            for space, values in zip(spaces, columns, strict=True)
+        ]
+        codes = (e.stage_codes, e.experiment_codes, e.owner_codes, e.rate_codes)
+        coded.append(
+            CodedEntry(
+                e.epoch_us, e.cost_nano, e.quantity_micro, (*codes, e.attributed_codes), to_global
+            )
+        )
+        yield
+    rate_space = list(spaces[3])
+    classes = [hour_class.setdefault((c, f), len(hour_class)) for _, c, f in rate_space]
+    acc = coded_sums_for(coded, classes)
+    # One entry per step: a sliced fold holds the event loop for one entry at most.
+    for entry in coded:
+        acc.add(entry)
+        yield
+    groups = acc.result()
+    labels: _Labels = (
+        list(spaces[0]),
+        list(spaces[1]),
+        list(spaces[2]),
+        rate_space,
+        list(spaces[4]),
+        list(hour_class),
+    )
+    sums = CellSums()
+    sums.add_groups(groups, labels)
+    return sums
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id ("ms-seq") as a sortable pair; "" sorts first."""
+    if not entry_id:
+        return (-1, -1)
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq or 0))
+
+
+async def settle(store: Store, project: str) -> int:
+    """Fold what is pending for the project, so that a read of its totals that follows sees
+    every batch accepted before this call. Returns the batches this call folded (others may
+    have been folded meanwhile by another worker)."""
+    cursor, last, legacy, entries = await store.unfolded_entries(
+        project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
+    )
+    folded = await _settle_legacy(store, project) if legacy else 0
+    target = _entry_order(last)
+    # Each round's cursor is further on (this fold or another one moved it), so this ends.
+    while entries and _entry_order(cursor) < target:
+        count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
+        if await store.fold_log(project, cursor, new_cursor, events, increments):
+            folded += count
+        cursor, _, _, entries = await store.unfolded_entries(
+            project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
+        )
+    return folded
+
+
+def _legacy_plan(
+    project: str, blobs: Sequence[bytes]
+) -> tuple[int, int, list[tuple[str, str, int]]]:
+    sums, count = _sums_of(blobs)
+    return count, sums.events, sums.increments(project)
+
+
+async def _settle_legacy(store: Store, project: str) -> int:
+    """Fold the legacy pending list (see the module's docstring) up to its length now."""
+    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES)
+    target = head + length
+    folded = 0
+    while blobs and head < target:
+        if sum(map(len, blobs)) > 16 * 1024:  # in a thread, as before the log fold
+            count, events, increments = await asyncio.to_thread(_legacy_plan, project, blobs)
+        else:
+            count, events, increments = _legacy_plan(project, blobs)
+        if await store.fold_batches(project, head, count, events, increments):
+            folded += count
+        head, length, blobs = await store.pending_batches(
+            project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES
+        )
+    return folded
+
+
+class Folder:
+    """Folds, in the background, the projects this worker ingested into, or (`every_project`:
+    the folding process `trainledger serve` runs beside its workers) every project."""
+
+    def __init__(
+        self, store: Store, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        self.every_project = every_project
+        self._touched: set[str] = set()
+
+    def touched(self, project: str) -> None:
+        """A batch of `project` was accepted: fold it within the next interval."""
+        self._touched.add(project)
+
+    async def run(self, keep_going: Callable[[], bool] = lambda: True) -> None:
+        """Fold every `interval` seconds while `keep_going()`."""
+        # Entries a stopped worker left unfolded: fold every project once at start-up.
+        await self._add_every_project()
+        while keep_going():
+            # A fixed pause, not one that grows with the fold's duration: a fold's work is
+            # mostly per event (decoding, summing), so folding less often under load saves
+            # little and lets the log run ahead of the totals.
+            await asyncio.sleep(self.interval)
+            if self.every_project:
+                await self._add_every_project()
+            projects, self._touched = self._touched, set()
+            for project in projects:
+                try:
+                    await settle(self.store, project)
+                except RedisError as exc:  # Redis away for a while: try again next round
+                    self._touched.add(project)
+                    log.warning("fold of project %s failed: %s", project, exc)
+
+    async def _add_every_project(self) -> None:
+        try:
+            self._touched.update(await self.store.projects())
+        except RedisError as exc:
+            log.warning("fold: could not list projects: %s", exc)

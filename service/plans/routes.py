@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from litestar import Controller, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
+
+from ..budgets.model import BudgetError
+from ..events.routes import ProjectParam
+from ..http.deps import Services
+from ..http.problems import invalid, problem
+from ..http.security import requires
+from .model import PlanError, PlanEstimate, PlanIn
+from .service import (
+    PlanNotFound,
+    PlanRecord,
+    PlanStatus,
+    ProgressIn,
+    ProgressRecord,
+    estimate,
+    list_plans,
+    load,
+    plan_status,
+    register,
+    report_progress,
+)
+
+
+async def _load(services: Services, project: str, plan_id: str) -> PlanRecord:
+    try:
+        return await load(services.store, project, plan_id)
+    except PlanNotFound as exc:
+        raise problem(
+            404, "Not found", f"no plan {plan_id!r} in {project!r}", kind="not-found"
+        ) from exc
+
+
+class PlanController(Controller):
+    path = "/v1/plans"
+    tags = ["plans"]
+
+    @post(
+        "/estimate",
+        guards=[requires("read")],
+        status_code=200,
+        summary="Price a plan without saving it (dry run)",
+    )
+    async def estimate_only(
+        self,
+        data: JSONBody[PlanIn],
+        services: NamedDependency[Services],
+    ) -> PlanEstimate:
+        # The guard checked the body's project (`service.http.security`).
+        try:
+            return await estimate(services.rate_cards, data)
+        except PlanError as exc:
+            raise invalid(exc.field, exc.reason) from exc
+
+    @post(
+        "/",
+        guards=[requires("admin")],
+        summary="Register a plan and create its budgets",
+        description="Creates a budget for the whole plan (with a forecast alert) and one per "
+        "stage, each over the plan's window.",
+    )
+    async def create(
+        self,
+        data: JSONBody[PlanIn],
+        services: NamedDependency[Services],
+    ) -> PlanRecord:
+        # The guard checked the body's project (`service.http.security`).
+        try:
+            return await register(services.store, services.rate_cards, data)
+        except (PlanError, BudgetError) as exc:
+            raise invalid(exc.field, exc.reason) from exc
+
+    @get("/", guards=[requires("read")], summary="A project's plans")
+    async def list_all(
+        self, project: ProjectParam, services: NamedDependency[Services]
+    ) -> list[PlanRecord]:
+        return await list_plans(services.store, project)
+
+    @get("/{plan_id:str}", guards=[requires("read")], summary="A plan and its estimate")
+    async def get_one(
+        self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
+    ) -> PlanRecord:
+        return await _load(services, project, plan_id)
+
+    @get("/{plan_id:str}/status", guards=[requires("read")], summary="Plan against actual")
+    async def status(
+        self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
+    ) -> PlanStatus:
+        return await plan_status(services.store, await _load(services, project, plan_id))
+
+    @post(
+        "/{plan_id:str}/progress",
+        guards=[requires("ingest")],
+        status_code=200,
+        summary="Report a stage's progress (tokens done or fraction done)",
+    )
+    async def progress(
+        self,
+        plan_id: FromPath[str],
+        project: ProjectParam,
+        data: JSONBody[ProgressIn],
+        services: NamedDependency[Services],
+    ) -> ProgressRecord:
+        record = await _load(services, project, plan_id)
+        try:
+            return await report_progress(services.store, record, data)
+        except PlanError as exc:
+            raise invalid(exc.field, exc.reason) from exc

@@ -1,0 +1,325 @@
+"""Plans over storage: estimate, register (with their budgets), progress, plan vs actual.
+
+Plan against actual follows earned-value management: for each stage the budget at completion
+(BAC) is its planned total with contingency, the earned value is ``EV = BAC × fraction done``,
+the actual cost ``AC`` is what the ledger holds for that stage within the plan's window, the cost
+performance index is ``CPI = EV / AC``, and the forecast at completion is
+``EAC = BAC / CPI = AC / fraction done``. A stage with no progress reported yet is forecast at
+``max(BAC, AC)``; a finished stage (fraction 1) at its actual cost. Variance = ``BAC − EAC``
+(negative: over plan).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Annotated
+
+import msgspec
+
+from costcore import format_money, round_half_even_div
+from costcore.money import parse_money
+
+from ..budgets.model import BudgetIn
+from ..budgets.service import create_budget
+from ..costs.queries import cost_report
+from ..ratecards.catalog import PricingCatalog, RateCards
+from ..storage.redis_store import Store
+from .model import PlanError, PlanEstimate, PlanIn, estimate_plan
+
+
+class PlanRecord(msgspec.Struct, kw_only=True):
+    id: str
+    created_at: datetime
+    plan: PlanIn
+    estimate: PlanEstimate
+    budget_ids: list[str]
+
+
+class ProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Progress of one stage, from the training job. Give `tokens_done` or `fraction_done`."""
+
+    stage: str | None = None  # stage name, when it names one stage of the plan
+    stage_index: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    tokens_done: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    fraction_done: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)")] | None = None
+
+
+class ProgressRecord(msgspec.Struct, kw_only=True):
+    stage_index: int
+    fraction: str
+    tokens_done: int | None
+    reported_at: datetime
+
+
+class StageStatus(msgspec.Struct, kw_only=True):
+    index: int
+    stage: str
+    label: str | None
+    planned: str
+    actual: str
+    fraction_done: str | None
+    earned_value: str | None
+    cpi: str | None
+    forecast_at_completion: str
+    variance: str
+    planned_by_category: dict[str, str]
+
+
+class PlanStatus(msgspec.Struct, kw_only=True):
+    plan_id: str
+    project: str
+    currency: str
+    window_start: datetime
+    window_end: datetime
+    as_of: datetime
+    planned: str
+    actual: str
+    actual_by_category: dict[str, str]
+    actual_outside_plan_stages: str
+    burn_rate_per_day: str
+    elapsed_days: str
+    forecast_at_completion: str
+    variance: str
+    stages: list[StageStatus]
+    method: str
+
+
+class PlanNotFound(Exception):
+    pass
+
+
+def _nano(text: str) -> int:
+    return parse_money(Decimal(text))
+
+
+async def _catalog(rate_cards: RateCards, plan: PlanIn) -> PricingCatalog:
+    catalog = await rate_cards.catalog(plan.rate_card)
+    if catalog is None:
+        raise PlanError("$.rate_card", f"no rate card named {plan.rate_card!r}")
+    return catalog
+
+
+async def estimate(rate_cards: RateCards, plan: PlanIn) -> PlanEstimate:
+    """Price a plan with the rate-card version in effect at the plan's start (else the latest)."""
+    catalog = await _catalog(rate_cards, plan)
+    index = catalog.history.index_at(plan.window_start)
+    if index < 0:
+        index = len(catalog.history.versions) - 1
+    version = catalog.history.versions[index]
+    return estimate_plan(plan, catalog.history.priced(index), card_currency=version.currency)
+
+
+async def register(store: Store, rate_cards: RateCards, plan: PlanIn) -> PlanRecord:
+    """Save a plan and create its budgets: the whole plan, and each stage, over its window."""
+    result = await estimate(rate_cards, plan)
+    window = {
+        "period": "window",
+        "window_start": plan.window_start,
+        "window_end": plan.window_end,
+    }
+    plan_id = "pln_" + secrets.token_hex(6)
+    budget_ids = []
+    whole = await create_budget(
+        store,
+        msgspec.convert(
+            {
+                "project": plan.project,
+                "name": f"plan {plan.name}",
+                "amount": result.total,
+                "forecast": {"min_elapsed_pct": 10},
+                "plan_id": plan_id,
+                **window,
+            },
+            BudgetIn,
+        ),
+        plan.currency,
+    )
+    budget_ids.append(whole.id)
+    per_stage: dict[str, int] = {}
+    for stage in result.stages:
+        per_stage[stage.stage] = per_stage.get(stage.stage, 0) + _nano(stage.total)
+    for stage_name, amount in per_stage.items():
+        if amount == 0:
+            continue
+        budget = await create_budget(
+            store,
+            msgspec.convert(
+                {
+                    "project": plan.project,
+                    "name": f"plan {plan.name} / {stage_name}",
+                    "amount": format_money(amount),
+                    "scope": {"stage": stage_name},
+                    "plan_id": plan_id,
+                    **window,
+                },
+                BudgetIn,
+            ),
+            plan.currency,
+        )
+        budget_ids.append(budget.id)
+    record = PlanRecord(
+        id=plan_id,
+        created_at=datetime.now(UTC),
+        plan=plan,
+        estimate=result,
+        budget_ids=budget_ids,
+    )
+    await store.put_plan(plan.project, plan_id, msgspec.json.encode(record))
+    return record
+
+
+async def load(store: Store, project: str, plan_id: str) -> PlanRecord:
+    raw = await store.plan(project, plan_id)
+    if raw is None:
+        raise PlanNotFound(plan_id)
+    return msgspec.json.decode(raw, type=PlanRecord)
+
+
+async def list_plans(store: Store, project: str) -> list[PlanRecord]:
+    return [msgspec.json.decode(raw, type=PlanRecord) for raw in await store.plans(project)]
+
+
+def _stage_index(record: PlanRecord, progress: ProgressIn) -> int:
+    stages = record.plan.stages
+    if progress.stage_index is not None:
+        if progress.stage_index >= len(stages):
+            raise PlanError("$.stage_index", f"the plan has {len(stages)} stages")
+        return progress.stage_index
+    if progress.stage is None:
+        raise PlanError("$.stage", "name the stage (stage or stage_index)")
+    matches = [i for i, s in enumerate(stages) if s.stage == progress.stage]
+    if not matches:
+        raise PlanError("$.stage", f"the plan has no stage {progress.stage!r}")
+    if len(matches) > 1:
+        raise PlanError(
+            "$.stage", f"the plan has several {progress.stage!r} stages: use stage_index"
+        )
+    return matches[0]
+
+
+async def report_progress(store: Store, record: PlanRecord, progress: ProgressIn) -> ProgressRecord:
+    index = _stage_index(record, progress)
+    stage = record.plan.stages[index]
+    if (progress.tokens_done is None) == (progress.fraction_done is None):
+        raise PlanError("$", "give exactly one of tokens_done and fraction_done")
+    if progress.tokens_done is not None:
+        if stage.model is None:
+            raise PlanError("$.tokens_done", "this stage was not planned in tokens")
+        fraction = Fraction(progress.tokens_done, stage.model.tokens)
+    else:
+        try:
+            fraction = Fraction(Decimal(progress.fraction_done or "0"))
+        except InvalidOperation as exc:
+            raise PlanError("$.fraction_done", "not a decimal") from exc
+    if fraction > 1:
+        raise PlanError("$", "progress cannot pass 100 % of the stage")
+    scaled = round_half_even_div(fraction.numerator * 10**6, fraction.denominator)
+    record_out = ProgressRecord(
+        stage_index=index,
+        fraction=f"{scaled // 10**6}.{scaled % 10**6:06d}",
+        tokens_done=progress.tokens_done,
+        reported_at=datetime.now(UTC),
+    )
+    await store.put_progress(
+        record.plan.project, {f"{record.id}|{index}": msgspec.json.encode(record_out)}
+    )
+    return record_out
+
+
+def _ratio(num: int, den: int) -> str:
+    scaled = round_half_even_div(num * 10_000, den)
+    return f"{scaled // 10_000}.{scaled % 10_000:04d}"
+
+
+async def plan_status(store: Store, record: PlanRecord, now: datetime | None = None) -> PlanStatus:
+    now = now or datetime.now(UTC)
+    plan, est = record.plan, record.estimate
+    first: date = plan.window_start.astimezone(UTC).date()
+    last: date = (plan.window_end.astimezone(UTC) - timedelta(microseconds=1)).date()
+    report = await cost_report(
+        store, plan.project, first, last + timedelta(days=1), ["stage", "category"], {}, 0, 10_000
+    )
+    actual_stage: dict[str, int] = {}
+    actual_category: dict[str, int] = {}
+    for row in report.rows:
+        cost = _nano(row.cost)
+        actual_stage[row.key["stage"]] = actual_stage.get(row.key["stage"], 0) + cost
+        actual_category[row.key["category"]] = actual_category.get(row.key["category"], 0) + cost
+    progress = {
+        int(k.split("|", 1)[1]): msgspec.json.decode(v, type=ProgressRecord)
+        for k, v in (await store.progress(plan.project, record.id)).items()
+    }
+    # Several plan stages may share a stage name; the ledger's actuals are per name, so a
+    # name's actual cost is shared among its plan stages in proportion to their plan.
+    planned_by_name: dict[str, int] = {}
+    for s in est.stages:
+        planned_by_name[s.stage] = planned_by_name.get(s.stage, 0) + _nano(s.total)
+    stages: list[StageStatus] = []
+    total_eac = 0
+    for s in est.stages:
+        bac = _nano(s.total)
+        name_plan = planned_by_name[s.stage]
+        name_actual = actual_stage.get(s.stage, 0)
+        ac = round_half_even_div(name_actual * bac, name_plan) if name_plan else name_actual
+        done = progress.get(s.index)
+        fraction = Fraction(Decimal(done.fraction)) if done else None
+        if fraction is None or fraction == 0:
+            eac = max(bac, ac)
+            ev = cpi = None
+        else:
+            ev_exact = bac * fraction
+            eac = round_half_even_div(ac * fraction.denominator, fraction.numerator)
+            ev = round_half_even_div(ev_exact.numerator, ev_exact.denominator)
+            cpi = _ratio(ev, ac) if ac else None
+        total_eac += eac
+        by_category: dict[str, int] = {}
+        for line in s.lines:
+            by_category[line.category] = by_category.get(line.category, 0) + _nano(line.cost)
+        stages.append(
+            StageStatus(
+                index=s.index,
+                stage=s.stage,
+                label=s.label,
+                planned=s.total,
+                actual=format_money(ac),
+                fraction_done=done.fraction if done else None,
+                earned_value=format_money(ev) if ev is not None else None,
+                cpi=cpi,
+                forecast_at_completion=format_money(eac),
+                variance=format_money(bac - eac),
+                planned_by_category={k: format_money(v) for k, v in sorted(by_category.items())},
+            )
+        )
+    actual_total = sum(actual_stage.values())
+    outside = sum(v for k, v in actual_stage.items() if k not in planned_by_name)
+    total_eac += outside
+    start = plan.window_start.astimezone(UTC)
+    elapsed = max(min(now, plan.window_end) - start, timedelta(0))
+    elapsed_us = elapsed // timedelta(microseconds=1)
+    burn = round_half_even_div(actual_total * 86_400_000_000, elapsed_us) if elapsed_us else 0
+    planned_total = _nano(est.total)
+    return PlanStatus(
+        plan_id=record.id,
+        project=plan.project,
+        currency=plan.currency,
+        window_start=plan.window_start,
+        window_end=plan.window_end,
+        as_of=now,
+        planned=est.total,
+        actual=format_money(actual_total),
+        actual_by_category={k: format_money(v) for k, v in sorted(actual_category.items())},
+        actual_outside_plan_stages=format_money(outside),
+        burn_rate_per_day=format_money(burn),
+        elapsed_days=_ratio(elapsed_us, 86_400_000_000),
+        forecast_at_completion=format_money(total_eac),
+        variance=format_money(planned_total - total_eac),
+        stages=stages,
+        method=(
+            "earned value: EV = BAC × fraction done, CPI = EV / AC, EAC = AC / fraction done; "
+            "no progress yet: EAC = max(BAC, AC); spend in stages the plan does not name is "
+            "added to the forecast as is"
+        ),
+    )

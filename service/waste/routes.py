@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated
+
+from litestar import Controller, get, post, put
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, QueryParameter
+
+from ..events.routes import ProjectParam
+from ..http.deps import Services
+from ..http.problems import invalid
+from ..http.security import requires
+from .model import ProgressPoint, WastePolicy, WasteReport
+from .service import (
+    ExperimentProgressIn,
+    add_progress,
+    set_waste_policy,
+    waste_policy,
+    waste_report,
+)
+
+
+class ReportController(Controller):
+    path = "/v1/reports"
+    tags = ["reports"]
+
+    @get(
+        "/waste",
+        guards=[requires("read")],
+        summary="Waste findings",
+        description="Idle reserved capacity, experiments without progress, storage and logs "
+        "past retention, checkpoint growth, repeated cross-region pulls; each with its cost so "
+        "far, its cost per day if left alone, the evidence and what to do. The rules and the "
+        "tags they read are in the README.",
+    )
+    async def waste(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        from_day: Annotated[date | None, QueryParameter(name="from")] = None,
+        to_day: Annotated[
+            date | None, QueryParameter(name="to", description="last day (inclusive)")
+        ] = None,
+    ) -> WasteReport:
+        try:
+            return await waste_report(
+                services.store, services.rate_cards, project, from_day, to_day
+            )
+        except ValueError as exc:
+            raise invalid("from", str(exc), status=400) from exc
+
+    @get("/waste/policy", guards=[requires("read")], summary="The project's waste policy")
+    async def get_policy(
+        self, project: ProjectParam, services: NamedDependency[Services]
+    ) -> WastePolicy:
+        return await waste_policy(services.store, project)
+
+    @put(
+        "/waste/policy",
+        guards=[requires("admin")],
+        status_code=200,
+        summary="Set the project's waste policy",
+    )
+    async def put_policy(
+        self,
+        project: ProjectParam,
+        data: JSONBody[WastePolicy],
+        services: NamedDependency[Services],
+    ) -> WastePolicy:
+        return await set_waste_policy(services.store, project, data)
+
+
+class ExperimentController(Controller):
+    path = "/v1/experiments"
+    tags = ["reports"]
+
+    @post(
+        "/progress",
+        guards=[requires("ingest")],
+        status_code=200,
+        summary="Report an experiment's progress (a metric value)",
+    )
+    async def progress(
+        self,
+        project: ProjectParam,
+        data: JSONBody[ExperimentProgressIn],
+        services: NamedDependency[Services],
+    ) -> ProgressPoint:
+        return await add_progress(services.store, project, data)

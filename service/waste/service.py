@@ -1,0 +1,86 @@
+"""Reports over a project's event log: waste findings (rules in `service.waste.model`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Annotated
+
+import msgspec
+
+from ..events.model import SAFE_TEXT_PATTERN, Label
+from ..ledger.eventlog import LoggedEvent, read_log
+from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
+from ..ratecards.model import PricedSku
+from ..storage.redis_store import Store
+from .model import ProgressPoint, WastePolicy, WasteReport, find_waste
+
+POLICY_FIELD = "waste_policy"
+
+
+class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A progress report of an experiment (e.g. eval loss), for the waste report."""
+
+    experiment: Annotated[Label, msgspec.Meta(min_length=1)]
+    metric: Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)]
+    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$(?!\n)")]
+    higher_is_better: bool = False
+    time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
+async def waste_policy(store: Store, project: str) -> WastePolicy:
+    raw = (await store.project_meta(project)).get(POLICY_FIELD)
+    return msgspec.json.decode(raw, type=WastePolicy) if raw else WastePolicy()
+
+
+async def set_waste_policy(store: Store, project: str, policy: WastePolicy) -> WastePolicy:
+    await store.set_project_fields(project, {POLICY_FIELD: msgspec.json.encode(policy).decode()})
+    return policy
+
+
+async def add_progress(store: Store, project: str, data: ExperimentProgressIn) -> ProgressPoint:
+    point = msgspec.convert(
+        {
+            "time": (data.time or datetime.now(UTC)).isoformat(),
+            "metric": data.metric,
+            "value": data.value,
+            "higher_is_better": data.higher_is_better,
+        },
+        ProgressPoint,
+    )
+    await store.add_experiment_progress(project, data.experiment, msgspec.json.encode(point))
+    return point
+
+
+async def waste_report(
+    store: Store,
+    rate_cards: RateCards,
+    project: str,
+    window_from: date | None,
+    window_to: date | None,
+    now: datetime | None = None,
+) -> WasteReport:
+    """Read the whole log (the rules need history before the window) and find the waste."""
+    meta = await store.project_meta(project)
+    catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
+    skus: dict[str, PricedSku] = {}
+    if catalog is not None:
+        for index in range(len(catalog.history.versions)):  # later versions override
+            skus.update(catalog.history.priced(index))
+    events: list[LoggedEvent] = []
+    async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+        events.extend(rows)
+    progress = {
+        experiment: msgspec.json.decode(raw, type=list[ProgressPoint])
+        for experiment, raw in (await store.experiment_progress(project)).items()
+    }
+    return find_waste(
+        project,
+        events,
+        skus,
+        await waste_policy(store, project),
+        progress,
+        now or datetime.now(UTC),
+        window_from,
+        window_to,
+        meta.get("currency", ""),
+    )

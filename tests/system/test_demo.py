@@ -1,0 +1,267 @@
+"""`trainledger demo` end to end, against real servers.
+
+* Self-contained: `run()` starts its own `trainledger serve` (embedded Valkey in a temporary
+  directory) and webhook receiver; the test reads what it printed.
+* Against a running service (`ServerThread` over the suite's embedded Valkey): `run_demo()`
+  with a receiver the test owns, then the service's state is checked: the three incidents
+  are waste findings, every alert reached the receiver exactly once, and the totals equal the
+  events priced here, independently, from the rate card with Decimal.
+* `--url` mode: a fresh project and rate card, never the `default` card; the webhook is
+  removed at the end.
+
+The demo is deterministic apart from dates, so exact figures that do not depend on the
+calendar (the idle reservation, the hung experiment, the replayed event count) are asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from rich.console import Console
+from trainledger.cli.demo import (
+    CRASH,
+    DAYS,
+    EXAMPLE_CARD,
+    HUNG,
+    MAIN,
+    RESERVED_SKU,
+    USAGE_SKU,
+    Receiver,
+    Scenario,
+    add_arguments,
+    demo_rate_card,
+    generate_events,
+    load_example_card,
+    run,
+    run_demo,
+)
+
+from tests.conftest import ServerThread, make_admin_token
+
+INCIDENTS = {"reserved_idle", "experiment_no_progress", "checkpoint_growth"}
+NANO = Decimal("0.000000001")
+
+
+def args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture
+def server(embedded_valkey: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """The app over real HTTP on the suite's embedded Valkey (emptied), loopback allow-listed
+    for webhooks (ServerThread's default settings), delivering every 0.2 s."""
+    client = redis.Redis.from_url(embedded_valkey)
+    client.flushdb()
+    client.close()
+    monkeypatch.setenv("TRAINLEDGER_WEBHOOK_POLL_S", "0.2")
+    thread = ServerThread(embedded_valkey).start()
+    try:
+        yield thread.base_url, asyncio.run(make_admin_token(embedded_valkey))
+    finally:
+        thread.stop()
+
+
+# --- independent pricing ------------------------------------------------------------------
+
+
+def price_events(
+    card: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, Decimal], dict[str, str]]:
+    """Cost per SKU, and each SKU's category: every event priced on its own (graduated tiers
+    on the cumulative quantity of the SKU in the event's calendar month, in posting order),
+    rounded half-even to the nano once per event."""
+    skus = {s["code"]: s for s in card["skus"]}
+    used: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    per_sku: dict[str, Decimal] = defaultdict(Decimal)
+    for ev in events:
+        sku = skus[ev["sku"]]
+        quantity = Decimal(ev["quantity"])
+        month = ev["time"][:7]
+        if sku.get("tiers"):
+            start = used[(ev["sku"], month)]
+            cost, floor, left = Decimal(0), Decimal(0), quantity
+            for tier in sku["tiers"]:
+                ceiling = Decimal(tier["up_to"]) if tier.get("up_to") else None
+                room = (ceiling - max(start, floor)) if ceiling is not None else left
+                take = max(min(left, room), Decimal(0))
+                cost += take * Decimal(tier["unit_price"])
+                left -= take
+                if ceiling is not None:
+                    floor = ceiling
+            used[(ev["sku"], month)] = start + quantity
+        else:
+            cost = quantity * Decimal(sku["unit_price"])
+        per_sku[ev["sku"]] += cost.quantize(NANO, rounding=ROUND_HALF_EVEN)
+    return dict(per_sku), {code: s["category"] for code, s in skus.items()}
+
+
+def test_independent_pricing_handles_tiers() -> None:
+    # The pricer above is itself checked on a boundary: 100 GB at 0, then 0.09 (egress).
+    card = load_example_card()
+    egress = [
+        {"sku": "network.egress.gb", "quantity": "60", "time": "2026-11-01T00:00:00Z"},
+        {"sku": "network.egress.gb", "quantity": "60", "time": "2026-11-02T00:00:00Z"},
+        {"sku": "network.egress.gb", "quantity": "60", "time": "2026-12-01T00:00:00Z"},
+    ]
+    per_sku, _ = price_events(card, egress)
+    assert per_sku["network.egress.gb"] == Decimal("1.80")  # 20 GB past the free 100, in Nov
+
+
+# --- the scenario --------------------------------------------------------------------------
+
+
+def test_scenario_is_deterministic_and_inside_the_window() -> None:
+    now = datetime.fromisoformat("2026-11-30T23:59:00+00:00")
+    sc = Scenario.for_now("llm-7b", "default", now)
+    events = generate_events(sc)
+    assert events == generate_events(sc)  # seeded
+    assert len({e["id"] for e in events}) == len(events)
+    times = [datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for e in events]
+    assert times == sorted(times)
+    # Inside the 35-day deduplication window with a day to spare, and never in the future.
+    assert (now - min(times)).days < 34 and max(times) < sc.end <= now
+    # The reserved block is billed through the crash; its use stops.
+    for day, hour in (CRASH[0], (18, 12)):
+        stamp = sc.at(day, hour).strftime("%Y-%m-%dT%H")
+        that_hour = {e["sku"] for e in events if e["time"].startswith(stamp)}
+        assert RESERVED_SKU in that_hour and USAGE_SKU not in that_hour
+
+
+# --- end to end ---------------------------------------------------------------------------
+
+
+def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(args()) == 0
+    out = capsys.readouterr().out
+    for heading in ("1. Rate card", "2. Plan", "3. Budgets", "4. Webhook", "5. Replay", "9. Waste"):
+        assert heading in out
+    replayed = re.search(r"(\d+) requests: ([\d,]+) events accepted, 0 duplicates, 0 rejected", out)
+    assert replayed is not None
+    events = generate_events(Scenario.for_now("llm-7b", "default"))
+    assert int(replayed[2].replace(",", "")) == len(events)
+    assert int(replayed[1]) == -(-len(events) // 5000)
+    # Every incident is named as a waste finding, with a plain-language line.
+    for kind in INCIDENTS:
+        assert f"{kind}:" in out
+    assert out.count("what it means:") >= 3 + len(INCIDENTS)
+    # The idle reservation: 2.5 days × 32 GPUs = 1,920 GPU-hours at 4.91625.
+    assert "USD 9,439.20 so far" in out
+    # Each recorded alert reached the receiver exactly once, with a valid signature.
+    got = re.search(
+        r"the receiver got (\d+) deliveries for (\d+) distinct alerts, (\d+) with a valid "
+        r"signature; (\d+) alerts",
+        out,
+    )
+    assert got is not None and int(got[1]) == int(got[2]) == int(got[3]) == int(got[4]) > 0
+    # One row per alert, each marked as received once.
+    rows = re.findall(r"^\d\d \w{3} \d\d:00 .*  (\S+) *$", out, flags=re.MULTILINE)
+    assert rows == ["once"] * int(got[4])
+    assert " times" not in out
+    assert "the receiver" in out and "demo failed" not in out
+
+
+def test_demo_against_a_running_service(server: tuple[str, str]) -> None:
+    base_url, token = server
+    sc = Scenario.for_now("llm-7b", "default")
+    receiver = Receiver().start()
+    console = Console(file=io.StringIO(), width=100)
+    try:
+        outcome = run_demo(base_url, token, sc, receiver, console)
+    finally:
+        receiver.stop()
+    events = outcome.events
+    assert outcome.accepted == len(events) and outcome.rejected == 0
+
+    # The three incidents, and nothing else, are waste findings.
+    findings = {f["kind"]: f for f in outcome.waste["findings"]}
+    assert set(findings) == INCIDENTS
+    idle = findings["reserved_idle"]
+    assert Decimal(idle["cost_so_far"]) == 1920 * Decimal("4.91625")
+    assert [d["day"] for d in idle["evidence"]["days"] if Decimal(d["cost"])] == [
+        sc.day(17).isoformat(),
+        sc.day(18).isoformat(),
+        sc.day(19).isoformat(),
+    ]
+    hung = findings["experiment_no_progress"]
+    assert hung["evidence"]["keys"]["experiment"] == HUNG
+    assert Decimal(hung["cost_so_far"]) > 20_000
+    growth = findings["checkpoint_growth"]
+    assert Decimal(growth["cost_so_far"]) > 0 and Decimal(growth["cost_per_day_if_left"]) > 0
+    assert all(f["evidence"]["keys"].get("experiment") != MAIN for f in findings.values())
+    assert Decimal(outcome.waste["total_waste"]) == sum(
+        Decimal(f["cost_so_far"]) for f in findings.values()
+    )
+
+    # Every alert recorded was received exactly once, signed; nothing else was received.
+    alert_ids = [a["id"] for a in outcome.alerts]
+    assert alert_ids and len(set(alert_ids)) == len(alert_ids)
+    received = Counter(d.webhook_id for d in receiver.received())
+    assert received == Counter(alert_ids)
+    assert all(d.signed for d in receiver.received())
+    kinds = {a["kind"] for a in outcome.alerts}
+    assert {"threshold", "forecast"} <= kinds
+    stage_alerts = {(a["scope"].get("stage"), a.get("threshold_pct")) for a in outcome.alerts}
+    assert ("pretrain", 50) in stage_alerts and ("quality_scoring", 80) in stage_alerts
+
+    # The totals are the events priced independently from the rate card.
+    card = demo_rate_card(load_example_card(EXAMPLE_CARD), sc.start)
+    per_sku, categories = price_events(card, events)
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
+        by_sku = http.get(
+            "/v1/costs", params={"project": sc.project, "group_by": "sku", "limit": 1000}
+        ).json()
+        summary = http.get("/v1/costs/summary", params={"project": sc.project}).json()
+        plans = http.get("/v1/plans", params={"project": sc.project}).json()
+    ledger = {row["key"]["sku"]: Decimal(row["cost"]) for row in by_sku["rows"]}
+    assert ledger == {k: v for k, v in per_sku.items() if k in ledger}
+    assert set(per_sku) == set(ledger)
+    assert Decimal(summary["total_cost"]) == sum(per_sku.values())
+    assert summary["total_events"] == len(events)
+    by_category: dict[str, Decimal] = defaultdict(Decimal)
+    for code, cost in per_sku.items():
+        by_category[categories[code]] += cost
+    listed = {b["name"]: Decimal(b["cost"]) for b in summary["by_category"]}
+    assert listed == {k: by_category[k] for k in listed}
+    assert all(k in listed for k, v in by_category.items() if v)
+    # Plan against actual: the same total, and pretraining forecast over its plan.
+    status = outcome.status
+    assert Decimal(status["actual"]) == sum(per_sku.values())
+    pretrain = next(s for s in status["stages"] if s["stage"] == "pretrain")
+    assert Decimal(pretrain["cpi"]) < 1 and Decimal(pretrain["variance"]) < 0
+    assert len(plans) == 1 and plans[0]["id"] == outcome.plan_id
+    assert len(events) == len(generate_events(sc)) and DAYS == 33
+
+
+def test_url_mode_uses_a_fresh_project_and_cleans_up(
+    server: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base_url, token = server
+    assert run(args("--url", base_url, "--token", token)) == 0
+    out = capsys.readouterr().out
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
+        projects = http.get("/v1/projects").json()
+        cards = http.get("/v1/rate-cards").json()["names"]
+        hooks = http.get("/v1/webhooks").json()
+        assert len(projects) == 1 and projects[0].startswith("llm-7b-demo-")
+        project = http.get(f"/v1/projects/{projects[0]}").json()
+    assert "default" not in cards and project["rate_card"] in cards
+    assert project["accepted_events"] == len(generate_events(Scenario.for_now("x", "x")))
+    assert hooks == []  # the receiver is gone, so is its webhook
+    assert f"project {projects[0]}" in out or projects[0] in out
+    for kind in INCIDENTS:
+        assert f"{kind}:" in out
