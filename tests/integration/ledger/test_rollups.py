@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from trainledger.costs.queries import CostQuery, _grouped, _in_range, cost_report, plan_reads
 from trainledger.costs import queries as costs
+from trainledger.costs.queries import CostQuery, _grouped, _in_range, cost_report, plan_reads
 from trainledger.ledger.folding import settle
 from trainledger.ledger.rollups import ROLLUP_VERSION, ROLLUPS, covering
 from trainledger.storage.redis_store import Keys, Store
