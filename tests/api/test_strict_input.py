@@ -211,7 +211,7 @@ def test_every_label_schema_refuses_the_forbidden_characters() -> None:
     """Free-text labels outside events: budget names, webhook descriptions, token names,
     experiment-progress metrics, analysis bucket labels; and names that must match a
     pattern refuse a trailing newline (msgspec's `re.search` with a bare `$` did not)."""
-    from trainledger.analysis.calculators import UpsampleBucket
+    from trainledger.analysis.data_strategy import UpsampleBucket
     from trainledger.auth.model import TokenIn
     from trainledger.budgets.model import BudgetIn
     from trainledger.waste.service import ExperimentProgressIn
