@@ -241,7 +241,8 @@ def test_every_label_schema_refuses_the_forbidden_characters() -> None:
 
 
 def test_rate_cards_and_plans_refuse_the_forbidden_characters_in_their_texts() -> None:
-    from trainledger.plans.model import PlanError, PlanIn, estimate_plan
+    from trainledger.plans.estimate import estimate_plan
+    from trainledger.plans.model import PlanError, PlanIn
     from trainledger.ratecards.model import RateCardError, RateCardIn, validate_rate_card
 
     from tests.api.test_plans_http import plan_body
