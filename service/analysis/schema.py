@@ -99,6 +99,7 @@ def savings_versus(
     currency: str,
     definition: str,
 ) -> Savings:
+    """How much the recommended option saves against `versus` (negative: it costs more)."""
     diff = versus_total - recommended_total
     return Savings(
         amount=money_text(diff),

@@ -121,6 +121,7 @@ def resource_items(
     where: str,
     skus: dict[str, PricedSku],
 ) -> list[Item]:
+    """The lines of a stage's `resources` or `overheads`; unknown SKUs are a `PlanError`."""
     out: list[Item] = []
     for j, res in enumerate(resources):
         path = f"{where}[{j}]"

@@ -34,6 +34,7 @@ US_PER_MICRODAY = 86_400  # 1 day = 86 400 s = 86 400 × 10⁶ µs, so 1 micro-d
 
 
 def micros(delta: timedelta) -> int:
+    """A duration in whole microseconds."""
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -67,6 +68,7 @@ def peak_headroom(
     grand_total: int,
     window_us: int,
 ) -> PeakHeadroom:
+    """The peak daily spend of the stages' timeline against the window's average."""
     day_us = US_PER_MICRODAY * QUANTITY_SCALE
     untimed = sum(t for t, span in zip(totals, timeline, strict=True) if span is None)
     background = round_half_even_div(untimed * day_us, window_us)  # nano per day

@@ -17,19 +17,23 @@ _EPOCH_DAY: Final = date(1970, 1, 1)
 
 
 def micros(when: datetime) -> int:
+    """Microseconds since the epoch of a tz-aware instant."""
     delta = when - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def datetime_at(us: int) -> datetime:
+    """The UTC instant `us` microseconds after the epoch."""
     return _EPOCH + timedelta(microseconds=us)
 
 
 def date_of(day: int) -> date:
+    """The date of a day number."""
     return _EPOCH_DAY + timedelta(days=day)
 
 
 def day_of(d: date) -> int:
+    """The day number of a date."""
     return (d - _EPOCH_DAY).days
 
 

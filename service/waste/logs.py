@@ -24,6 +24,7 @@ __all__ = ["log_ingest_over_cap", "log_past_retention"]
 
 
 def log_ingest_over_cap(ctx: Scan) -> list[Found]:
+    """One finding for the project's days of log ingest over the daily cap."""
     cap_text = ctx.policy.logs.max_ingest_gb_per_day
     if cap_text is None:
         return []
@@ -72,6 +73,7 @@ def log_ingest_over_cap(ctx: Scan) -> list[Found]:
 
 
 def log_past_retention(ctx: Scan) -> list[Found]:
+    """One finding per log retention SKU with logs kept past the log retention."""
     keep = ctx.policy.logs.retention_days
     if keep is None:
         return []

@@ -55,6 +55,9 @@ def allocate(total: int, weights: Sequence[int]) -> list[int]:
 
 @dataclass
 class Scan:
+    """One report's events in time order (`rows`, with their UTC `days`), its window and
+    reference days, and per event the cost already claimed by a finding."""
+
     rows: list[LoggedEvent]
     days: list[int]
     skus: Mapping[str, PricedSku]
@@ -67,7 +70,7 @@ class Scan:
     rate_day: int
     as_of_us: int
     claimed: list[int] = field(default_factory=list)
-    past_retention: set[int] = field(default_factory=set)
+    past_retention: set[int] = field(default_factory=set)  # left out of checkpoint growth
 
     def fixed(self, sku: str) -> bool:
         s = self.skus.get(sku)
@@ -81,6 +84,7 @@ class Scan:
         return self.first_day <= self.days[i] <= self.last_day
 
     def net(self, i: int) -> int:
+        """The event's cost not yet claimed by a finding."""
         return self.rows[i].cost_nano - self.claimed[i]
 
     def ids(self, indexes: Iterable[int]) -> tuple[list[str], int]:
@@ -90,6 +94,8 @@ class Scan:
 
 @dataclass
 class Found:
+    """A finding with its cost so far and per day (nano), for sorting and the totals."""
+
     cost: int
     per_day: int
     finding: Finding
@@ -157,6 +163,8 @@ def new_finding(
     action: str,
     window: tuple[int, int] | None = None,
 ) -> Found:
+    """A rule's finding with its evidence; `window` defaults to the first and last day with
+    waste cost."""
     event_ids, count = ctx.ids(indexes)
     if window is None:
         costly = [d for d, c, _ in days if c > 0]
@@ -183,6 +191,7 @@ def new_finding(
 
 
 def is_storage(ctx: Scan, i: int) -> bool:
+    """Whether the event is storage the storage rules check (not fixed, not a transfer)."""
     row = ctx.rows[i]
     return (
         row.category == "storage"
@@ -192,6 +201,7 @@ def is_storage(ctx: Scan, i: int) -> bool:
 
 
 def is_logging(ctx: Scan, i: int) -> bool:
+    """Whether the event is logging the log rules check (not fixed, not a transfer)."""
     row = ctx.rows[i]
     return (
         row.category == "logging"

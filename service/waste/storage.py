@@ -42,6 +42,7 @@ __all__ = ["checkpoint_growth", "storage_past_retention"]
 
 
 def storage_past_retention(ctx: Scan) -> list[Found]:
+    """One finding per (SKU, data class, dataset) with storage kept past its retention."""
     retention = ctx.policy.retention_days
     groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for i, row in enumerate(ctx.rows):
@@ -93,6 +94,7 @@ def storage_past_retention(ctx: Scan) -> list[Found]:
 
 
 def checkpoint_growth(ctx: Scan) -> list[Found]:
+    """One finding for the project's days of checkpoint storage above the policy."""
     policy = ctx.policy.checkpoint
     if policy.size_gb is None:
         return []
