@@ -10,19 +10,17 @@ from litestar.params import JSONBody
 
 from ..http.problems import invalid
 from ..http.security import requires
-from .calculators import (
-    AnalysisError,
+from .arithmetic import AnalysisError
+from .checkpoint_interval import (
     CheckpointIntervalIn,
     CheckpointIntervalOut,
-    DataStrategyIn,
-    DataStrategyOut,
-    DomainMixIn,
-    DomainMixOut,
+    analyse_checkpoint_interval,
+)
+from .data_strategy import DataStrategyIn, DataStrategyOut, analyse_data_strategy
+from .domain_mix import DomainMixIn, DomainMixOut, analyse_domain_mix
+from .storage_lifecycle import (
     StorageLifecycleIn,
     StorageLifecycleOut,
-    analyse_checkpoint_interval,
-    analyse_data_strategy,
-    analyse_domain_mix,
     analyse_storage_lifecycle,
 )
 

@@ -27,7 +27,8 @@ from ..budgets.service import create_budget
 from ..costs.queries import cost_report
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..storage.redis_store import Store
-from .model import PlanError, PlanEstimate, PlanIn, estimate_plan
+from .estimate import estimate_plan
+from .model import PlanError, PlanEstimate, PlanIn
 
 
 class PlanRecord(msgspec.Struct, kw_only=True):

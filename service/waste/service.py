@@ -1,4 +1,4 @@
-"""Reports over a project's event log: waste findings (rules in `service.waste.model`)."""
+"""Reports over a project's event log: waste findings (rules in `service/waste/report.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from ..ledger.eventlog import LoggedEvent, read_log
 from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
 from ..ratecards.model import PricedSku
 from ..storage.redis_store import Store
-from .model import ProgressPoint, WastePolicy, WasteReport, find_waste
+from .model import ProgressPoint, WastePolicy, WasteReport
+from .report import find_waste
 
 POLICY_FIELD = "waste_policy"
 

@@ -211,7 +211,7 @@ def test_every_label_schema_refuses_the_forbidden_characters() -> None:
     """Free-text labels outside events: budget names, webhook descriptions, token names,
     experiment-progress metrics, analysis bucket labels; and names that must match a
     pattern refuse a trailing newline (msgspec's `re.search` with a bare `$` did not)."""
-    from trainledger.analysis.calculators import UpsampleBucket
+    from trainledger.analysis.data_strategy import UpsampleBucket
     from trainledger.auth.model import TokenIn
     from trainledger.budgets.model import BudgetIn
     from trainledger.waste.service import ExperimentProgressIn
@@ -241,7 +241,8 @@ def test_every_label_schema_refuses_the_forbidden_characters() -> None:
 
 
 def test_rate_cards_and_plans_refuse_the_forbidden_characters_in_their_texts() -> None:
-    from trainledger.plans.model import PlanError, PlanIn, estimate_plan
+    from trainledger.plans.estimate import estimate_plan
+    from trainledger.plans.model import PlanError, PlanIn
     from trainledger.ratecards.model import RateCardError, RateCardIn, validate_rate_card
 
     from tests.api.test_plans_http import plan_body

@@ -1,4 +1,4 @@
-"""Design-decision analyses (`service.analysis.calculators`).
+"""Design-decision analyses (`service/analysis/`: one module per analysis, `registry.ANALYSES`).
 
 Every scenario below is built by hand: its expected answers are worked out in the comments
 from the inputs and the documented formulas, never copied from the function's output.
@@ -15,19 +15,16 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from trainledger.analysis.calculators import (
-    ANALYSES,
-    AnalysisError,
+from trainledger.analysis.arithmetic import AnalysisError
+from trainledger.analysis.checkpoint_interval import (
     CheckpointIntervalIn,
-    DataStrategyIn,
-    DomainMixIn,
-    StorageLifecycleIn,
     analyse_checkpoint_interval,
-    analyse_data_strategy,
-    analyse_domain_mix,
-    analyse_storage_lifecycle,
     checkpoint_total_cost,
 )
+from trainledger.analysis.data_strategy import DataStrategyIn, analyse_data_strategy
+from trainledger.analysis.domain_mix import DomainMixIn, analyse_domain_mix
+from trainledger.analysis.registry import ANALYSES
+from trainledger.analysis.storage_lifecycle import StorageLifecycleIn, analyse_storage_lifecycle
 
 
 def _d(value: Decimal) -> str:

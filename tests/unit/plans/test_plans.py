@@ -1,4 +1,5 @@
-"""Plan estimation (`service.plans.model`) and the example rate card.
+"""Plan estimation (`service.plans.estimate`; wire models in `service.plans.model`) and the
+example rate card.
 
 The first part reproduces published training-cost tables from the papers' own inputs (GPU hours,
 price per GPU hour, power per GPU, PUE, carbon intensity, parameters and tokens): the tests feed
@@ -32,13 +33,13 @@ import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from trainledger.plans.estimate import estimate_plan
 from trainledger.plans.model import (
     GRID_INTENSITY,
     PlanError,
     PlanEstimate,
     PlanIn,
     StageIn,
-    estimate_plan,
 )
 from trainledger.ratecards.model import COST_CATEGORIES, PricedSku, RateCardIn, validate_rate_card
 

@@ -1,4 +1,4 @@
-"""Waste findings (`service.waste.model`).
+"""Waste findings (`service/waste/`: `report.find_waste` and one module per kind of waste).
 
 Every scenario is built from `LoggedEvent` rows by hand, and its expected findings and
 money are worked out in the comments from the inputs and the conventions documented in the
@@ -19,15 +19,10 @@ import msgspec
 import pytest
 from trainledger.ledger.eventlog import LoggedEvent
 from trainledger.ratecards.model import PricedSku
-from trainledger.waste.model import (
-    Finding,
-    ProgressPoint,
-    WastePolicy,
-    WasteReport,
-    _allocate,
-    find_waste,
-    usage_sku_of,
-)
+from trainledger.waste.model import Finding, ProgressPoint, WastePolicy, WasteReport
+from trainledger.waste.report import find_waste
+from trainledger.waste.reserved import usage_sku_of
+from trainledger.waste.scan import allocate
 
 from costcore.money import parse_quantity
 
@@ -715,9 +710,9 @@ def test_share_of_a_day_split_exactly_before_netting() -> None:
     assert (logs.cost_so_far, logs.cost_per_day_if_left) == ("0.50", "0.00")
     assert (run_z.cost_so_far, run_z.cost_per_day_if_left) == ("7.50", "2.142857143")
     assert report.total_waste == "8.00"
-    assert _allocate(10, [1, 1, 1]) == [4, 3, 3]
-    assert _allocate(7, [0, 2, 5]) == [0, 2, 5]
-    assert _allocate(5, [0, 0]) == [0, 0]
+    assert allocate(10, [1, 1, 1]) == [4, 3, 3]
+    assert allocate(7, [0, 2, 5]) == [0, 2, 5]
+    assert allocate(5, [0, 0]) == [0, 0]
 
 
 def test_experiment_window_start_clips_the_span() -> None:
