@@ -194,6 +194,17 @@ def _rows(text: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     return header, rows
 
 
+@dataclass(frozen=True)
+class _Options:
+    """What every row of one import shares: the SKU mapping and where projects come from."""
+
+    skus: Mapping[str, str]
+    project_from: ProjectFrom
+    fixed_project: str | None
+    tz: tzinfo
+    cluster: str | None
+
+
 def import_sacct(
     text: str,
     mapping: Mapping[str, str],
@@ -209,10 +220,10 @@ def import_sacct(
     with single lines are reported in ``skipped``.
     """
     header, rows = _rows(text)
-    skus = normalise_mapping(mapping)
     fixed_project = clean_project(project) if project is not None else None
     if project is not None and fixed_project is None:
         raise ValueError(f"project {project!r} is not a valid project name")
+    options = _Options(normalise_mapping(mapping), project_from, fixed_project, tz, cluster)
     result = ImportResult()
     seen: set[tuple[str, str, datetime]] = set()  # (cluster, job id, start): one run
     for number, fields in rows:
@@ -226,98 +237,130 @@ def import_sacct(
                 )
             )
             continue
-        row = dict(zip(header, fields, strict=True))
-        job_id = row["jobid"].strip()
-        if "." in job_id:
-            result.steps += 1
+        _import_row(dict(zip(header, fields, strict=True)), number, options, seen, result)
+    return result
+
+
+def _import_row(
+    row: dict[str, str],
+    number: int,
+    options: _Options,
+    seen: set[tuple[str, str, datetime]],
+    result: ImportResult,
+) -> None:
+    """Count one sacct line in `result`: as events, or as the reason it has none."""
+    job_id = row["jobid"].strip()
+    if "." in job_id:
+        result.steps += 1
+        return
+    if "[" in job_id:  # pending array tasks, e.g. 123_[5-9%2]
+        result.not_finished += 1
+        return
+    if not JOB_ID_RE.match(job_id):
+        result.skipped.append(Skipped(job_id, "not a Slurm job id", number))
+        return
+    state = (row["state"].split() or [""])[0]
+    try:
+        start = parse_time(row["start"], options.tz)
+        end = parse_time(row["end"], options.tz)
+    except ValueError as exc:
+        result.skipped.append(Skipped(job_id, f"bad Start/End time: {exc}", number))
+        return
+    if state in NOT_FINISHED_STATES or (start is not None and end is None):
+        result.not_finished += 1
+        return
+    try:
+        gpus = parse_alloc_tres(row["alloctres"])
+        elapsed = int(row["elapsedraw"] or "0")
+    except ValueError as exc:
+        result.skipped.append(Skipped(job_id, str(exc), number))
+        return
+    if start is None or end is None or gpus.total == 0 or elapsed <= 0:
+        # Never started, or held no GPU (a CPU-only job, a job cancelled at once).
+        result.without_gpus += 1
+        return
+    cluster_name = options.cluster or row.get("cluster", "").strip() or None
+    run = (cluster_name or "", job_id, start)
+    if run in seen:  # concatenated outputs of overlapping sacct windows
+        result.repeated += 1
+        return
+    seen.add(run)
+    raw_project = row.get(options.project_from, "")
+    project_name = options.fixed_project or clean_project(raw_project)
+    if project_name is None:
+        result.skipped.append(
+            Skipped(
+                job_id,
+                f"{options.project_from} {raw_project!r} is not a valid project name "
+                "(lower-case letters, digits, '-', '_'; at most 64)",
+                number,
+            )
+        )
+        return
+    job = _Job(job_id, state, start, end, elapsed, gpus, cluster_name, project_name)
+    if _append_job_events(job, row, number, options.skus, result):
+        result.counted += 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A finished GPU job, checked: what its events are made from."""
+
+    job_id: str
+    state: str
+    start: datetime
+    end: datetime
+    elapsed: int
+    gpus: GpuAllocation
+    cluster: str | None
+    project: str
+
+
+def _append_job_events(
+    job: _Job, row: dict[str, str], number: int, skus: Mapping[str, str], result: ImportResult
+) -> bool:
+    """Append the job's events (one per GPU kind and UTC day); False when none was mapped."""
+    partition = row["partition"].strip()
+    labels, problems = labels_from_text(row.get("comment", ""))
+    for problem in problems:
+        result.warnings.append(f"job {job.job_id} (line {number}): comment ignored: {problem}")
+    owner = clean_label(row.get("user", "").strip())
+    tags = {"slurm_job_id": job.job_id, "slurm_state": job.state}
+    if partition:
+        tags["slurm_partition"] = partition
+    if job.cluster:
+        tags["slurm_cluster"] = job.cluster
+    parts: list[tuple[str, str | None, int, str]] = []  # (id key, type, count, unmapped key)
+    for gpu_type, count in sorted(job.gpus.typed.items()):
+        key = f"gpu:{gpu_type}"
+        sku = skus.get(key) or skus.get(partition)
+        parts.append((key, sku, count, key))
+    if job.gpus.untyped:
+        sku = skus.get(partition) or skus.get("gpu")
+        parts.append(("gpu", sku, job.gpus.untyped, partition or "gpu"))
+    prefix = "slurm:" + (f"{_id_part(job.cluster)}:" if job.cluster else "")
+    start_stamp = job.start.strftime("%Y%m%dT%H%M%SZ")
+    counted = False
+    for id_key, sku, count, unmapped_key in parts:
+        if sku is None:
+            result.add_unmapped(unmapped_key, to_micro_decimal(gpu_hours(count, job.elapsed)))
             continue
-        if "[" in job_id:  # pending array tasks, e.g. 123_[5-9%2]
-            result.not_finished += 1
-            continue
-        if not JOB_ID_RE.match(job_id):
-            result.skipped.append(Skipped(job_id, "not a Slurm job id", number))
-            continue
-        state = (row["state"].split() or [""])[0]
-        try:
-            start = parse_time(row["start"], tz)
-            end = parse_time(row["end"], tz)
-        except ValueError as exc:
-            result.skipped.append(Skipped(job_id, f"bad Start/End time: {exc}", number))
-            continue
-        if state in NOT_FINISHED_STATES or (start is not None and end is None):
-            result.not_finished += 1
-            continue
-        try:
-            gpus = parse_alloc_tres(row["alloctres"])
-            elapsed = int(row["elapsedraw"] or "0")
-        except ValueError as exc:
-            result.skipped.append(Skipped(job_id, str(exc), number))
-            continue
-        if start is None or end is None or gpus.total == 0 or elapsed <= 0:
-            # Never started, or held no GPU (a CPU-only job, a job cancelled at once).
-            result.without_gpus += 1
-            continue
-        cluster_name = cluster or row.get("cluster", "").strip() or None
-        run = (cluster_name or "", job_id, start)
-        if run in seen:  # concatenated outputs of overlapping sacct windows
-            result.repeated += 1
-            continue
-        seen.add(run)
-        raw_project = row.get(project_from, "")
-        project_name = fixed_project or clean_project(raw_project)
-        if project_name is None:
-            result.skipped.append(
-                Skipped(
-                    job_id,
-                    f"{project_from} {raw_project!r} is not a valid project name "
-                    "(lower-case letters, digits, '-', '_'; at most 64)",
-                    number,
+        part_tags = dict(tags)
+        if id_key.startswith("gpu:"):
+            part_tags["gpu_type"] = id_key[len("gpu:") :]
+        for when, quantity in usage_slices(job.start, job.end, count, job.elapsed):
+            result.events.append(
+                ImportEvent(
+                    id=f"{prefix}{job.job_id}:{start_stamp}:{when:%Y%m%d}:{_id_part(id_key)}",
+                    time=when,
+                    project=job.project,
+                    sku=sku,
+                    quantity=quantity,
+                    stage=labels.get("stage"),
+                    experiment=labels.get("experiment"),
+                    owner=owner,
+                    tags=part_tags,
                 )
             )
-            continue
-        partition = row["partition"].strip()
-        labels, problems = labels_from_text(row.get("comment", ""))
-        for problem in problems:
-            result.warnings.append(f"job {job_id} (line {number}): comment ignored: {problem}")
-        owner = clean_label(row.get("user", "").strip())
-        tags = {"slurm_job_id": job_id, "slurm_state": state}
-        if partition:
-            tags["slurm_partition"] = partition
-        if cluster_name:
-            tags["slurm_cluster"] = cluster_name
-        parts: list[tuple[str, str | None, int, str]] = []  # (id key, type, count, unmapped key)
-        for gpu_type, count in sorted(gpus.typed.items()):
-            key = f"gpu:{gpu_type}"
-            sku = skus.get(key) or skus.get(partition)
-            parts.append((key, sku, count, key))
-        if gpus.untyped:
-            sku = skus.get(partition) or skus.get("gpu")
-            parts.append(("gpu", sku, gpus.untyped, partition or "gpu"))
-        prefix = "slurm:" + (f"{_id_part(cluster_name)}:" if cluster_name else "")
-        start_stamp = start.strftime("%Y%m%dT%H%M%SZ")
-        counted = False
-        for id_key, sku, count, unmapped_key in parts:
-            if sku is None:
-                result.add_unmapped(unmapped_key, to_micro_decimal(gpu_hours(count, elapsed)))
-                continue
-            part_tags = dict(tags)
-            if id_key.startswith("gpu:"):
-                part_tags["gpu_type"] = id_key[len("gpu:") :]
-            for when, quantity in usage_slices(start, end, count, elapsed):
-                result.events.append(
-                    ImportEvent(
-                        id=f"{prefix}{job_id}:{start_stamp}:{when:%Y%m%d}:{_id_part(id_key)}",
-                        time=when,
-                        project=project_name,
-                        sku=sku,
-                        quantity=quantity,
-                        stage=labels.get("stage"),
-                        experiment=labels.get("experiment"),
-                        owner=owner,
-                        tags=part_tags,
-                    )
-                )
-                counted = True
-        if counted:
-            result.counted += 1
-    return result
+            counted = True
+    return counted
