@@ -9,15 +9,21 @@ are its Python reference: the same rule, written to be read and checked
 - A counter's spend *before* the batch is read first; *after* is before plus the batch's delta.
 - A check of mode ``"c"`` (a threshold: "crossing") fires when the batch takes the counter from
   below its limit to at or above it (``before < limit <= after``). A batch that starts at or
-  above the limit does not fire it again: only the batch that crosses does.
+  above the limit does not fire it, even if it never fired: only the batch that crosses does.
 - A check of mode ``"a"`` (forecast, growth: "above") fires whenever the counter ends strictly
-  above its limit (``limit < after``), whatever it was before: the limit moves with time.
+  above its limit (``limit < after``), whatever it was before: its limit moves (with the
+  elapsed part of the period, with the trailing days' spend).
 - Either fires at most once per alert id (``HSETNX`` on the fired hash). An alert id names the
   budget, the period and the limit (``bud_x:2026-01:t80``), so a threshold fires once per
   period, and a new period starts with none fired. The fired hash records *after*.
 - Checks are tried in the order given: a budget's thresholds ascending (`new_budget` sorts
   them), then its forecast. One batch crossing several thresholds fires each, in that order,
   every one of them with the same *after*.
+
+A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
+through `Store.init_budget_counters`): there each threshold its period's spend has already
+reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
+not part of this reference.
 """
 
 from __future__ import annotations
