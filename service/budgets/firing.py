@@ -1,8 +1,35 @@
-"""From a priced batch to the budget counters and limit checks the ingest script applies."""
+"""When a budget alert fires, and from a priced batch to the counters and limit checks that
+decide it.
+
+The decision itself is made inside the ingest script (``INGEST_LUA`` in
+``service/storage/redis_store.py``), atomically with the batch. `fire_limits` and `fire_batch`
+are its Python reference: the same rule, written to be read and checked
+(tests/integration/budgets/test_firing_reference.py drives the script and compares). The rule:
+
+- A counter's spend *before* the batch is read first; *after* is before plus the batch's delta.
+- A check of mode ``"c"`` (a threshold: "crossing") fires when the batch takes the counter from
+  below its limit to at or above it (``before < limit <= after``). A batch that starts at or
+  above the limit does not fire it, even if it never fired: only the batch that crosses does.
+- A check of mode ``"a"`` (forecast, growth: "above") fires whenever the counter ends strictly
+  above its limit (``limit < after``), whatever it was before: its limit moves (with the
+  elapsed part of the period, with the trailing days' spend).
+- Either fires at most once per alert id (``HSETNX`` on the fired hash). An alert id names the
+  budget, the period and the limit (``bud_x:2026-01:t80``), so a threshold fires once per
+  period, and a new period starts with none fired. The fired hash records *after*.
+- Checks are tried in the order given: a budget's thresholds ascending (`new_budget` sorts
+  them), then its forecast. One batch crossing several thresholds fires each, in that order,
+  every one of them with the same *after*.
+
+A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
+through `Store.init_budget_counters`): there each threshold its period's spend has already
+reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
+not part of this reference.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
@@ -23,6 +50,58 @@ from .model import (
     scope_labels,
     threshold_limit,
 )
+
+
+@dataclass(frozen=True)
+class FiredAlert:
+    """An alert the rule fires: its id, and the counter's spend after the batch (what the
+    alerts stream entry carries as ``s`` and the fired hash records)."""
+
+    alert_id: str
+    spent: int
+
+
+def limit_reached(check: LimitCheck, before: int, after: int) -> bool:
+    """Whether a counter moving from `before` to `after` meets the check (fired or not)."""
+    if check.mode == "c":
+        return before < check.limit <= after
+    return check.limit < after
+
+
+def fire_limits(
+    before: int, delta: int, checks: Sequence[LimitCheck], fired: Mapping[str, int]
+) -> tuple[list[FiredAlert], dict[str, int]]:
+    """The reference of the firing rule for one counter: from its spend before the batch, the
+    batch's `delta` and the alerts already fired (id -> spend when fired), the alerts this
+    batch fires, in order, and the fired set after it."""
+    after = before + delta
+    now_fired = dict(fired)
+    alerts: list[FiredAlert] = []
+    for check in checks:
+        if limit_reached(check, before, after) and check.alert_id not in now_fired:
+            now_fired[check.alert_id] = after
+            alerts.append(FiredAlert(check.alert_id, after))
+    return alerts, now_fired
+
+
+def fire_batch(
+    spend: Mapping[str, int], counters: Sequence[BudgetCounter], fired: Mapping[str, int]
+) -> tuple[list[FiredAlert], dict[str, int], dict[str, int]]:
+    """The reference for a whole batch: every counter's spend before is read before any
+    moves (as the script does), then each counter's checks in order. Returns the alerts
+    fired, the spend after (field -> spend) and the fired set after. Per-period and per-day
+    fields live in two hashes but never share a name ("2026-11", "2026-W48", "window" against
+    "20261130"), so one mapping holds both."""
+    befores = [spend.get(counter.field, 0) for counter in counters]
+    new_spend = dict(spend)
+    for counter in counters:
+        new_spend[counter.field] = new_spend.get(counter.field, 0) + counter.delta
+    alerts: list[FiredAlert] = []
+    now_fired = dict(fired)
+    for counter, before in zip(counters, befores, strict=True):
+        fired_now, now_fired = fire_limits(before, counter.delta, counter.checks, now_fired)
+        alerts += fired_now
+    return alerts, new_spend, now_fired
 
 
 def spend_field(budget_id: str, period: str) -> str:

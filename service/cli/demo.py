@@ -67,7 +67,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ..webhooks.formats import verify_standard
+from ..webhooks.signing import verify_standard
 
 __all__ = [
     "BATCH_EVENTS",

@@ -96,7 +96,7 @@ async def ensure_secret_key(store: Store, sealer: Sealer) -> str | None:
     """Check that the key opens the secrets this Redis holds (a check value sealed with the
     key of the first start), and re-seal with the first key whatever an older key of the
     list sealed (rotation). Returns why the server must not start, or None."""
-    from ..webhooks.delivery import reseal_webhooks
+    from ..webhooks.registry import reseal_webhooks
 
     stored = await store.sealing_check(sealer.seal(CHECK_PLAINTEXT))
     try:

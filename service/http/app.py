@@ -44,8 +44,9 @@ from ..storage.embedded import exit_with_parent
 from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
 from ..waste.routes import ExperimentController, ReportController
-from ..webhooks.delivery import DeliveryConfig, DeliveryWorker
+from ..webhooks.config import DeliveryConfig
 from ..webhooks.routes import WebhookController
+from ..webhooks.worker import DeliveryWorker
 from .bodies import BoundedRequest
 from .deadline import StoreDeadlineMiddleware
 from .deps import Services

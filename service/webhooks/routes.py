@@ -14,11 +14,15 @@ from ..events.routes import ProjectParam
 from ..http.deps import Services
 from ..http.problems import invalid, problem
 from ..http.security import requires
-from .delivery import (
+from .deliveries import (
     DeliveryPage,
     DeliveryStatus,
     RedeliverIn,
     RedeliverReport,
+    list_deliveries,
+    redeliver,
+)
+from .registry import (
     WebhookCreated,
     WebhookError,
     WebhookIn,
@@ -26,9 +30,7 @@ from .delivery import (
     WebhookView,
     create_webhook,
     created_view,
-    list_deliveries,
     load_webhooks,
-    redeliver,
     webhook_view,
 )
 

@@ -1,4 +1,4 @@
-"""Where a webhook may be sent: URL checks, address classification, pinned sending (SSRF).
+"""Where a webhook may be sent: URL checks, address classification, resolving (SSRF).
 
 A webhook URL is chosen by whoever registers it, and the ledger POSTs to it from inside the
 network it runs in. Without care that is a server-side request forgery: a URL naming
@@ -18,7 +18,7 @@ ledger send requests wherever the registrant likes. The rules:
   documentation and benchmarking ranges, IPv6 unique-local and link-local are refused, and
   so are the IPv4-mapped, NAT64 and 6to4 forms of those. An address inside an allow-listed
   network, or any address of an allow-listed host name, is accepted.
-* **Checked when sent, and pinned** (`send_pinned`): the host is resolved again before every
+* **Checked when sent, and pinned** (`sending.send_pinned`): the host is resolved again before every
   attempt, every answer is checked, and the connection goes to the checked address itself
   (the request keeps the original ``Host`` header and, for TLS, the original name as SNI and
   for certificate verification). A second DNS answer (DNS rebinding) has nothing to swap.
@@ -26,7 +26,7 @@ ledger send requests wherever the registrant likes. The rules:
   never reused for another name. Redirects are never followed: a 3xx is a failed attempt.
 
 Nothing here logs, and no error message carries the URL's path or query (they hold the chat
-tools' secrets); `secret_parts` and `scrub` remove them from text that came from elsewhere.
+tools' secrets); `service.webhooks.redaction` removes them from text that came from elsewhere.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ import asyncio
 import ipaddress
 import re
 import socket
-import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 import idna
@@ -415,121 +414,3 @@ async def resolve_target(
         if reason is not None and not allow.address_allowed(addr):
             raise UnsafeTarget(f"{target.host} resolves to {addr}, {reason}")
     return answers
-
-
-# --- sending ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: httpx.Headers
-    head: bytes  # the first `read_limit` bytes of the body (or fewer)
-
-
-async def send_pinned(
-    target: Target,
-    addresses: Sequence[IPAddress],
-    *,
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    timeout_s: float,
-    ssl_context: ssl.SSLContext,
-    read_limit: int = 2048,
-) -> Answer:
-    """Send one request for `url` (the target's URL, perhaps with more query parameters) to
-    the first of `addresses` that accepts a connection, never to anything a resolver says
-    now. Redirects are not followed (the transport has no notion of them). Raises httpx
-    errors as httpx does; `UnsafeTarget` if `url` is not on the target's origin."""
-    request_url = httpx.URL(url)
-    same_origin = (
-        request_url.scheme == target.scheme
-        and (request_url.port or (443 if target.scheme == "https" else 80)) == target.port
-        and (
-            parse_literal(request_url.host) == target.ip
-            if target.ip is not None
-            else normalize_host(request_url.raw_host.decode("ascii")) == target.host
-        )
-    )
-    if not same_origin:
-        raise UnsafeTarget("the request is not for the checked host")
-    if not addresses:
-        raise UnresolvedTarget(f"{target.host} has no address to send to")
-    host_header = request_url.netloc.decode("ascii")
-    extensions: dict[str, object] = {"timeout": httpx.Timeout(timeout_s).as_dict()}
-    if target.scheme == "https" and target.ip is None:
-        # TLS: SNI and certificate verification for the name, the socket to the address.
-        extensions["sni_hostname"] = target.host
-    last: httpx.TransportError | None = None
-    for addr in addresses:
-        pinned = request_url.copy_with(host=addr.compressed)
-        request = httpx.Request(
-            method,
-            pinned,
-            headers={**headers, "host": host_header},
-            content=body,
-            extensions=extensions,
-        )
-        # A transport per attempt: no pooled connection (opened for another name, or for an
-        # address checked earlier) is ever reused, and nothing follows a redirect.
-        async with httpx.AsyncHTTPTransport(
-            verify=ssl_context, trust_env=False, retries=0
-        ) as transport:
-            try:
-                response = await transport.handle_async_request(request)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                last = exc  # this address is down; the next one (if any) may answer
-                continue
-            head = b""
-            try:
-                async for chunk in response.aiter_bytes():
-                    head += chunk
-                    if len(head) >= read_limit:
-                        break
-            except (httpx.HTTPError, OSError):
-                pass  # it answered; the status says how, whatever the rest of the body
-            finally:
-                await response.aclose()
-            return Answer(response.status_code, response.headers, head[:read_limit])
-    assert last is not None
-    raise last
-
-
-# --- secrets in text ----------------------------------------------------------------------
-
-
-def secret_parts(url: str, fmt: str, secret: str | None) -> list[str]:
-    """The pieces of a webhook that are secrets: its signing secret; for the chat formats
-    (whose URL is the credential) the URL's path and query; for `standard`, the query
-    values. Longest first, for `scrub`."""
-    parts: set[str] = set()
-    if secret:
-        parts.add(secret)
-        parts.add(secret.removeprefix("whsec_"))
-    try:
-        split = urlsplit(url)
-    except ValueError:
-        return sorted({p for p in parts if p} | {url}, key=len, reverse=True)
-    parts.add(url)
-    if fmt != "standard":
-        if split.path not in ("", "/"):
-            parts.add(split.path)
-            parts.add(unquote(split.path))
-        if split.query:
-            parts.add(split.query)
-    for _, value in parse_qsl(split.query, keep_blank_values=False):
-        parts.add(value)
-    for raw in split.query.split("&"):
-        if "=" in raw:
-            parts.add(raw.split("=", 1)[1])
-    return sorted((p for p in parts if len(p) >= 3), key=len, reverse=True)
-
-
-def scrub(text: str, parts: Iterable[str]) -> str:
-    """`text` with every secret part replaced by "…"."""
-    for part in parts:
-        if part in text:
-            text = text.replace(part, "…")
-    return text

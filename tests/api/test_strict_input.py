@@ -215,7 +215,7 @@ def test_every_label_schema_refuses_the_forbidden_characters() -> None:
     from trainledger.auth.model import TokenIn
     from trainledger.budgets.model import BudgetIn
     from trainledger.waste.service import ExperimentProgressIn
-    from trainledger.webhooks.delivery import WebhookIn
+    from trainledger.webhooks.registry import WebhookIn
 
     cases: list[tuple[type[Any], dict[str, Any], str]] = [
         (BudgetIn, {"project": "llm", "name": "b", "amount": "10"}, "name"),

@@ -41,18 +41,13 @@ import standardwebhooks
 from litestar import Litestar
 from trainledger.config import Settings
 from trainledger.storage.redis_store import Keys, Store
-from trainledger.webhooks.delivery import (
-    DELIVERY_GROUP,
-    DeliveryConfig,
-    DeliveryWorker,
-    UnsafeTarget,
-    check_target,
-    parse_retry_after,
-    redacted_url,
-    retry_delay,
-)
-from trainledger.webhooks.formats import generate_secret
+from trainledger.webhooks.config import DeliveryConfig, parse_retry_after, retry_delay
+from trainledger.webhooks.redaction import redacted_url
+from trainledger.webhooks.registry import check_target
 from trainledger.webhooks.routes import WebhookController
+from trainledger.webhooks.signing import generate_secret
+from trainledger.webhooks.targets import UnsafeTarget
+from trainledger.webhooks.worker import DELIVERY_GROUP, DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card

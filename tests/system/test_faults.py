@@ -39,7 +39,7 @@ import pytest
 import uvicorn
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.storage.redis_store import Store
-from trainledger.webhooks.delivery import DeliveryConfig
+from trainledger.webhooks.config import DeliveryConfig
 
 from tests.api.test_budgets import this_month
 from tests.conftest import (

@@ -30,7 +30,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainledger.config import Settings
 from trainledger.webhooks import targets
-from trainledger.webhooks.delivery import DeliveryConfig, DeliveryWorker, check_target
+from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.registry import check_target
 from trainledger.webhooks.targets import (
     AllowList,
     IPAddress,
@@ -40,6 +41,7 @@ from trainledger.webhooks.targets import (
     refusal_reason,
     resolve_target,
 )
+from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card

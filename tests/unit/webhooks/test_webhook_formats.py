@@ -1,4 +1,5 @@
-"""Webhook message building and signing for budget alerts (service.webhooks.formats).
+"""Webhook message building and signing for budget alerts (service.webhooks.formats,
+chat_formats and signing).
 
 Signatures are checked three ways: published vectors, an independent re-implementation
 here written from the vendors' documented algorithms (stdlib hmac), and, for Standard
@@ -17,16 +18,18 @@ from urllib.parse import parse_qs, quote_plus, urlsplit
 
 import msgspec
 import pytest
+from trainledger.webhooks.chat_formats import truncate_utf8
 from trainledger.webhooks.formats import (
     FORMATS,
     AlertMessage,
     OutgoingRequest,
     build_request,
+)
+from trainledger.webhooks.signing import (
     dingtalk_sign,
     feishu_sign,
     generate_secret,
     standard_signature,
-    truncate_utf8,
     verify_standard,
 )
 

@@ -1,0 +1,322 @@
+"""The chat formats' bodies (Slack, Feishu, DingTalk, WeCom) for an alert: its display strings
+cleaned, clipped and escaped for each markup, then laid out. No I/O.
+
+User-supplied strings (project, scope, period, budget and driver names, link labels)
+have control characters removed and are clipped, then escaped for the target markup:
+Slack mrkdwn gets ``& < >`` as entities (Slack's documented escaping) and every mrkdwn
+text object is ``verbatim``; DingTalk/WeCom markdown get ``& < >`` as entities and
+``\\ ` * _ [ ] ~ |`` backslash-escaped. Amounts must be decimal strings and the currency
+three capital letters (`service.webhooks.formats` checks), so they never need escaping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlsplit
+
+import msgspec
+
+if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
+    from .formats import AlertMessage
+
+MAX_DRIVERS: Final = 5
+WECOM_MAX_BYTES: Final = 4096
+# C0/C1 controls, line/paragraph separators and bidi overrides/isolates.
+_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
+_MD_SPECIAL_RE: Final = re.compile(r"([\\`*_\[\]~|])")
+_URL_SAFE: Final = "!#$%&'*+,/:;=?@[]~"
+
+_KIND_LABEL: Final = {
+    "threshold": "Budget threshold crossed",
+    "forecast": "Forecast overrun",
+    "growth": "Abnormal daily growth",
+    "waste": "Waste finding",
+}
+_LINK_ORDER: Final = ("costs", "alerts", "budget")
+_LINK_LABEL: Final = {"costs": "Costs", "alerts": "Alerts", "budget": "Budget"}
+
+Escape = Callable[[str], str]
+
+
+# --- small helpers ----------------------------------------------------------------------
+
+
+def _clean(value: str, limit: int) -> str:
+    """Control characters to spaces, trimmed, clipped to ``limit`` characters with '…'."""
+    text = _CONTROL_RE.sub(" ", value).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _esc_slack(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _esc_md(value: str) -> str:
+    entities = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL_RE.sub(r"\\\1", entities)
+
+
+def _plain(value: str) -> str:
+    return value
+
+
+def _safe_link(url: str) -> str | None:
+    """An http(s) URL with the characters that break markup links percent-encoded."""
+    url = _CONTROL_RE.sub("", url).strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or len(url) > 2000:
+        return None
+    return quote(url, safe=_URL_SAFE)
+
+
+def truncate_utf8(text: str, max_bytes: int, marker: str = "\n…(truncated)") -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes, never inside a character.
+
+    When cutting, it prefers the last line break in the second half of the budget (lines
+    are self-contained markup), otherwise cuts at a character boundary and drops a
+    trailing half-written entity or escape backslash; ``marker`` is appended.
+    """
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    room = max_bytes - len(marker.encode())
+    if room <= 0:
+        return marker.encode()[:max_bytes].decode("utf-8", "ignore")
+    head = data[:room].decode("utf-8", "ignore")
+    newline = head.rfind("\n")
+    if newline >= len(head) // 2:
+        head = head[:newline]
+    else:
+        head = re.sub(r"(&#?[A-Za-z0-9]*|\\)$", "", head)
+    return head + marker
+
+
+# --- the neutral view -------------------------------------------------------------------
+
+
+class ChatView(msgspec.Struct, frozen=True, kw_only=True):
+    """The alert's display strings: cleaned and clipped, but not yet escaped."""
+
+    kind: str
+    title: str
+    project: str
+    scope: str
+    period: str
+    budget: str | None
+    threshold_pct: int | None
+    amount: str
+    spent: str
+    limit: str
+    over_by: str
+    forecast: str | None
+    currency: str
+    drivers: list[tuple[str, str]]
+    links: list[tuple[str, str]]
+    alert_id: str
+    occurred: str
+
+
+def chat_view(alert: AlertMessage) -> ChatView:
+    project = _clean(alert.project, 80) or "(unnamed project)"
+    budget_raw = alert.budget_name or alert.budget_id
+    budget = _clean(budget_raw, 80) if budget_raw else None
+    if alert.scope:
+        pairs = (f"{_clean(k, 60)}={_clean(v, 100)}" for k, v in sorted(alert.scope.items()))
+        scope = _clean(", ".join(pairs), 300)
+    else:
+        scope = "whole project"
+    drivers = [
+        (
+            _clean(driver.get("name", ""), 160) or "(unnamed)",
+            _clean(driver.get("cost", ""), 40) or "?",
+        )
+        for driver in alert.top_drivers[:MAX_DRIVERS]
+    ]
+    keys: list[str] = [k for k in _LINK_ORDER if k in alert.links]
+    keys += sorted(k for k in alert.links if k not in _LINK_ORDER)
+    links: list[tuple[str, str]] = []
+    for key in keys:
+        url = _safe_link(alert.links[key])
+        if url is not None:
+            links.append((_LINK_LABEL.get(key) or _clean(key, 40) or "link", url))
+    shown = budget or "(none)"
+    if alert.kind == "threshold":
+        pct = f" {alert.threshold_pct}%" if alert.threshold_pct is not None else " its limit"
+        title = f"{project}: budget {shown} crossed{pct}"
+    elif alert.kind == "forecast":
+        title = f"{project}: forecast overrun on budget {shown}"
+    elif alert.kind == "growth":
+        title = f"{project}: abnormal daily spend growth"
+    else:
+        title = f"{project}: waste finding"
+    occurred = alert.occurred_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return ChatView(
+        kind=alert.kind,
+        title=title,
+        project=project,
+        scope=scope,
+        period=_clean(alert.period, 40) or "?",
+        budget=budget,
+        threshold_pct=alert.threshold_pct,
+        amount=alert.amount,
+        spent=alert.spent,
+        limit=alert.limit,
+        over_by=alert.over_by,
+        forecast=alert.forecast,
+        currency=alert.currency,
+        drivers=drivers,
+        links=links,
+        alert_id=_clean(alert.id, 120),
+        occurred=occurred,
+    )
+
+
+def _summary(v: ChatView, esc: Escape) -> str:
+    """One sentence: what crossed what, and by how much."""
+    cur = v.currency
+    budget = esc(v.budget or "(none)")
+    over = f"{v.over_by} {cur}"
+    if v.kind == "threshold":
+        if v.threshold_pct is not None:
+            return (
+                f"Spent {v.spent} {cur} crossed the {v.threshold_pct}% threshold "
+                f"({v.limit} {cur} of {v.amount} {cur}) of budget {budget}, over by {over}."
+            )
+        return (
+            f"Spent {v.spent} {cur} crossed the limit {v.limit} {cur} "
+            f"of budget {budget}, over by {over}."
+        )
+    if v.kind == "forecast":
+        projected = v.forecast if v.forecast is not None else v.spent
+        return (
+            f"Forecast {projected} {cur} for {esc(v.period)} exceeds the limit {v.limit} {cur} "
+            f"of budget {budget} by {over} (spent so far {v.spent} {cur})."
+        )
+    if v.kind == "growth":
+        return f"Daily spend {v.spent} {cur} exceeded the growth limit {v.limit} {cur} by {over}."
+    return f"Waste finding: {v.spent} {cur} against a limit of {v.limit} {cur}, over by {over}."
+
+
+def _facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
+    cur = v.currency
+    facts = [("Project", esc(v.project)), ("Scope", esc(v.scope)), ("Period", esc(v.period))]
+    if v.budget is not None:
+        facts.append(("Budget", f"{esc(v.budget)} ({v.amount} {cur})"))
+    if v.threshold_pct is not None:
+        facts.append(("Threshold", f"{v.threshold_pct}% = {v.limit} {cur}"))
+    facts += [
+        ("Spent", f"{v.spent} {cur}"),
+        ("Limit", f"{v.limit} {cur}"),
+        ("Over by", f"{v.over_by} {cur}"),
+    ]
+    if v.forecast is not None:
+        facts.append(("Forecast", f"{v.forecast} {cur}"))
+    return facts
+
+
+# --- the four chat formats --------------------------------------------------------------
+
+
+def slack_body(v: ChatView) -> dict[str, Any]:
+    esc = _esc_slack
+
+    def mrkdwn(text: str) -> dict[str, Any]:
+        # verbatim: no automatic linking of URLs, channel names or @-mentions in our text.
+        return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+    drivers = "\n".join(f"• {esc(name)} — {esc(cost)} {v.currency}" for name, cost in v.drivers)
+    context = [f"<{url}|{esc(label)}>" for label, url in v.links]
+    context.append(f"alert {esc(v.alert_id)} · {v.occurred}")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clean(v.title, 150)}},
+        {
+            "type": "section",
+            "text": mrkdwn(_summary(v, esc)),
+            "fields": [mrkdwn(f"*{label}*\n{value}") for label, value in _facts(v, esc)],
+        },
+        {
+            "type": "section",
+            "text": mrkdwn("*Top cost drivers*\n" + (drivers or "_no breakdown available_")),
+        },
+        {"type": "context", "elements": [mrkdwn(" · ".join(context))]},
+    ]
+    text = (
+        f"{esc(v.title)}: spent {v.spent} {v.currency}, limit {v.limit} {v.currency}, "
+        f"over by {v.over_by} {v.currency} ({esc(v.scope)}, {esc(v.period)})"
+    )
+    return {"text": text, "blocks": blocks}
+
+
+def feishu_body(v: ChatView) -> dict[str, Any]:
+    def text(value: str, bold: bool = False) -> dict[str, Any]:
+        element: dict[str, Any] = {"tag": "text", "text": value}
+        if bold:
+            element["style"] = ["bold"]
+        return element
+
+    content: list[list[dict[str, Any]]] = [[text(_summary(v, _plain))]]
+    content += [[text(f"{label}: ", bold=True), text(value)] for label, value in _facts(v, _plain)]
+    content.append([text("Top cost drivers:", bold=True)])
+    if v.drivers:
+        content += [
+            [text(f"{i}. {name} — {cost} {v.currency}")]
+            for i, (name, cost) in enumerate(v.drivers, 1)
+        ]
+    else:
+        content.append([text("no breakdown available")])
+    if v.links:
+        row = [text("Links: ", bold=True)]
+        for i, (label, url) in enumerate(v.links):
+            if i:
+                row.append(text(" · "))
+            row.append({"tag": "a", "text": label, "href": url})
+        content.append(row)
+    content.append([text(f"alert {v.alert_id} · {v.occurred}")])
+    return {
+        "msg_type": "post",
+        "content": {"post": {"zh_cn": {"title": v.title, "content": content}}},
+    }
+
+
+def dingtalk_body(v: ChatView) -> dict[str, Any]:
+    esc = _esc_md
+    lines = [f"#### {esc(v.title)}", "", _summary(v, esc), ""]
+    lines += [f"- **{label}:** {value}" for label, value in _facts(v, esc)]
+    lines += ["", "**Top cost drivers**", ""]
+    if v.drivers:
+        lines += [
+            f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
+            for i, (name, cost) in enumerate(v.drivers, 1)
+        ]
+    else:
+        lines.append("no breakdown available")
+    if v.links:
+        lines += ["", " | ".join(f"[{esc(label)}]({url})" for label, url in v.links)]
+    lines += ["", f"alert {esc(v.alert_id)} · {v.occurred}"]
+    return {"msgtype": "markdown", "markdown": {"title": v.title, "text": "\n".join(lines)}}
+
+
+def wecom_body(v: ChatView) -> dict[str, Any]:
+    esc = _esc_md
+    lines = [f"### {esc(v.title)}", _summary(v, esc)]
+    for label, value in _facts(v, esc):
+        shown = f'<font color="warning">{value}</font>' if label == "Over by" else value
+        lines.append(f"> **{label}:** {shown}")
+    lines.append("**Top cost drivers**")
+    if v.drivers:
+        lines += [
+            f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
+            for i, (name, cost) in enumerate(v.drivers, 1)
+        ]
+    else:
+        lines.append("no breakdown available")
+    lines += [f"[{esc(label)}]({url})" for label, url in v.links]
+    lines.append(f'<font color="comment">alert {esc(v.alert_id)} · {v.occurred}</font>')
+    content = truncate_utf8("\n".join(lines), WECOM_MAX_BYTES)
+    return {"msgtype": "markdown", "markdown": {"content": content}}

@@ -1,0 +1,469 @@
+"""Webhook endpoints and the durable delivery of budget alerts to them.
+
+The outbox lives in Redis, next to the alerts it delivers:
+
+1. The ingest script appends every decided alert to the project's alerts stream. Each worker
+   runs a dispatcher that reads that stream through the consumer group ``deliverers``
+   (``XREADGROUP``), and claims entries another worker read but never acknowledged
+   (``XAUTOCLAIM`` after ``claim_idle_s``: that worker died). For each alert one Lua script
+   creates a delivery record per matching webhook (``HSETNX``, so a second dispatch of the
+   same alert creates nothing), queues it, and acknowledges the entry. An alert is therefore
+   never lost between being decided and being queued, whatever crashes in between.
+2. A sender leases due deliveries (a Lua script moves each one's queue score to the end of
+   the lease, so no other worker takes it meanwhile), sends them with httpx, and records the
+   outcome with another script that only writes while the lease is still its own: delivered,
+   retry later (exponential backoff with full jitter, or the receiver's ``Retry-After`` if
+   that is later), or failed after ``max_attempts`` (a dead letter, listed and redelivered
+   over the API). A sender that dies mid-send loses its lease; the delivery is retried after
+   it ends. Every attempt of one alert carries the same ``webhook-id`` (the alert id), so a
+   receiver drops the duplicates an expired lease can cause.
+
+Delivery is at least once. Sending never happens on the ingest path: a slow or dead receiver
+only holds one of the sender's ``concurrency`` slots, never a Redis connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import secrets
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import httpx
+import msgspec
+
+from .. import __version__
+from ..budgets.service import AlertView, alert_view
+from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
+from ..storage.redis_store import Store
+from ..storage.sealing import Sealer, load_sealer
+from .config import DeliveryConfig, parse_retry_after, retry_delay
+from .deliveries import DeliveryRecord, delivery_decoder, delivery_id, now_ms
+from .formats import AlertMessage, OutgoingRequest, build_request
+from .messages import alert_message
+from .redaction import scrub, secret_parts
+from .registry import WebhookRecord, check_target, load_webhooks, wants
+from .sending import Answer, send_pinned
+from .targets import (
+    AllowList,
+    Resolver,
+    Target,
+    UnresolvedTarget,
+    UnsafeTarget,
+    resolve_target,
+)
+
+log = logging.getLogger("trainledger.webhooks")
+
+DELIVERY_GROUP = "deliverers"
+_MAX_ERROR_CHARS = 300
+
+
+@dataclass
+class _Job:
+    project: str
+    delivery_id: str
+    claimed: bytes  # the record as leased
+    token: int  # the lease's end, which is its token
+    webhook: WebhookRecord | None
+
+
+def _stop_if_cancelled(cause: BaseException | None = None) -> None:
+    """Raise CancelledError if this task was asked to stop but the request got lost.
+
+    On Python 3.11, ``asyncio.wait_for`` drops a cancellation that arrives as the awaited
+    operation completes (fixed in 3.12), and redis-py wraps every socket write in it: a loop
+    that talks to Redis all the time would then survive ``task.cancel()``. The request still
+    shows in ``Task.cancelling()``, so the loop checks it on every round. (A client library
+    turning a cancelled call into an error of its own is caught the same way.)
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from cause
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 1] + "…"
+
+
+def _answer_error(answer: Answer) -> str | None:
+    """Why an answer is a failed attempt (None: delivered). A 3xx is never followed."""
+    status = answer.status
+    if 300 <= status < 400:
+        where = answer.headers.get("location", "")
+        return f"HTTP {status}: redirect not followed" + (f" (to {where})" if where else "")
+    if not 200 <= status < 300:
+        text = answer.head[:200].decode("utf-8", "replace")
+        return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    return None
+
+
+class DeliveryWorker:
+    """Dispatches alerts into the outbox and sends due deliveries. One per process; any
+    number may run against the same Redis."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: DeliveryConfig,
+        public_url: str,
+        *,
+        consumer: str | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], int] = now_ms,
+        allowlist: AllowList | Sequence[str] = (),
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        sealer: Sealer | None = None,
+    ) -> None:
+        self.store = store
+        # Opens the webhooks' stored URLs and secrets; None: the key from the environment
+        # (TRAINLEDGER_SECRET_KEY or TRAINLEDGER_SECRET_KEY_FILE).
+        self.sealer = sealer or load_sealer(None)
+        self.config = config
+        self.public_url = public_url
+        # Hosts and networks exempt from the https and public-address rules (Settings).
+        self.allowlist = (
+            allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
+        )
+        self.resolver = resolver  # None: `service.webhooks.targets.resolver`, looked up per use
+        self.ssl_context = ssl_context  # None: httpx's default verification (certifi)
+        self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._rng = rng or random.Random()
+        self._clock = clock
+
+    # The loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Deliver until cancelled. Errors (Redis away, a receiver misbehaving) are logged and
+        the loop backs off; it never ends on its own unless delivery is disabled."""
+        if not self.config.enabled:
+            log.info("webhook delivery is disabled in this worker")
+            return
+        inflight: set[asyncio.Task[None]] = set()
+        failures = 0
+        try:
+            async with self._http() as tls:
+                while True:
+                    try:
+                        await self.dispatch()
+                        free = self.config.concurrency - len(inflight)
+                        if free > 0:
+                            for job in await self.claim(free):
+                                task = asyncio.create_task(self._attempt_logged(tls, job, {}))
+                                inflight.add(task)
+                                task.add_done_callback(inflight.discard)
+                        failures = 0
+                        pause = self.config.poll_s
+                    except Exception as exc:
+                        _stop_if_cancelled(exc)
+                        failures += 1
+                        pause = min(30.0, self.config.poll_s * 2 ** min(failures, 8))
+                        log.warning(
+                            "webhook delivery round failed (%s: %s); next in %.1f s",
+                            type(exc).__name__,
+                            exc,
+                            pause,
+                        )
+                    _stop_if_cancelled()
+                    await asyncio.sleep(pause)
+        finally:
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+
+    async def run_once(self) -> int:
+        """One dispatch round and one send round, waiting for the sends. Returns the number
+        of delivery attempts made (whatever their outcome)."""
+        await self.dispatch()
+        jobs = await self.claim(self.config.concurrency)
+        if jobs:
+            cache: dict[str, asyncio.Task[AlertMessage]] = {}
+            async with self._http() as tls:
+                await asyncio.gather(*(self._attempt_logged(tls, j, cache) for j in jobs))
+        return len(jobs)
+
+    @contextlib.asynccontextmanager
+    async def _http(self) -> AsyncIterator[ssl.SSLContext]:
+        """What the sends of a round share: the TLS context (building one loads the CA
+        bundle). Each attempt opens its own connection to the address it checked
+        (`send_pinned`), so there is no client or pool to share."""
+        yield self.ssl_context or httpx.create_ssl_context()
+
+    # Dispatch: alerts stream -> outbox --------------------------------------------------
+
+    async def dispatch(self) -> int:
+        """Move every new (or abandoned) alert of every project into the outbox. Returns the
+        number of deliveries created."""
+        webhooks = await load_webhooks(self.store, self.sealer)
+        created = 0
+        idle_ms = int(self.config.claim_idle_s * 1000)
+        for project in await self.store.projects():
+            while True:
+                entries = await self.store.alerts_to_dispatch(
+                    project, DELIVERY_GROUP, self.consumer, self.config.batch, idle_ms
+                )
+                for entry_id, fields_ in entries:
+                    created += await self._dispatch_one(project, entry_id, fields_, webhooks)
+                if len(entries) < self.config.batch:
+                    break
+        return created
+
+    async def _dispatch_one(
+        self,
+        project: str,
+        entry_id: str,
+        fields_: dict[str, bytes] | None,
+        webhooks: Sequence[WebhookRecord],
+    ) -> int:
+        now = self._clock()
+        records: list[tuple[str, bytes]] = []
+        view_kind: str | None = None
+        if fields_ is not None:
+            try:
+                view = alert_view(entry_id, fields_)
+                view_kind = view.kind
+            except (KeyError, ValueError, msgspec.MsgspecError) as exc:
+                log.error(
+                    "alert %s of %s is unreadable (%s); not delivered", entry_id, project, exc
+                )
+            else:
+                for webhook in webhooks:
+                    if not wants(webhook, project, view.kind):
+                        continue
+                    did = delivery_id(view.id, webhook.id)
+                    record = DeliveryRecord(
+                        id=did,
+                        alert_id=view.id,
+                        webhook_id=webhook.id,
+                        project=project,
+                        entry=entry_id,
+                        alert=view,
+                        created_at=now,
+                        next_at=now,
+                    )
+                    records.append((did, msgspec.json.encode(record)))
+        created = await self.store.dispatch_alert(project, DELIVERY_GROUP, entry_id, now, records)
+        if fields_ is not None and view_kind is not None:
+            ALERTS_FIRED.labels(view_kind).inc()
+        return created
+
+    # Send: outbox -> receivers --------------------------------------------------------------
+
+    async def claim(self, limit: int) -> list[_Job]:
+        """Lease up to `limit` due deliveries across the projects."""
+        jobs: list[_Job] = []
+        projects = await self.store.projects()
+        if not projects:
+            return jobs
+        webhooks = {w.id: w for w in await load_webhooks(self.store, self.sealer)}
+        self._rng.shuffle(projects)  # no project starves the others
+        for project in projects:
+            if len(jobs) >= limit:
+                break
+            now = self._clock()
+            token = now + max(int(self.config.lease_s * 1000), 1)
+            for did, raw in await self.store.claim_deliveries(
+                project, now, token, limit - len(jobs)
+            ):
+                webhook_id = did.rsplit("|", 1)[-1]
+                jobs.append(_Job(project, did, raw, token, webhooks.get(webhook_id)))
+        return jobs
+
+    async def _attempt_logged(
+        self,
+        tls: ssl.SSLContext,
+        job: _Job,
+        cache: dict[str, asyncio.Task[AlertMessage]],
+    ) -> None:
+        try:
+            await self.attempt(tls, job, cache)
+        except Exception as exc:  # Redis away: the lease runs out and another round retries
+            _stop_if_cancelled(exc)
+            text = str(exc)
+            if job.webhook is not None:  # an error may quote the URL: never log its secrets
+                hook = job.webhook
+                text = scrub(text, secret_parts(hook.url, hook.format, hook.secret))
+            log.warning(
+                "delivery %s of %s not recorded (%s: %s); retried after its lease",
+                job.delivery_id,
+                job.project,
+                type(exc).__name__,
+                text,
+            )
+
+    async def _message(
+        self, view: AlertView, cache: dict[str, asyncio.Task[AlertMessage]]
+    ) -> AlertMessage:
+        key = f"{view.project}|{view.id}"
+        task = cache.get(key)
+        if task is None:
+            task = cache[key] = asyncio.ensure_future(
+                alert_message(self.store, view, self.public_url)
+            )
+        return await asyncio.shield(task)
+
+    async def attempt(
+        self,
+        tls: ssl.SSLContext,
+        job: _Job,
+        cache: dict[str, asyncio.Task[AlertMessage]],
+    ) -> None:
+        """Send one leased delivery and record the outcome.
+
+        The target is checked and its host resolved again now, every address checked, and
+        the request sent to a checked address (`send_pinned`); a refused target, a name that
+        does not resolve, a 3xx (never followed) and any other non-2xx answer are failed
+        attempts, retried with backoff and dead letters after `max_attempts`."""
+        record = delivery_decoder.decode(job.claimed)
+        webhook = job.webhook
+        if webhook is None:
+            await self._finish(job, record, "failed", error="the webhook was deleted")
+            return
+        if webhook.unsealable is not None:  # the wrong key: retried, as the key may be fixed
+            await self._failed_attempt(job, record, None, _clip(webhook.unsealable), None)
+            return
+        secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
+        try:
+            target = check_target(webhook.url, self.allowlist)
+        except UnsafeTarget as exc:  # nothing is sent
+            refused = _clip(scrub(f"target refused: {exc}", secrets_))
+            await self._failed_attempt(job, record, None, refused, None)
+            return
+        message = await self._message(record.alert, cache)
+        try:
+            request = build_request(
+                message, webhook.format, webhook.url, webhook.secret, now=datetime.now(UTC)
+            )
+        except ValueError as exc:
+            await self._finish(job, record, "failed", error=f"cannot build the message: {exc}")
+            return
+        secrets_ = secret_parts(request.url, webhook.format, webhook.secret) + secrets_
+        status, retry_after, error = await self._send(tls, target, request, message.id)
+        if error is None:
+            await self._finish(job, record, "delivered", http_status=status, attempted=True)
+            return
+        await self._failed_attempt(job, record, status, _clip(scrub(error, secrets_)), retry_after)
+
+    async def _send(
+        self, tls: ssl.SSLContext, target: Target, request: OutgoingRequest, message_id: str
+    ) -> tuple[int | None, str | None, str | None]:
+        """Resolve the target, send the request to a checked address and judge the answer:
+        (HTTP status or None, its Retry-After, the error or None when delivered)."""
+        headers = dict(request.headers)
+        headers.setdefault("webhook-id", message_id)  # the dedup key, in every format
+        headers.setdefault("user-agent", f"trainledger-webhooks/{__version__}")
+        try:
+            # Resolving and sending share one budget, which the lease outlasts.
+            async with asyncio.timeout(self.config.timeout_s):
+                # Looked up again now and every answer checked (DNS rebinding); the send
+                # goes to these addresses and nowhere else.
+                addresses = await resolve_target(target, self.allowlist, self.resolver)
+                answer = await send_pinned(
+                    target,
+                    addresses,
+                    method=request.method,
+                    url=request.url,
+                    headers=headers,
+                    body=request.body,
+                    timeout_s=self.config.timeout_s,
+                    ssl_context=tls,
+                )
+        except UnsafeTarget as exc:  # nothing was sent
+            return None, None, f"target refused: {exc}"
+        except UnresolvedTarget as exc:  # nothing was sent
+            return None, None, f"target not resolved: {exc}"
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            return None, None, type(exc).__name__ + (f": {exc}" if str(exc) else "")
+        return answer.status, answer.headers.get("retry-after"), _answer_error(answer)
+
+    async def _failed_attempt(
+        self,
+        job: _Job,
+        record: DeliveryRecord,
+        status: int | None,
+        error: str,
+        retry_after: str | None,
+    ) -> None:
+        """Record a failed attempt: retry later, or a dead letter after `max_attempts`."""
+        attempts = record.attempts + 1
+        if attempts >= self.config.max_attempts:
+            await self._finish(
+                job, record, "failed", http_status=status, error=error, attempted=True
+            )
+            return
+        delay = retry_delay(attempts, self.config, self._rng)
+        asked = parse_retry_after(retry_after, datetime.now(UTC))
+        if asked is not None:
+            delay = max(delay, min(asked, self.config.retry_after_cap_s))
+        await self._finish(
+            job,
+            record,
+            "retry",
+            http_status=status,
+            error=error,
+            attempted=True,
+            delay_ms=math.ceil(delay * 1000),
+        )
+
+    async def _finish(
+        self,
+        job: _Job,
+        record: DeliveryRecord,
+        outcome: Literal["retry", "delivered", "failed"],
+        *,
+        http_status: int | None = None,
+        error: str | None = None,
+        attempted: bool = False,
+        delay_ms: int = 0,
+    ) -> None:
+        now = self._clock()
+        changes: dict[str, Any] = {"last_error": error}
+        if attempted:
+            changes.update(
+                attempts=record.attempts + 1, last_attempt_at=now, last_status=http_status
+            )
+        if outcome == "retry":
+            changes.update(next_at=now + delay_ms)
+            score = now + delay_ms
+        elif outcome == "delivered":
+            changes.update(status="delivered", next_at=None, delivered_at=now)
+            score = now
+        else:
+            changes.update(status="failed", next_at=None, failed_at=now)
+            score = now
+        updated = msgspec.structs.replace(record, **changes)
+        kept = await self.store.settle_delivery(
+            job.project,
+            job.delivery_id,
+            job.token,
+            job.claimed,
+            msgspec.json.encode(updated),
+            outcome,
+            score,
+        )
+        if kept:
+            if outcome == "retry":
+                WEBHOOK_RETRIES.inc()
+            else:
+                WEBHOOK_DELIVERIES.labels(outcome).inc()
+        if not kept:
+            log.info("delivery %s: lease lost before its outcome was recorded", job.delivery_id)
+        elif outcome == "failed":
+            log.warning(
+                "delivery %s of %s failed for good after %d attempts: %s",
+                job.delivery_id,
+                job.project,
+                updated.attempts,
+                error,
+            )
