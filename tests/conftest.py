@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -224,8 +223,6 @@ async def api(clean_redis: str) -> AsyncIterator[Api]:
     finally:
         await asyncio.to_thread(server.stop)
 
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 
 # A small card with a flat GPU price, a graduated storage price and a fixed reservation.
 # Tier bounds and prices are chosen so hand-worked figures are easy to check.

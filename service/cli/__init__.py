@@ -31,7 +31,7 @@ __all__ = [
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Hand the rest of the command line to `trainledger.cli.demo`, imported only now: it is
-    the largest module and no other command needs it."""
+    the largest package and no other command needs it."""
     from . import demo
 
     parser = argparse.ArgumentParser(prog="trainledger demo", description=demo.__doc__)

@@ -40,7 +40,7 @@ from ..projects.routes import ProjectController, TokenController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
-from ..storage.embedded import exit_with_parent
+from ..storage.processes import exit_with_parent
 from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
 from ..waste.routes import ExperimentController, ReportController

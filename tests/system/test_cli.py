@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 from trainledger.cli import build_parser, main
+from trainledger.cli.demo import EXAMPLE_CARD
 
-from tests.conftest import EXAMPLES, TEST_CARD, Api, event, free_port
+from tests.conftest import TEST_CARD, Api, event, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,7 +131,7 @@ async def test_forbidden_and_unauthorised_answers_exit_non_zero(
 async def test_plan_estimate_tables_show_the_services_figures(
     api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str], wide: None
 ) -> None:
-    assert run(capsys, "ratecard", "apply", str(EXAMPLES / "ratecard.json"), *conn(api))[0] == 0
+    assert run(capsys, "ratecard", "apply", str(EXAMPLE_CARD), *conn(api))[0] == 0
     plan = write_json(tmp_path / "plan.json", PLAN)
     code, out, _ = run(capsys, "plan", "estimate", plan, "--json", *conn(api))
     assert code == 0
@@ -159,7 +160,7 @@ async def test_plan_estimate_tables_show_the_services_figures(
 async def test_plan_estimate_invalid_plan_names_the_field(
     api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str], wide: None
 ) -> None:
-    assert run(capsys, "ratecard", "apply", str(EXAMPLES / "ratecard.json"), *conn(api))[0] == 0
+    assert run(capsys, "ratecard", "apply", str(EXAMPLE_CARD), *conn(api))[0] == 0
     plan = {
         **PLAN,
         "stages": [{"stage": "pretrain", "resources": [{"sku": "gpu.nope.hour", "quantity": "1"}]}],

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 import pytest
 from trainledger.auth.model import Principal
+from trainledger.cli.demo import EXAMPLE_CARD
 from trainledger.events.model import JSON, decode_events
 from trainledger.export.focus import (
     APPLICABILITY_CRITERIA,
@@ -50,7 +51,7 @@ from trainledger.storage.redis_store import Store
 
 from costcore.money import parse_price
 from tests.api.test_ingest import post, put_card
-from tests.conftest import EXAMPLES, TEST_CARD, Api, event
+from tests.conftest import TEST_CARD, Api, event
 
 ADMIN = Principal("test", "admin", None)
 # Events in the hand-built scenario are dated 2025: accept them as if within the window.
@@ -640,7 +641,7 @@ def run_validator(python: Path, data: Path, report: Path) -> tuple[set[str], set
 # The example rate card's SKUs, each used once, with the graduated egress price crossing two
 # of its boundaries (100 GB, then 10,000 GB a month).
 def _example_events() -> list[dict[str, object]]:
-    card = json.loads((EXAMPLES / "ratecard.json").read_text())
+    card = json.loads(EXAMPLE_CARD.read_text())
     quantities = {"network.egress.gb": ["150", "12000"]}
     out: list[dict[str, object]] = []
     for k, sku in enumerate(card["skus"]):
@@ -667,7 +668,7 @@ async def test_export_passes_the_focus_validator(
 ) -> None:
     await ingest(store, SCENARIO)
     await store.set_project_fields("ex", {"rate_card": "example"})
-    example = json.loads((EXAMPLES / "ratecard.json").read_text())
+    example = json.loads(EXAMPLE_CARD.read_text())
     await ingest(store, _example_events(), example, "example")
     # Both projects in one file (one header): two billing accounts, two rate cards.
     llm = await export_text(store, "llm")

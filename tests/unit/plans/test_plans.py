@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from trainledger.cli.demo import EXAMPLE_CARD
 from trainledger.plans.estimate import estimate_plan
 from trainledger.plans.model import (
     GRID_INTENSITY,
@@ -44,9 +44,6 @@ from trainledger.plans.model import (
 from trainledger.ratecards.model import COST_CATEGORIES, PricedSku, RateCardIn, validate_rate_card
 
 from costcore import QUANTITY_SCALE, parse_price, parse_quantity
-
-EXAMPLE_CARD = Path(__file__).resolve().parents[3] / "docs" / "examples" / "ratecard.json"
-
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -1047,7 +1044,7 @@ def test_stage_defaults() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The example rate card (docs/examples/ratecard.json)
+# The example rate card (the demo's ratecard.json, package data)
 # --------------------------------------------------------------------------------------------
 
 REQUIRED_SKUS = {

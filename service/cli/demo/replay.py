@@ -1,0 +1,160 @@
+"""The demo's replay: the simulated usage posted in batches, the progress reports, and the wait
+for the webhook deliveries the replay set off."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from .scenario import (
+    BATCH_EVENTS,
+    CHECKPOINT_GB,
+    CKPT_BREAK_DAY,
+    CRASH,
+    DAYS,
+    GPUS_PER_NODE,
+    HANG_LAST_PROGRESS,
+    HANG_START,
+    HUNG,
+    KEEP_LAST,
+    NODES,
+    PLANNED_TOKENS,
+    PRETRAIN_START,
+    checkpoint_gb,
+)
+from .session import DemoError, DemoSession
+from .simulation import experiment_progress, pretrain_tokens_done
+
+
+def replay(demo: DemoSession) -> None:
+    sc = demo.sc
+    demo.heading(
+        5,
+        "Replay",
+        f"{DAYS} days of usage as the cluster's exporters would post it, "
+        f"~{BATCH_EVENTS:,} events a request.",
+    )
+    crash_from, crash_to = sc.at(*CRASH[0]), sc.at(*CRASH[1])
+    demo.say(
+        f"  the cluster: {NODES} nodes × {GPUS_PER_NODE} H100 in a reserved block from day "
+        f"{PRETRAIN_START} (billed per node-hour, its use posted per GPU-hour), one on-demand "
+        "node for data prep and side experiments, hosted scoring inference, hot / warm / "
+        "archive / checkpoint storage, a cross-region copy, logs, on-call hours"
+    )
+    demo.say("  and three things going wrong in it:")
+    demo.say(
+        f"   [bold]• idle reservation[/]: the pretraining job dies {crash_from:%a %d %b %H:%M} "
+        f"and is restarted {crash_to:%a %d %b %H:%M}; the block is billed all along"
+    )
+    demo.say(
+        f"   [bold]• over-long experiment[/]: {HUNG}, planned for 2 days on an on-demand "
+        f"node, starts {sc.day(HANG_START):%d %b}, hangs after its last progress report "
+        f"{sc.at(*HANG_LAST_PROGRESS):%d %b %H:%M} and is never stopped"
+    )
+    demo.say(
+        f"   [bold]• checkpoint blow-up[/]: from {sc.day(CKPT_BREAK_DAY):%d %b} old "
+        f"checkpoints are no longer deleted: a new {CHECKPOINT_GB} GB every hour, "
+        f"{CHECKPOINT_GB * KEEP_LAST} GB kept becomes "
+        f"{checkpoint_gb(DAYS - 1, 23) / 1000:.1f} TB"
+    )
+    events = demo.outcome.events
+    batches = [events[i : i + BATCH_EVENTS] for i in range(0, len(events), BATCH_EVENTS)]
+    with Progress(
+        TextColumn("  [progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("events [cyan]{task.fields[day]}"),
+        TimeElapsedColumn(),
+        console=demo.console,
+    ) as progress:
+        task = progress.add_task("POST /v1/events", total=len(events), day="")
+        for batch in batches:
+            answer = demo.call(
+                "POST",
+                "/v1/events",
+                "replay",
+                content=json.dumps(batch).encode(),
+                headers={"content-type": "application/json"},
+            )
+            demo.outcome.accepted += int(answer["accepted"])
+            demo.outcome.duplicates += int(answer["duplicates"])
+            demo.outcome.rejected += len(answer["rejected"])
+            if answer["rejected"]:
+                first = answer["rejected"][0]
+                raise DemoError(f"replay: event {first.get('id')} rejected: {first.get('reason')}")
+            progress.update(task, advance=len(batch), day=f"up to {batch[-1]['time'][:10]}")
+    demo.say(
+        f"  {len(batches)} requests: {demo.outcome.accepted:,} events accepted, "
+        f"{demo.outcome.duplicates} duplicates, {demo.outcome.rejected} rejected"
+    )
+
+
+def progress(demo: DemoSession) -> None:
+    reports = experiment_progress(demo.sc)
+    for report in reports:
+        demo.call(
+            "POST", "/v1/experiments/progress", "progress", params=demo.project_q, json=report
+        )
+    tokens = pretrain_tokens_done(demo.outcome.events)
+    path = f"/v1/plans/{demo.outcome.plan_id}/progress"
+    for body in (
+        {"stage": "data_prep", "fraction_done": "1"},
+        {"stage": "quality_scoring", "fraction_done": "1"},
+        {"stage": "pretrain", "tokens_done": tokens},
+    ):
+        demo.call("POST", path, "plan progress", params=demo.project_q, json=body)
+    by_exp: dict[str, int] = {}
+    for r in reports:
+        by_exp[r["experiment"]] = by_exp.get(r["experiment"], 0) + 1
+    demo.say(
+        f"  progress: {len(reports)} eval-loss reports ("
+        + ", ".join(f"{k} {v}" for k, v in by_exp.items())
+        + f"); plan: data prep and scoring done, pretraining at {tokens / 1e9:,.0f}B of "
+        f"{PLANNED_TOKENS / 1e9:,.0f}B tokens"
+    )
+
+
+def wait_for_deliveries(demo: DemoSession) -> None:
+    alerts = _all_alerts(demo)
+    demo.outcome.alerts = alerts
+    if demo.receiver is None or demo.outcome.webhook_id is None:
+        return
+    wanted = {a["id"] for a in alerts}
+    deadline = time.monotonic() + demo.delivery_timeout_s
+    with demo.console.status(f"waiting for {len(wanted)} webhook deliveries ..."):
+        while time.monotonic() < deadline:
+            got = {d.webhook_id for d in demo.receiver.received()}
+            pending = demo.call(
+                "GET",
+                "/v1/webhooks/deliveries",
+                "deliveries",
+                params={**demo.project_q, "status": "pending", "limit": 1},
+            )
+            if wanted <= got and pending["total"] == 0:
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)  # a delivery sent twice would have arrived by now
+    demo.outcome.deliveries = demo.receiver.received()
+
+
+def _all_alerts(demo: DemoSession) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after: str | None = None
+    while True:
+        params: dict[str, Any] = {**demo.project_q, "limit": 1000}
+        if after:
+            params["after"] = after
+        page = demo.call("GET", "/v1/alerts", "alerts", params=params)
+        out += page
+        if len(page) < 1000:
+            return out
+        after = page[-1]["cursor"]
