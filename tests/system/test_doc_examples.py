@@ -2,8 +2,9 @@
 
 For each Markdown file with `console` examples (the convention is in tests/markdown_docs.py and
 docs/development.md), a real `trainledger serve` starts on the embedded Valkey with a data dir
-of its own, `.trainledger/` in a scratch directory that also holds `docs/`, `tests/` and
-`.venv` of this checkout (and `service/`, for the example rate card), as a checkout would. Its commands then run in order in one bash
+of its own, `.trainledger/` in a scratch directory that also holds `docs/`, `service/`,
+`tests/` and `.venv` of this checkout, as a checkout would. Its commands then run in order in
+one bash
 (so `export`s carry over), with `TRAINLEDGER_URL`, `TRAINLEDGER_TOKEN` and
 `TRAINLEDGER_DATA_DIR` set and `.venv/bin` on the PATH. Each must exit 0 and, where the doc
 shows output, print it (`...` matching ids and times). The docs say `http://127.0.0.1:8000`;
