@@ -209,24 +209,7 @@ def burn_down(
         f'<line class="even-burn" x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" '
         f'stroke="#c7c7c7" stroke-width="1.5" stroke-dasharray="2 4"/>'
     )
-    _, ly = xy(start, amount(limit))
-    labelled = [ly]  # label heights taken: a label closer than 11 px to another is left out
-    for pct, value in thresholds:
-        if pct == 100:
-            continue
-        _, ty = xy(start, amount(value))
-        body.append(
-            f'<line class="threshold" x1="{left:.1f}" x2="{left + plot_w:.1f}" y1="{ty:.1f}" '
-            f'y2="{ty:.1f}" stroke="#f0b429" stroke-width="1" stroke-dasharray="4 4"/>'
-        )
-        if all(abs(ty - y) >= 11 for y in labelled):
-            labelled.append(ty)
-            body.append(_text(left + plot_w + 4, ty + 4, f"{pct} %", size=10, fill="#a57b00"))
-    body.append(
-        f'<line class="limit" data-value="{escape(limit)}" x1="{left:.1f}" x2="{left + plot_w:.1f}"'
-        f' y1="{ly:.1f}" y2="{ly:.1f}" stroke="#d64545" stroke-width="2"/>'
-    )
-    body.append(_text(left + plot_w + 4, ly + 4, "limit", size=11, fill="#d64545"))
+    body += _limit_lines(limit, thresholds, xy(start, amount(limit))[1], left, plot_w, xy, start)
     path = [xy(start, 0.0)] + [xy(t, amount(v)) for t, v in points]
     last_value = points[-1][1] if points else "0.00"
     coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in path)
@@ -235,25 +218,9 @@ def burn_down(
         f'fill="none" stroke="#2f6fb0" stroke-width="2.5" stroke-linejoin="round"/>'
     )
     if forecast is not None and now < end:
-        fx0, fy0 = path[-1]
-        fx1, fy1 = xy(end, amount(forecast))
-        body.append(
-            f'<line class="forecast" data-value="{escape(forecast)}" x1="{fx0:.1f}" '
-            f'y1="{fy0:.1f}" x2="{fx1:.1f}" y2="{fy1:.1f}" stroke="#2f6fb0" stroke-width="2" '
-            f'stroke-dasharray="6 4"><title>forecast at the period end: {escape(forecast)} '
-            f"{escape(currency)}</title></line>"
-        )
-        body.append(
-            f'<circle cx="{fx1:.1f}" cy="{fy1:.1f}" r="3.5" fill="#fff" stroke="#2f6fb0" '
-            f'stroke-width="2"/>'
-        )
-    nx, _ = xy(now, 0.0)
+        body += _forecast_line(path[-1], xy(end, amount(forecast)), forecast, currency)
     if start < now < end:
-        body.append(
-            f'<line class="now" x1="{nx:.1f}" x2="{nx:.1f}" y1="{top:.1f}" y2="{top + plot_h:.1f}"'
-            f' stroke="#888" stroke-width="1" stroke-dasharray="1 3"/>'
-        )
-        body.append(_text(nx, top + plot_h + 26, "now", anchor="middle", size=10, fill="#888"))
+        body += _now_line(xy(now, 0.0)[0], top, plot_h)
     body.append(
         f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
         f'stroke="#999" stroke-width="1"/>'
@@ -263,6 +230,63 @@ def burn_down(
         _text(left + plot_w, top + plot_h + 16, end.strftime("%Y-%m-%d"), anchor="end", size=10)
     )
     return _svg(width, height, label, body, "burn-down")
+
+
+Point = Callable[[datetime, float], tuple[float, float]]
+
+
+def _limit_lines(
+    limit: str,
+    thresholds: Sequence[tuple[int, str]],
+    ly: float,
+    left: float,
+    plot_w: float,
+    xy: Point,
+    start: datetime,
+) -> list[str]:
+    """The budget's threshold lines (labelled where there is room) and its limit line."""
+    lines: list[str] = []
+    labelled = [ly]  # label heights taken: a label closer than 11 px to another is left out
+    for pct, value in thresholds:
+        if pct == 100:
+            continue
+        _, ty = xy(start, amount(value))
+        lines.append(
+            f'<line class="threshold" x1="{left:.1f}" x2="{left + plot_w:.1f}" y1="{ty:.1f}" '
+            f'y2="{ty:.1f}" stroke="#f0b429" stroke-width="1" stroke-dasharray="4 4"/>'
+        )
+        if all(abs(ty - y) >= 11 for y in labelled):
+            labelled.append(ty)
+            lines.append(_text(left + plot_w + 4, ty + 4, f"{pct} %", size=10, fill="#a57b00"))
+    lines.append(
+        f'<line class="limit" data-value="{escape(limit)}" x1="{left:.1f}" x2="{left + plot_w:.1f}"'
+        f' y1="{ly:.1f}" y2="{ly:.1f}" stroke="#d64545" stroke-width="2"/>'
+    )
+    lines.append(_text(left + plot_w + 4, ly + 4, "limit", size=11, fill="#d64545"))
+    return lines
+
+
+def _forecast_line(
+    last: tuple[float, float], at_end: tuple[float, float], forecast: str, currency: str
+) -> list[str]:
+    """The dashed forecast from the last actual point to the period end, and its end mark."""
+    (fx0, fy0), (fx1, fy1) = last, at_end
+    return [
+        f'<line class="forecast" data-value="{escape(forecast)}" x1="{fx0:.1f}" '
+        f'y1="{fy0:.1f}" x2="{fx1:.1f}" y2="{fy1:.1f}" stroke="#2f6fb0" stroke-width="2" '
+        f'stroke-dasharray="6 4"><title>forecast at the period end: {escape(forecast)} '
+        f"{escape(currency)}</title></line>",
+        f'<circle cx="{fx1:.1f}" cy="{fy1:.1f}" r="3.5" fill="#fff" stroke="#2f6fb0" '
+        f'stroke-width="2"/>',
+    ]
+
+
+def _now_line(nx: float, top: float, plot_h: float) -> list[str]:
+    return [
+        f'<line class="now" x1="{nx:.1f}" x2="{nx:.1f}" y1="{top:.1f}" y2="{top + plot_h:.1f}"'
+        f' stroke="#888" stroke-width="1" stroke-dasharray="1 3"/>',
+        _text(nx, top + plot_h + 26, "now", anchor="middle", size=10, fill="#888"),
+    ]
 
 
 @dataclass(frozen=True)
