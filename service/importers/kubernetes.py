@@ -128,73 +128,86 @@ def import_pods(
     seen: set[str] = set()
     for index, pod in enumerate(pods_of(document)):
         result.records += 1
-        meta = _dict(pod.get("metadata"))
-        namespace = str(meta.get("namespace") or "default")
-        name = str(meta.get("name") or f"#{index}")
-        source = f"{namespace}/{name}"
-        labels = {str(k): str(v) for k, v in _dict(meta.get("labels")).items()}
-        try:
-            gpus = gpu_requests(pod)
-            start = _time(_dict(pod.get("status")).get("startTime"))
-            end = finished_at(pod)
-        except ValueError as exc:
-            result.skipped.append(Skipped(source, str(exc)))
-            continue
-        if start is None or end is None:
-            result.not_finished += 1
-            continue
-        seconds = int((end - start).total_seconds())
-        if not gpus or seconds <= 0:
-            result.without_gpus += 1
-            continue
-        if fixed_project is not None:
-            project_name: str | None = fixed_project
-        elif project_label is not None:
-            project_name = clean_project(labels.get(project_label, ""))
-        else:
-            project_name = clean_project(namespace)
-        if project_name is None:
-            what = f"label {project_label!r}" if project_label else f"namespace {namespace!r}"
-            result.skipped.append(Skipped(source, f"{what} gives no valid project name"))
-            continue
-        stage = labels.get(LABEL_PREFIX + "stage")
-        if stage is not None and stage not in STAGES:
-            result.warnings.append(f"pod {source}: stage label {stage!r} ignored (not a stage)")
-            stage = None
-        product = str(_dict(_dict(pod.get("spec")).get("nodeSelector")).get(PRODUCT_LABEL, ""))
-        uid = str(meta.get("uid") or f"{namespace}/{name}/{start:%Y%m%dT%H%M%SZ}")
-        if uid in seen:  # the same pod twice (lists concatenated): counted once
-            result.repeated += 1
-            continue
-        seen.add(uid)
-        tags = {"k8s_namespace": namespace, "k8s_pod": name}
-        phase = _dict(pod.get("status")).get("phase")
-        if isinstance(phase, str) and phase:
-            tags["k8s_phase"] = phase
-        if product:
-            tags["gpu_product"] = product
-        counted = False
-        for resource, count in sorted(gpus.items()):
-            sku = (mapping.get(product) if product else None) or mapping.get(resource)
-            if sku is None:
-                key = product or resource
-                result.add_unmapped(key, to_micro_decimal(gpu_hours(count, seconds)))
-                continue
-            for when, quantity in usage_slices(start, end, count, seconds):
-                result.events.append(
-                    ImportEvent(
-                        id=f"k8s:{uid}:{when:%Y%m%d}:{resource}",
-                        time=when,
-                        project=project_name,
-                        sku=sku,
-                        quantity=quantity,
-                        stage=stage,
-                        experiment=clean_label(labels.get(LABEL_PREFIX + "experiment")),
-                        owner=clean_label(labels.get(LABEL_PREFIX + "owner")),
-                        tags=tags,
-                    )
-                )
-                counted = True
-        if counted:
-            result.counted += 1
+        _import_pod(pod, index, mapping, project_label, fixed_project, seen, result)
     return result
+
+
+def _import_pod(
+    pod: dict[str, Any],
+    index: int,
+    mapping: Mapping[str, str],
+    project_label: str | None,
+    fixed_project: str | None,
+    seen: set[str],
+    result: ImportResult,
+) -> None:
+    """Count one pod in `result`: as events, or as the reason it has none."""
+    meta = _dict(pod.get("metadata"))
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or f"#{index}")
+    source = f"{namespace}/{name}"
+    labels = {str(k): str(v) for k, v in _dict(meta.get("labels")).items()}
+    try:
+        gpus = gpu_requests(pod)
+        start = _time(_dict(pod.get("status")).get("startTime"))
+        end = finished_at(pod)
+    except ValueError as exc:
+        result.skipped.append(Skipped(source, str(exc)))
+        return
+    if start is None or end is None:
+        result.not_finished += 1
+        return
+    seconds = int((end - start).total_seconds())
+    if not gpus or seconds <= 0:
+        result.without_gpus += 1
+        return
+    if fixed_project is not None:
+        project_name: str | None = fixed_project
+    elif project_label is not None:
+        project_name = clean_project(labels.get(project_label, ""))
+    else:
+        project_name = clean_project(namespace)
+    if project_name is None:
+        what = f"label {project_label!r}" if project_label else f"namespace {namespace!r}"
+        result.skipped.append(Skipped(source, f"{what} gives no valid project name"))
+        return
+    stage = labels.get(LABEL_PREFIX + "stage")
+    if stage is not None and stage not in STAGES:
+        result.warnings.append(f"pod {source}: stage label {stage!r} ignored (not a stage)")
+        stage = None
+    product = str(_dict(_dict(pod.get("spec")).get("nodeSelector")).get(PRODUCT_LABEL, ""))
+    uid = str(meta.get("uid") or f"{namespace}/{name}/{start:%Y%m%dT%H%M%SZ}")
+    if uid in seen:  # the same pod twice (lists concatenated): counted once
+        result.repeated += 1
+        return
+    seen.add(uid)
+    tags = {"k8s_namespace": namespace, "k8s_pod": name}
+    phase = _dict(pod.get("status")).get("phase")
+    if isinstance(phase, str) and phase:
+        tags["k8s_phase"] = phase
+    if product:
+        tags["gpu_product"] = product
+    counted = False
+    for resource, count in sorted(gpus.items()):
+        sku = (mapping.get(product) if product else None) or mapping.get(resource)
+        if sku is None:
+            key = product or resource
+            result.add_unmapped(key, to_micro_decimal(gpu_hours(count, seconds)))
+            return
+        for when, quantity in usage_slices(start, end, count, seconds):
+            result.events.append(
+                ImportEvent(
+                    id=f"k8s:{uid}:{when:%Y%m%d}:{resource}",
+                    time=when,
+                    project=project_name,
+                    sku=sku,
+                    quantity=quantity,
+                    stage=stage,
+                    experiment=clean_label(labels.get(LABEL_PREFIX + "experiment")),
+                    owner=clean_label(labels.get(LABEL_PREFIX + "owner")),
+                    tags=tags,
+                )
+            )
+            counted = True
+    if counted:
+        result.counted += 1
