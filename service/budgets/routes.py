@@ -7,29 +7,28 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
 from .model import Budget, BudgetError, BudgetIn
 from .service import (
     AlertView,
     BudgetConflict,
+    BudgetNotFound,
     BudgetStatus,
-    budget_status,
-    create_budget,
-    find_budget,
+    create_project_budget,
+    delete_budget,
     list_alerts,
     list_budgets,
+    project_budget_status,
 )
 
 
-async def _currency(services: Services, project: str) -> str:
-    meta = await services.store.project_meta(project)
-    if meta.get("currency"):
-        return meta["currency"]
-    catalog = await services.rate_cards.catalog(meta.get("rate_card", "default"))
-    return (catalog.currency if catalog else None) or ""
+def _not_found(exc: BudgetNotFound) -> Exception:
+    return problem(
+        404, "Not found", f"no budget {exc.budget_id!r} in {exc.project!r}", kind="not-found"
+    )
 
 
 class BudgetController(Controller):
@@ -50,9 +49,7 @@ class BudgetController(Controller):
     ) -> Budget:
         # The guard checked the body's project (`service.http.security`).
         try:
-            return await create_budget(
-                services.store, data, await _currency(services, data.project)
-            )
+            return await create_project_budget(services.store, services.rate_cards, data)
         except BudgetError as exc:
             raise invalid(exc.field, exc.reason) from exc
         except BudgetConflict as exc:
@@ -68,12 +65,12 @@ class BudgetController(Controller):
     async def status(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> BudgetStatus:
-        budget = await find_budget(services.store, project, budget_id)
-        if budget is None:
-            raise problem(
-                404, "Not found", f"no budget {budget_id!r} in {project!r}", kind="not-found"
+        try:
+            return await project_budget_status(
+                services.store, services.rate_cards, project, budget_id
             )
-        return await budget_status(services.store, budget, await _currency(services, project))
+        except BudgetNotFound as exc:
+            raise _not_found(exc) from exc
 
     @delete(
         "/{budget_id:str}", guards=[requires("admin")], summary="Delete a budget", status_code=204
@@ -81,10 +78,10 @@ class BudgetController(Controller):
     async def remove(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> None:
-        if not await services.store.delete_budget(project, budget_id):
-            raise problem(
-                404, "Not found", f"no budget {budget_id!r} in {project!r}", kind="not-found"
-            )
+        try:
+            await delete_budget(services.store, project, budget_id)
+        except BudgetNotFound as exc:
+            raise _not_found(exc) from exc
 
 
 class AlertController(Controller):

@@ -11,6 +11,8 @@ import msgspec
 from costcore.money import format_money
 
 from ..ledger.eventlog import read_log
+from ..projects.service import project_currency
+from ..ratecards.catalog import RateCards
 from ..storage.redis_store import Store
 from .firing import day_field, spend_field, threshold_checks
 from .model import (
@@ -187,3 +189,32 @@ async def list_alerts(
                     break
         start = "(" + entries[-1][0]
     return views
+
+
+class BudgetNotFound(Exception):
+    def __init__(self, project: str, budget_id: str) -> None:
+        super().__init__(project, budget_id)
+        self.project = project
+        self.budget_id = budget_id
+
+
+async def create_project_budget(store: Store, rate_cards: RateCards, data: BudgetIn) -> Budget:
+    """`create_budget` in the currency of the budget's project."""
+    currency = await project_currency(store, rate_cards, data.project)
+    return await create_budget(store, data, currency)
+
+
+async def project_budget_status(
+    store: Store, rate_cards: RateCards, project: str, budget_id: str
+) -> BudgetStatus:
+    """Spend against one of the project's budgets now. Raises BudgetNotFound."""
+    budget = await find_budget(store, project, budget_id)
+    if budget is None:
+        raise BudgetNotFound(project, budget_id)
+    return await budget_status(store, budget, await project_currency(store, rate_cards, project))
+
+
+async def delete_budget(store: Store, project: str, budget_id: str) -> None:
+    """Raises BudgetNotFound."""
+    if not await store.delete_budget(project, budget_id):
+        raise BudgetNotFound(project, budget_id)

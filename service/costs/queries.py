@@ -29,6 +29,7 @@ from costcore.money import format_money, format_quantity
 
 from ..ledger.folding import settle
 from ..ledger.rollups import FINE_DIMS, ROLLUP_VERSION, covering
+from ..projects.service import project_settings
 from ..storage.redis_store import FIELD_SEP, TAG_SEP, Store
 
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
@@ -555,7 +556,7 @@ async def cost_report(
         offset,
         limit,
     )
-    meta = await store.project_meta(project)
+    settings = await project_settings(store, project)
     validate(query)
     daily, complete = await _state(store, project)
     split_by_sku = "sku" in group_by and granularity != "hour"
@@ -583,7 +584,7 @@ async def cost_report(
             CostRow(
                 key=labels,
                 cost=format_money(cost),
-                currency=meta.get("currency"),
+                currency=settings.currency,
                 events=events,
                 quantity=format_quantity(qty) if split_by_sku else None,
                 unit=units.get(sku) if sku is not None else None,
@@ -592,7 +593,7 @@ async def cost_report(
     end = offset + limit
     return CostReport(
         project=project,
-        currency=meta.get("currency"),
+        currency=settings.currency,
         from_day=from_day.isoformat() if from_day else None,
         to_day=to_day.isoformat() if to_day else None,
         group_by=list(group_by),
@@ -636,7 +637,7 @@ def _ratio(num: int, den: int) -> str:
 async def cost_summary(
     store: Store, project: str, from_day: date | None, to_day: date | None
 ) -> CostSummary:
-    meta = await store.project_meta(project)
+    settings = await project_settings(store, project)
     base = CostQuery(project, from_day, to_day, ("category", "stage", "fixed", "tag.rework"))
     validate(base)
     daily_all, complete = await _state(store, project)
@@ -681,7 +682,7 @@ async def cost_summary(
     rework = sum(rework_stage.values())
     return CostSummary(
         project=project,
-        currency=meta.get("currency"),
+        currency=settings.currency,
         from_day=first.isoformat() if first else None,
         to_day=(last + timedelta(days=1)).isoformat() if last else None,
         total_cost=format_money(total),

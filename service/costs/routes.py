@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Annotated, Literal
 
 from litestar import Controller, get
@@ -8,8 +8,8 @@ from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from ..events.model import LABEL_PATTERN
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
 from .queries import (
@@ -17,9 +17,9 @@ from .queries import (
     CostReport,
     CostSummary,
     QueryError,
-    cost_report,
     cost_summary,
 )
+from .service import project_costs
 
 GroupBy = Annotated[
     str,
@@ -99,22 +99,14 @@ class CostsController(Controller):
             )
             if v is not None
         }
-        units: dict[str, str] = {}
-        if "sku" in dims:
-            meta = await services.store.project_meta(project)
-            catalog = await services.rate_cards.catalog(meta.get("rate_card", "default"))
-            if catalog is not None:
-                current = catalog.history.index_at(datetime.now(UTC))
-                for vi in range(max(current, len(catalog.history.versions) - 1) + 1):
-                    units.update({c: s.unit for c, s in catalog.history.priced(vi).items()})
         try:
-            return await cost_report(
+            return await project_costs(
                 services.store,
+                services.rate_cards,
                 project,
                 from_day,
                 to_day,
                 dims,
-                units,
                 offset,
                 limit,
                 granularity=granularity,

@@ -1,8 +1,7 @@
 """The read-only dashboard: `GET /ui` (project picker) and `GET /ui/{project}?from&to`.
 
-It calls the same domain functions as the JSON routes (`cost_summary`, `cost_report`,
-`budget_status`, `plan_status`, `waste_report`) and hands their results to
-`service.dashboard` for rendering; no rule is computed here.
+It gets the page's figures from `dashboard.service` (the same domain functions the JSON
+routes call) and hands them to `dashboard.page` for rendering; no rule is computed here.
 
 Authentication. A browser cannot easily send a bearer header, so besides the header the
 dashboard accepts the token once as `?token=`: the token is checked like any bearer token, set
@@ -18,7 +17,7 @@ it escaped the escaping.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get
@@ -35,32 +34,18 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect
 
 from ..auth.model import Principal
-from ..budgets.routes import _currency
-from ..budgets.service import budget_status, list_budgets
-from ..costs.queries import QueryError, cost_report, cost_summary
-from ..events.model import PROJECT_PATTERN, EventIn
+from ..auth.service import resolve_principal
+from ..events.model import PROJECT_PATTERN
 from ..http.deps import Services
 from ..http.problems import invalid, problem
 from ..http.ratelimit import TokenRateLimitMiddleware
-from ..http.security import _resolve, requires, unauthorized
-from ..ledger.eventlog import read_log
-from ..plans.service import list_plans, plan_status
-from ..waste.service import waste_report
-from .page import (
-    BudgetPanel,
-    DashboardData,
-    PlanPanel,
-    render_dashboard,
-    render_picker,
-)
-from .series import burn_down_points
+from ..http.security import requires, unauthorized
+from ..projects.service import visible_projects
+from .page import render_dashboard, render_picker
+from .service import DashboardQueryError, dashboard_data
 
 COOKIE = "trainledger_ui"
 COOKIE_MAX_AGE = 12 * 3600  # a dashboard session; sign in again with ?token= after that
-DEFAULT_DAYS = 30
-MAX_DAYS = 366
-TOP_EXPERIMENTS = 10
-MAX_PLANS = 10
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
 
 # No script, no external resource, no framing, no referrer: the page is self-contained.
@@ -97,7 +82,7 @@ class DashboardAuthMiddleware(AbstractAuthenticationMiddleware):
                 "an 'Authorization: Bearer <token>' header"
             )
         state = connection.app.state
-        principal = await _resolve(state.store, token, state.settings.token_cache_seconds)
+        principal = await resolve_principal(state.store, token, state.settings.token_cache_seconds)
         if principal is None:
             raise unauthorized("the token is unknown or revoked")
         return AuthenticationResult(user=principal, auth=token)
@@ -130,77 +115,6 @@ def _sign_in(request: Request[Principal, str, State]) -> Redirect | None:
     )
 
 
-def _range(from_day: date | None, to_day: date | None, today: date) -> tuple[date, date]:
-    last = to_day or today
-    first = from_day or last - timedelta(days=DEFAULT_DAYS - 1)
-    if first > last:
-        raise invalid("from", "must not be after 'to'", status=400)
-    if (last - first).days + 1 > MAX_DAYS:
-        raise invalid("from", f"show at most {MAX_DAYS} days at once", status=400)
-    return first, last
-
-
-async def gather(
-    services: Services, project: str, first: date, last: date, now: datetime
-) -> DashboardData:
-    """The page's figures, from the same domain calls the JSON routes make."""
-    store = services.store
-    end = last + timedelta(days=1)  # the cost queries take `to` exclusive
-    try:
-        summary = await cost_summary(store, project, first, end)
-        by_stage = await cost_report(
-            store, project, first, end, ["stage"], {}, 0, 10_000, granularity="day"
-        )
-        by_category = await cost_report(
-            store, project, first, end, ["category"], {}, 0, 10_000, granularity="day"
-        )
-        experiments = await cost_report(
-            store, project, first, end, ["experiment"], {}, 0, TOP_EXPERIMENTS + 1,
-            top=TOP_EXPERIMENTS,
-        )  # fmt: skip
-    except QueryError as exc:
-        raise invalid(exc.field, exc.reason, status=400) from exc
-    currency = await _currency(services, project)
-
-    budgets = await list_budgets(store, project)
-    panels: list[BudgetPanel] = []
-    if budgets:
-        # The burn-down needs spend per day within each budget's scope: the log holds every
-        # accepted event with its cost, and `budgets.matches` is the rule the counters use.
-        priced: list[tuple[EventIn, str, int]] = []
-        async for _, rows in read_log(store, project, await store.last_log_entry(project)):
-            priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
-        for budget in budgets:
-            status = await budget_status(store, budget, currency, now)
-            assert status.period_start is not None and status.period_end is not None
-            points = burn_down_points(budget, status.period_start, status.period_end, now, priced)
-            panels.append(BudgetPanel(status, points))
-
-    records = sorted(await list_plans(store, project), key=lambda r: r.created_at, reverse=True)
-    plans = [
-        PlanPanel(record.plan.name, await plan_status(store, record, now))
-        for record in records[:MAX_PLANS]
-    ]
-    try:
-        waste = await waste_report(store, services.rate_cards, project, first, last, now)
-    except ValueError as exc:
-        raise invalid("from", str(exc), status=400) from exc
-    return DashboardData(
-        project=project,
-        currency=summary.currency or currency,
-        first_day=first,
-        last_day=last,
-        now=now,
-        summary=summary,
-        by_stage=by_stage,
-        by_category=by_category,
-        experiments=experiments,
-        budgets=panels,
-        plans=plans,
-        waste=waste,
-    )
-
-
 class DashboardController(Controller):
     path = "/ui"
     include_in_schema = False  # HTML for people, not part of the JSON API
@@ -220,8 +134,7 @@ class DashboardController(Controller):
         redirect = _sign_in(request)
         if redirect is not None:
             return redirect
-        visible = [p for p in await services.store.projects() if request.user.can_access(p)]
-        return _html(render_picker(visible))
+        return _html(render_picker(await visible_projects(services.store, request.user)))
 
     @get("/{project:str}", summary="Dashboard of one project")
     async def project_page(
@@ -241,6 +154,10 @@ class DashboardController(Controller):
         redirect = _sign_in(request)
         if redirect is not None:
             return redirect
-        now = datetime.now(UTC)
-        first, last = _range(from_day, to_day, now.date())
-        return _html(render_dashboard(await gather(services, project, first, last, now)))
+        try:
+            data = await dashboard_data(
+                services.store, services.rate_cards, project, from_day, to_day, datetime.now(UTC)
+            )
+        except DashboardQueryError as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
+        return _html(render_dashboard(data))

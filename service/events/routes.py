@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -28,32 +28,35 @@ from litestar.types import TypeEncodersMap
 from ..auth.model import Principal
 from ..http.bodies import read_body
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import OUTCOME_UNKNOWN, invalid, problem
 from ..http.security import authorize, requires
+from ..ingest.body import ingest_body
+from ..ingest.rejected import (
+    CURSOR_PATTERN,
+    DeleteRejectedIn,
+    RejectedPage,
+    ReplayIn,
+    rejected_page,
+    replay_rejected,
+)
+from ..ingest.rejected import (
+    drop_rejected as drop_dead_letters,
+)
 from ..ingest.service import (
     CHECK_IN_THREAD_EVENTS,
     ForbiddenProject,
     IngestConflict,
     IngestReport,
-    RejectedEvent,
 )
 from ..metrics import count_ingest
 from .model import (
     CONTENT_TYPES,
-    PROJECT_PATTERN,
-    DecodedItem,
-    EventIn,
     MalformedBody,
     TooManyEvents,
     UnsupportedContentType,
-    count_events,
-    decode_events,
-    decode_wire_batch,
-    may_exceed,
     media_type_of,
 )
-
-ProjectParam = Annotated[str, QueryParameter(pattern=PROJECT_PATTERN, description="project name")]
 
 
 @dataclass
@@ -71,48 +74,6 @@ class EventsOperation(Operation):
             ),
             content={media: OpenAPIMediaType(schema=ref) for media in CONTENT_TYPES},
         )
-
-
-class RejectedRecord(msgspec.Struct):
-    """A dead letter. `event` is the rejected event as read; one larger than 8 KiB (as compact
-    JSON) is kept only as `excerpt`, its first 8 KiB (`truncated`, `event` null), and cannot
-    be replayed: post the fixed event again. `size` and `sha256` are those of the whole event
-    as compact JSON (absent on records stored by versions before they were kept)."""
-
-    id: str
-    project: str
-    reason: str
-    field: str | None
-    rejected_at: str
-    event: Any
-    size: int | None = None
-    sha256: str | None = None
-    truncated: bool = False
-    excerpt: str | None = None
-
-
-class RejectedPage(msgspec.Struct):
-    project: str
-    items: list[RejectedRecord]
-    offset: int
-    limit: int
-    total: int
-    next_offset: int | None
-    # `after` for the next page: unlike `next_offset`, it keeps its place when the oldest
-    # dead letters are dropped meanwhile (the project's limit).
-    next_cursor: str | None = None
-
-
-class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
-    ids: list[str] | None = None  # None: every stored rejected event of the project
-
-
-class DeleteRejectedIn(msgspec.Struct, forbid_unknown_fields=True):
-    ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10_000)]
-
-
-_record_decoder = msgspec.json.Decoder(RejectedRecord)
-_event_decoder = msgspec.json.Decoder(EventIn)
 
 
 class _EncodedJson(ASGIResponse):
@@ -211,34 +172,28 @@ def _answer(report: IngestReport) -> Response[Any]:
     return _ReportResponse(report, status_code=200)
 
 
-async def run_ingest(
-    services: Services, items: list[DecodedItem], principal: Principal, batch: bool = True
-) -> Response[Any]:
-    report = await _ingesting(services.ingestor.ingest(items, principal, batch))
-    assert report is not None
-    return await _reported(report)
-
-
-async def _ingesting(work: Awaitable[IngestReport | None]) -> IngestReport | None:
-    """The report of an ingest call, its refusals turned into problem answers."""
-    try:
-        return await work
-    except ForbiddenProject as exc:
-        raise problem(
+def _refused(exc: Exception) -> Exception:
+    """An ingest's refusal, as its problem answer."""
+    if isinstance(exc, ForbiddenProject):
+        return problem(
             403,
             "Forbidden",
             f"this token may not write to project {exc.project!r} (event {exc.index})",
             kind="forbidden",
             errors=[{"field": f"$[{exc.index}].project", "reason": "outside the token's projects"}],
-        ) from exc
-    except IngestConflict as exc:
-        raise problem(
+        )
+    if isinstance(exc, IngestConflict):
+        return problem(
             503,
             "Busy",
             f"too much contention on this project; {OUTCOME_UNKNOWN}",
             kind="busy",
             headers={"Retry-After": "1"},
-        ) from exc
+        )
+    if isinstance(exc, TooManyEvents):
+        return invalid("$", f"a batch holds at most {exc.limit} events", status=413)
+    assert isinstance(exc, MalformedBody)
+    return invalid(exc.field, exc.reason, status=400)
 
 
 async def _reported(report: IngestReport) -> Response[Any]:
@@ -250,16 +205,6 @@ async def _reported(report: IngestReport) -> Response[Any]:
 def _reported_now(report: IngestReport) -> Response[Any]:
     count_ingest(report.accepted, report.duplicates, (r.field for r in report.rejected))
     return _answer(report)
-
-
-# Bodies larger than this that take the exact path (`decode_events`: every item decoded on
-# its own, with its reason) are decoded in a worker thread; the usual batch (the fast path)
-# is not, so its cost per event stays as measured (bench/README).
-SLOW_DECODE_IN_THREAD_BYTES = 256 * 1024
-
-
-def _too_many(limit: int) -> Exception:
-    return invalid("$", f"a batch holds at most {limit} events", status=413)
 
 
 class EventsController(Controller):
@@ -298,35 +243,13 @@ class EventsController(Controller):
                 kind="unsupported-media-type",
             ) from exc
         body = await read_body(request, services.settings.max_body_bytes)
-        # The usual batch first: read without a datetime or Decimal per event, or None (then
-        # read and checked exactly below, with every rejection's reason).
-        limit = services.settings.max_batch_events
-        if may_exceed(body, media, limit):  # before any event is decoded
-            raise _too_many(limit)
-        events = decode_wire_batch(body, media)
-        if events is not None:
-            if len(events) > limit:
-                raise _too_many(limit)
-            report = await _ingesting(services.ingestor.ingest_wire(events, request.user))
-            if report is not None:
-                return await _reported(report)
         try:
-            # Counted before any item is decoded (`TooManyEvents`); a large body is read in a
-            # thread, so the loop goes on answering meanwhile (this path decodes item by item).
-            if (
-                len(body) > SLOW_DECODE_IN_THREAD_BYTES
-                or count_events(body, media, limit) > CHECK_IN_THREAD_EVENTS
-            ):
-                items, batch = await anyio.to_thread.run_sync(decode_events, body, media, limit)
-            else:
-                items, batch = decode_events(body, media, limit)
-        except TooManyEvents as exc:
-            raise _too_many(limit) from exc
-        except MalformedBody as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
-        if len(items) > limit:  # not reached: counted above
-            raise _too_many(limit)
-        return await run_ingest(services, items, request.user, batch)
+            report = await ingest_body(
+                services.ingestor, body, media, request.user, services.settings.max_batch_events
+            )
+        except (ForbiddenProject, IngestConflict, TooManyEvents, MalformedBody) as exc:
+            raise _refused(exc) from exc
+        return await _reported(report)
 
     @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
     async def list_rejected(
@@ -338,30 +261,12 @@ class EventsController(Controller):
         after: Annotated[
             str | None,
             QueryParameter(
-                pattern=r"^[0-9]{1,16}:.{1,200}$",
+                pattern=CURSOR_PATTERN,
                 description="a page's `next_cursor`: the page after it (instead of `offset`)",
             ),
         ] = None,
     ) -> RejectedPage:
-        cursor = None
-        if after is not None:
-            when_ms, _, event_id = after.partition(":")
-            cursor = (int(when_ms), event_id)
-        raws, total, offset, last = await services.store.rejected_listing(
-            project, offset, limit, cursor
-        )
-        items = [_record_decoder.decode(r) for r in raws]
-        end = offset + limit
-        more = end < total
-        return RejectedPage(
-            project,
-            items,
-            offset,
-            limit,
-            total,
-            end if more else None,
-            f"{last[0]}:{last[1]}" if more and last is not None else None,
-        )
+        return await rejected_page(services.store, project, offset, limit, after)
 
     @post(
         "/rejected/replay",
@@ -378,32 +283,17 @@ class EventsController(Controller):
         request: Request[Principal, str, Any],
         services: NamedDependency[Services],
     ) -> Response[IngestReport]:
-        if data.ids is None:
-            raws, _ = await services.store.rejected_page(
-                project, 0, services.settings.max_batch_events
+        try:
+            report = await replay_rejected(
+                services.store,
+                services.ingestor,
+                project,
+                data.ids,
+                request.user,
+                services.settings.max_batch_events,
             )
-        else:
-            raws = [r for r in await services.store.rejected_records(project, data.ids) if r]
-        items = []
-        excerpts: list[RejectedEvent] = []
-        for i, raw in enumerate(raws):
-            record = _record_decoder.decode(raw)
-            if record.truncated:  # only an excerpt is kept: nothing to submit again
-                reason = (
-                    f"only an excerpt of this event is kept ({record.size} bytes, sha256 "
-                    f"{record.sha256}): post the fixed event again instead"
-                )
-                excerpts.append(RejectedEvent(i, record.id, reason, "$", record.project))
-                continue
-            try:
-                event = _event_decoder.decode(msgspec.json.encode(record.event))
-                items.append(DecodedItem(i, event))
-            except msgspec.ValidationError as exc:
-                items.append(DecodedItem(i, None, str(exc), "$", record.event))
-        report = await _ingesting(services.ingestor.ingest(items, request.user, True))
-        assert report is not None
-        if excerpts:
-            report.rejected = sorted(report.rejected + excerpts, key=lambda r: r.index)
+        except (ForbiddenProject, IngestConflict) as exc:
+            raise _refused(exc) from exc
         return await _reported(report)
 
     @delete(
@@ -415,4 +305,4 @@ class EventsController(Controller):
         data: JSONBody[DeleteRejectedIn],
         services: NamedDependency[Services],
     ) -> dict[str, int]:
-        return {"deleted": await services.store.delete_rejected(project, data.ids)}
+        return {"deleted": await drop_dead_letters(services.store, project, data.ids)}

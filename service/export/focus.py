@@ -100,7 +100,8 @@ import msgspec
 from costcore.money import INT64_MAX, format_money, format_quantity, round_half_even_div
 
 from ..ledger.eventlog import LoggedEvent, read_log
-from ..ratecards.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
+from ..projects.service import project_catalog
+from ..ratecards.catalog import PricingCatalog, RateCards
 from ..ratecards.model import PricedSku, RateCardVersion
 from ..storage.redis_store import Store
 from .csvsafe import neutralise
@@ -580,9 +581,8 @@ class FocusExport:
 async def prepare_export(store: Store, rate_cards: RateCards, project: str) -> FocusExport:
     """Read what the export needs before the first byte is sent, so that a problem is an
     error answer rather than a truncated file."""
-    meta = await store.project_meta(project)
-    card = meta.get("rate_card", DEFAULT_RATE_CARD)
-    catalog = await rate_cards.catalog(card)
+    settings, catalog = await project_catalog(store, rate_cards, project)
+    card = settings.rate_card
     last = await store.last_log_entry(project)
     if last and catalog is None:
         raise ExportError(f"the project's rate card {card!r} no longer exists")

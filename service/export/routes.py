@@ -10,8 +10,8 @@ from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
 from .focus import (

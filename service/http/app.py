@@ -26,6 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import __version__
 from ..analysis.routes import AnalysisController
+from ..auth.routes import TokenController
 from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
 from ..costs.routes import CostsController
@@ -36,7 +37,7 @@ from ..ingest.service import Ingestor
 from ..ledger.folding import Folder
 from ..metrics import time_redis_commands
 from ..plans.routes import PlanController
-from ..projects.routes import ProjectController, TokenController
+from ..projects.routes import ProjectController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector

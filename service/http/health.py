@@ -47,6 +47,11 @@ class StoreReachability:
         self.last_reached = time.monotonic()
         return True
 
+    async def check_ready(self) -> None:
+        """Ping Redis once, now; raises what reaching it raised. An answer counts as reached."""
+        await self.store.ping()
+        self.last_reached = time.monotonic()
+
     async def run(self) -> None:
         while True:
             await self.probe()
@@ -74,10 +79,11 @@ async def healthz(state: State) -> Health:
 
 @get("/readyz", exclude_from_auth=True, tags=["health"], summary="Readiness: Redis answers")
 async def readyz(state: State) -> Response[dict[str, str]]:
+    reach: StoreReachability | None = state.get("store_reachability")
+    if reach is None:  # an app without the background probe: a fresh one, for this ping
+        reach = StoreReachability(state.services.store, 0)
     try:
-        await state.services.store.ping()
-        if (reach := state.get("store_reachability")) is not None:
-            reach.last_reached = time.monotonic()
+        await reach.check_ready()
     except Exception as exc:  # any failure to reach Redis means not ready
         return Response(
             {"status": "unavailable", "redis": type(exc).__name__},

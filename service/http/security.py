@@ -9,7 +9,6 @@ any request that names a project (path, query or body, exactly once: the rule be
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,11 +20,9 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.types import Scope
 
-from ..auth.model import Principal, digest, principal_from_record
-from ..storage.redis_store import Store
+from ..auth.model import Principal
+from ..auth.service import resolve_principal
 from .problems import invalid, problem
-
-_cache: dict[str, tuple[float, Principal | None]] = {}
 
 
 def unauthorized(detail: str) -> Exception:
@@ -46,7 +43,9 @@ class BearerTokenMiddleware(AbstractAuthenticationMiddleware):
         if scheme.lower() != "bearer" or not token:
             raise unauthorized("send an 'Authorization: Bearer <token>' header")
         state = connection.app.state
-        principal = await _resolve(state.store, token.strip(), state.settings.token_cache_seconds)
+        principal = await resolve_principal(
+            state.store, token.strip(), state.settings.token_cache_seconds
+        )
         if principal is None:
             raise unauthorized("the bearer token is unknown or revoked")
         return AuthenticationResult(user=principal, auth=token)
@@ -59,24 +58,6 @@ def _authorization(scope: Scope) -> str:
         if name.lower() == b"authorization":
             return value.decode("latin-1")
     return ""
-
-
-async def _resolve(store: Store, token: str, ttl: float) -> Principal | None:
-    key = digest(token)
-    now = time.monotonic()
-    hit = _cache.get(key)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    record = await store.token_record(key)
-    principal = principal_from_record(record) if record else None
-    if len(_cache) > 10_000:
-        _cache.clear()
-    _cache[key] = (now + ttl, principal)
-    return principal
-
-
-def forget_cached_tokens() -> None:
-    _cache.clear()
 
 
 def requires(action: str) -> Any:

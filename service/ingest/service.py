@@ -49,7 +49,8 @@ from ..events.model import (
 from ..ledger.eventlog import LoggedEvent, encode_log
 from ..ledger.folding import Folder, day_name
 from ..metrics import DEAD_LETTERS_DROPPED
-from ..ratecards.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
+from ..projects.model import DEFAULT_ATTRIBUTION_TAGS, ProjectSettings
+from ..ratecards.catalog import PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
 from ..storage.limbs import CAP_UNITS, bound_units
 from ..storage.redis_store import (
@@ -63,8 +64,6 @@ from ..storage.redis_store import (
 )
 
 MAX_APPLY_ATTEMPTS = 64
-# Tags that costs are attributed by unless the project names others (`attribution_tags`).
-DEFAULT_ATTRIBUTION_TAGS = frozenset({"rework", "team"})
 _budget_decoder = msgspec.json.Decoder(Budget)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -510,7 +509,7 @@ class Ingestor:
         self._wire_quantities: dict[str | int, int] = {}
         # Project settings and pricing catalogs as last read; see `ingest` for why a stale
         # entry can cost a retry but never a wrong total.
-        self._meta: dict[str, dict[str, str]] = {}
+        self._settings: dict[str, ProjectSettings] = {}
         self._catalogs: dict[str, PricingCatalog] = {}
 
     async def ingest(
@@ -603,13 +602,13 @@ class Ingestor:
             # Events are only ever rejected as unpriceable on freshly read ones.
             for attempt in range(MAX_SETTINGS_ATTEMPTS):
                 fresh = attempt > 0
-                meta = await self._meta_of(project, fresh)
-                card_name = meta.get("rate_card", DEFAULT_RATE_CARD)
+                settings = await self._settings_of(project, fresh)
+                card_name = settings.rate_card
                 catalog = await self._catalog_of(card_name, fresh)
                 rows: Sequence[int] = []
                 if catalog is not None:
                     rows = resolve_rows(pending, catalog)
-                    usable = _usable_rows(catalog, meta.get("currency"))
+                    usable = _usable_rows(catalog, settings.currency)
                     bad = []
                     if not (all(usable) and min(rows, default=0) >= 0):  # the usual batch
                         bad = [i for i, row in enumerate(rows) if row < 0 or not usable[row]]
@@ -622,7 +621,7 @@ class Ingestor:
                     for i in bad:
                         item = item_at(pending.index[i])
                         assert item.event is not None
-                        reason = _unpriceable(item.event, catalog, card_name, meta.get("currency"))
+                        reason = _unpriceable(item.event, catalog, card_name, settings.currency)
                         assert reason is not None
                         reject(item, reason[0], reason[1])
                     bad_set = set(bad)
@@ -633,7 +632,7 @@ class Ingestor:
                         await self.store.count_duplicates(project, in_body[project])
                     break
                 applied = await self._apply(
-                    project, pending, catalog, meta, in_body.get(project, 0)
+                    project, pending, catalog, settings, in_body.get(project, 0)
                 )
                 if applied is None:
                     continue  # settings or rate card moved: read them again
@@ -768,14 +767,16 @@ class Ingestor:
         epoch_us = _to_epoch_us(ev.time)  # aware datetimes subtract in UTC
         return quantity, epoch_us, epoch_us // 86_400_000_000, seen_shard(ev.id)
 
-    async def _meta_of(self, project: str, fresh: bool) -> dict[str, str]:
-        """The project's settings (meta hash), from this worker's cache unless `fresh`."""
-        meta = None if fresh else self._meta.get(project)
-        if meta is None:
-            if len(self._meta) >= _CACHE_LIMIT:
-                self._meta.clear()
-            meta = self._meta[project] = await self.store.project_meta(project)
-        return meta
+    async def _settings_of(self, project: str, fresh: bool) -> ProjectSettings:
+        """The project's settings, from this worker's cache unless `fresh`."""
+        settings = None if fresh else self._settings.get(project)
+        if settings is None:
+            if len(self._settings) >= _CACHE_LIMIT:
+                self._settings.clear()
+            settings = self._settings[project] = ProjectSettings.of(
+                await self.store.project_meta(project)
+            )
+        return settings
 
     async def _catalog_of(self, name: str, fresh: bool) -> PricingCatalog | None:
         """The rate card's pricing catalog, from this worker's cache unless `fresh`."""
@@ -791,16 +792,16 @@ class Ingestor:
         project: str,
         events: PendingBatch,
         catalog: PricingCatalog,
-        meta: dict[str, str],
+        settings: ProjectSettings,
         duplicates: int = 0,
     ) -> tuple[int, int, int, PendingBatch, list[int]] | None:
         """Price and apply until it lands. Returns (accepted, duplicates, cost, overflowed,
         beyond: the body indexes of events the project's sums cannot take), or None when the
-        project's settings or rate card moved since `meta`/`catalog` were read.
+        project's settings or rate card moved since `settings`/`catalog` were read.
         `duplicates`: those found before (in the body), counted with the ones found here."""
-        budgets_rev = meta.get("budgets_rev", "0")
-        tag_keys = attribution_tags_of(meta)
-        expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
+        budgets_rev = settings.budgets_rev
+        tag_keys = settings.attribution_tags
+        expected = settings.as_priced
         if project not in self._known_projects:
             await self.store.add_project(project)
             self._known_projects.add(project)
@@ -864,8 +865,7 @@ class Ingestor:
                 if self.folder is not None:
                     self.folder.touched(project)
                 # What the script's HSETNXs did to the settings, so the cache stays true.
-                meta.setdefault("currency", catalog.currency or "")
-                meta.setdefault("rate_card", catalog.name)
+                settings.first_priced(catalog.name, catalog.currency)
                 return (
                     len(priced.batch),
                     duplicates,
@@ -897,7 +897,7 @@ class Ingestor:
                 tier_keys = tier_keys_needed(events, catalog)
             if outcome.status == 3:
                 # The project's budgets changed since they were read: read them again.
-                budgets_rev = meta["budgets_rev"] = outcome.budgets_rev
+                budgets_rev = settings.budgets_rev = outcome.budgets_rev
             # status 2: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
 
@@ -994,14 +994,6 @@ def _usable_rows(catalog: PricingCatalog, currency: str | None) -> list[bool]:
         for (vi, _code), row in catalog.row_of.items():
             usable[row] = versions[vi].currency == currency
     return usable
-
-
-def attribution_tags_of(meta: dict[str, str]) -> frozenset[str]:
-    """The project's attribution tags (meta field `attribution_tags`, comma-separated)."""
-    raw = meta.get("attribution_tags")
-    if raw is None:
-        return DEFAULT_ATTRIBUTION_TAGS
-    return frozenset(t for t in raw.split(",") if t)
 
 
 def _unpriceable(

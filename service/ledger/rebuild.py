@@ -17,11 +17,11 @@ from ..budgets.firing import day_field, spend_field
 from ..budgets.model import Budget, counters_for, daily_for
 from ..ingest.service import (
     PendingEvent,
-    attribution_tags_of,
     price_events,
     tier_keys_needed,
 )
-from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
+from ..projects.service import project_catalog
+from ..ratecards.catalog import RateCards
 from ..storage.limbs import CAP_UNITS, bound_units, split_value
 from ..storage.redis_store import Keys, Store
 from .eventlog import decode_log_entry, read_log
@@ -57,11 +57,10 @@ async def rebuild_project(store: Store, rate_cards: RateCards, project: str) -> 
 
 
 async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> RebuildReport | None:
-    meta = await store.project_meta(project)
-    catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
+    settings, catalog = await project_catalog(store, rate_cards, project)
     last = await store.last_log_entry(project)
     budgets = [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
-    tag_keys = attribution_tags_of(meta)
+    tag_keys = settings.attribution_tags
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
     sums = CellSums()
@@ -113,7 +112,7 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
         if any(high.values()):
             hashes[key] = {f: split_value(v)[0] for f, v in hashes[key].items()}
             hashes[Keys.high(key)] = {f: h for f, h in high.items() if h}
-    accepted = int(meta.get("accepted", "0"))
+    accepted = settings.accepted
     if events != accepted:
         raise RebuildError(
             f"the log holds {events} events but {accepted} were accepted: it was trimmed by "

@@ -5,8 +5,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
 from ..budgets.model import BudgetError
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
 from .model import PlanError, PlanEstimate, PlanIn
@@ -19,19 +19,14 @@ from .service import (
     estimate,
     list_plans,
     load,
-    plan_status,
     register,
-    report_progress,
+    report_plan_progress,
+    status_of_plan,
 )
 
 
-async def _load(services: Services, project: str, plan_id: str) -> PlanRecord:
-    try:
-        return await load(services.store, project, plan_id)
-    except PlanNotFound as exc:
-        raise problem(
-            404, "Not found", f"no plan {plan_id!r} in {project!r}", kind="not-found"
-        ) from exc
+def _not_found(project: str, plan_id: str) -> Exception:
+    return problem(404, "Not found", f"no plan {plan_id!r} in {project!r}", kind="not-found")
 
 
 class PlanController(Controller):
@@ -83,13 +78,19 @@ class PlanController(Controller):
     async def get_one(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanRecord:
-        return await _load(services, project, plan_id)
+        try:
+            return await load(services.store, project, plan_id)
+        except PlanNotFound as exc:
+            raise _not_found(project, plan_id) from exc
 
     @get("/{plan_id:str}/status", guards=[requires("read")], summary="Plan against actual")
     async def status(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanStatus:
-        return await plan_status(services.store, await _load(services, project, plan_id))
+        try:
+            return await status_of_plan(services.store, project, plan_id)
+        except PlanNotFound as exc:
+            raise _not_found(project, plan_id) from exc
 
     @post(
         "/{plan_id:str}/progress",
@@ -104,8 +105,9 @@ class PlanController(Controller):
         data: JSONBody[ProgressIn],
         services: NamedDependency[Services],
     ) -> ProgressRecord:
-        record = await _load(services, project, plan_id)
         try:
-            return await report_progress(services.store, record, data)
+            return await report_plan_progress(services.store, project, plan_id, data)
+        except PlanNotFound as exc:
+            raise _not_found(project, plan_id) from exc
         except PlanError as exc:
             raise invalid(exc.field, exc.reason) from exc

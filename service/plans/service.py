@@ -324,3 +324,15 @@ async def plan_status(store: Store, record: PlanRecord, now: datetime | None = N
             "added to the forecast as is"
         ),
     )
+
+
+async def status_of_plan(store: Store, project: str, plan_id: str) -> PlanStatus:
+    """The plan against its actual spend now. Raises PlanNotFound."""
+    return await plan_status(store, await load(store, project, plan_id))
+
+
+async def report_plan_progress(
+    store: Store, project: str, plan_id: str, progress: ProgressIn
+) -> ProgressRecord:
+    """Raises PlanNotFound, or PlanError for a report that does not fit the plan."""
+    return await report_progress(store, await load(store, project, plan_id), progress)

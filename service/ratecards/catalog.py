@@ -17,8 +17,6 @@ from costcore.rates import RateRow
 from ..storage.redis_store import Store
 from .model import PricedSku, RateCardHistory, RateCardIn, RateCardVersion
 
-DEFAULT_RATE_CARD = "default"
-
 _version_decoder = msgspec.json.Decoder(RateCardVersion)
 
 

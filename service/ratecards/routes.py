@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 import msgspec
@@ -19,7 +18,13 @@ from .model import (
     RateCardIn,
     RateCardVersion,
     RateCardView,
-    validate_rate_card,
+)
+from .service import (
+    RateCardNotFound,
+    SharedCardForbidden,
+    add_version,
+    rate_card_names,
+    rate_card_view,
 )
 
 CardName = Annotated[str, PathParameter(pattern=NAME_PATTERN, description="rate-card name")]
@@ -35,7 +40,7 @@ class RateCardController(Controller):
 
     @get("/", guards=[requires("read")], summary="List rate-card names")
     async def list_cards(self, services: NamedDependency[Services]) -> RateCardList:
-        return RateCardList(await services.store.rate_card_names())
+        return RateCardList(await rate_card_names(services.store))
 
     @put(
         "/{name:str}",
@@ -53,25 +58,23 @@ class RateCardController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> RateCardVersion:
-        if not request.user.unscoped:
-            # A card is shared by every project that picks it: a new version reprices them all.
+        try:
+            return await add_version(services.rate_cards, request.user, name, data)
+        except SharedCardForbidden as exc:
             raise problem(
                 403,
                 "Forbidden",
                 "rate cards are global: only an admin token for every project may change one",
                 kind="forbidden",
-            )
-        try:
-            validate_rate_card(data)
+            ) from exc
         except RateCardError as exc:
             raise invalid(exc.field, exc.reason) from exc
-        return await services.rate_cards.put(name, data)
 
     @get("/{name:str}", guards=[requires("read")], summary="Current version and history")
     async def get_card(self, name: CardName, services: NamedDependency[Services]) -> RateCardView:
-        versions = await services.rate_cards.versions(name)
-        if not versions:
-            raise problem(404, "Not found", f"no rate card named {name!r}", kind="not-found")
-        catalog = await services.rate_cards.catalog(name)
-        current = catalog.history.version_at(datetime.now(UTC)) if catalog else None
-        return RateCardView(name=name, current=current, history=versions)
+        try:
+            return await rate_card_view(services.rate_cards, name)
+        except RateCardNotFound as exc:
+            raise problem(
+                404, "Not found", f"no rate card named {name!r}", kind="not-found"
+            ) from exc

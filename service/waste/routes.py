@@ -7,8 +7,8 @@ from litestar import Controller, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, QueryParameter
 
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
 from .model import ProgressPoint, WastePolicy, WasteReport

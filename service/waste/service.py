@@ -9,13 +9,15 @@ import msgspec
 
 from ..events.model import SAFE_TEXT_PATTERN, Label
 from ..ledger.eventlog import LoggedEvent, read_log
-from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
+from ..projects.model import WASTE_POLICY_FIELD
+from ..projects.service import project_catalog, project_settings
+from ..ratecards.catalog import RateCards
 from ..ratecards.model import PricedSku
 from ..storage.redis_store import Store
 from .model import ProgressPoint, WastePolicy, WasteReport
 from .report import find_waste
 
-POLICY_FIELD = "waste_policy"
+POLICY_FIELD = WASTE_POLICY_FIELD
 
 
 class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -29,7 +31,7 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
 
 
 async def waste_policy(store: Store, project: str) -> WastePolicy:
-    raw = (await store.project_meta(project)).get(POLICY_FIELD)
+    raw = (await project_settings(store, project)).waste_policy
     return msgspec.json.decode(raw, type=WastePolicy) if raw else WastePolicy()
 
 
@@ -61,8 +63,7 @@ async def waste_report(
     now: datetime | None = None,
 ) -> WasteReport:
     """Read the whole log (the rules need history before the window) and find the waste."""
-    meta = await store.project_meta(project)
-    catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
+    settings, catalog = await project_catalog(store, rate_cards, project)
     skus: dict[str, PricedSku] = {}
     if catalog is not None:
         for index in range(len(catalog.history.versions)):  # later versions override
@@ -83,5 +84,5 @@ async def waste_report(
         now or datetime.now(UTC),
         window_from,
         window_to,
-        meta.get("currency", ""),
+        settings.currency or "",
     )

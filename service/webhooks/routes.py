@@ -10,8 +10,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from ..auth.model import Principal
-from ..events.routes import ProjectParam
 from ..http.deps import Services
+from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
 from .deliveries import (
@@ -26,20 +26,15 @@ from .registry import (
     WebhookCreated,
     WebhookError,
     WebhookIn,
-    WebhookRecord,
     WebhookView,
-    create_webhook,
-    created_view,
-    load_webhooks,
-    webhook_view,
 )
-
-
-def _visible(principal: Principal, webhook: WebhookRecord) -> bool:
-    """A token limited to some projects sees only webhooks limited to those projects."""
-    if principal.projects is None:
-        return True
-    return webhook.projects is not None and all(principal.can_access(p) for p in webhook.projects)
+from .service import (
+    WebhookForbidden,
+    WebhookNotFound,
+    register_webhook,
+    remove_webhook,
+    visible_webhooks,
+)
 
 
 class WebhookController(Controller):
@@ -64,42 +59,30 @@ class WebhookController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> WebhookCreated:
-        principal = request.user
-        if principal.projects is not None:
-            if data.projects is None:
-                raise invalid(
-                    "$.projects",
-                    "this token is limited to some projects: name the projects to watch",
-                )
-            for i, project in enumerate(data.projects):
-                if not principal.can_access(project):
-                    raise problem(
-                        403,
-                        "Forbidden",
-                        f"this token may not access project {project!r}",
-                        kind="forbidden",
-                        field=f"$.projects[{i}]",
-                    )
         try:
-            record = await create_webhook(
+            return await register_webhook(
                 services.store,
+                services.sealer,
+                request.user,
                 data,
                 services.settings.webhook_allowlist,
-                sealer=services.sealer,
             )
         except WebhookError as exc:
             raise invalid(exc.field, exc.reason) from exc
-        return created_view(record)
+        except WebhookForbidden as exc:
+            raise problem(
+                403,
+                "Forbidden",
+                f"this token may not access project {exc.project!r}",
+                kind="forbidden",
+                field=f"$.projects[{exc.index}]",
+            ) from exc
 
     @get("/", guards=[requires("admin")], summary="Registered webhooks (never their secrets)")
     async def list_webhooks(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[WebhookView]:
-        return [
-            webhook_view(w)
-            for w in await load_webhooks(services.store, services.sealer)
-            if _visible(request.user, w)
-        ]
+        return await visible_webhooks(services.store, services.sealer, request.user)
 
     @delete(
         "/{webhook_id:str}",
@@ -114,11 +97,10 @@ class WebhookController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> None:
-        webhooks = await load_webhooks(services.store, services.sealer)
-        found = [w for w in webhooks if w.id == webhook_id]
-        if not found or not _visible(request.user, found[0]):
-            raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found")
-        await services.store.delete_webhook(webhook_id)
+        try:
+            await remove_webhook(services.store, services.sealer, request.user, webhook_id)
+        except WebhookNotFound as exc:
+            raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found") from exc
 
     @get(
         "/deliveries",

@@ -1,0 +1,120 @@
+"""The dashboard's figures: the same domain calls the JSON routes make, for one page."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+
+from ..budgets.service import budget_status, list_budgets
+from ..costs.queries import QueryError, cost_report, cost_summary
+from ..events.model import EventIn
+from ..ledger.eventlog import read_log
+from ..plans.service import list_plans, plan_status
+from ..projects.service import project_currency
+from ..ratecards.catalog import RateCards
+from ..storage.redis_store import Store
+from ..waste.service import waste_report
+from .page import BudgetPanel, DashboardData, PlanPanel
+from .series import burn_down_points
+
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+TOP_EXPERIMENTS = 10
+MAX_PLANS = 10
+
+
+class DashboardQueryError(ValueError):
+    """The page cannot be drawn for these parameters (a 400 naming the parameter)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+def day_range(from_day: date | None, to_day: date | None, today: date) -> tuple[date, date]:
+    """The days shown: both ends included; by default the `DEFAULT_DAYS` up to today."""
+    last = to_day or today
+    first = from_day or last - timedelta(days=DEFAULT_DAYS - 1)
+    if first > last:
+        raise DashboardQueryError("from", "must not be after 'to'")
+    if (last - first).days + 1 > MAX_DAYS:
+        raise DashboardQueryError("from", f"show at most {MAX_DAYS} days at once")
+    return first, last
+
+
+async def dashboard_data(
+    store: Store,
+    rate_cards: RateCards,
+    project: str,
+    from_day: date | None,
+    to_day: date | None,
+    now: datetime,
+) -> DashboardData:
+    """The page's figures over [from_day, to_day]. Raises DashboardQueryError."""
+    first, last = day_range(from_day, to_day, now.date())
+    return await _gather(store, rate_cards, project, first, last, now)
+
+
+async def _gather(
+    store: Store, rate_cards: RateCards, project: str, first: date, last: date, now: datetime
+) -> DashboardData:
+    end = last + timedelta(days=1)  # the cost queries take `to` exclusive
+    try:
+        summary = await cost_summary(store, project, first, end)
+        by_stage = await cost_report(
+            store, project, first, end, ["stage"], {}, 0, 10_000, granularity="day"
+        )
+        by_category = await cost_report(
+            store, project, first, end, ["category"], {}, 0, 10_000, granularity="day"
+        )
+        experiments = await cost_report(
+            store, project, first, end, ["experiment"], {}, 0, TOP_EXPERIMENTS + 1,
+            top=TOP_EXPERIMENTS,
+        )  # fmt: skip
+    except QueryError as exc:
+        raise DashboardQueryError(exc.field, exc.reason) from exc
+    currency = await project_currency(store, rate_cards, project)
+    panels = await _budget_panels(store, project, currency, now)
+    records = sorted(await list_plans(store, project), key=lambda r: r.created_at, reverse=True)
+    plans = [
+        PlanPanel(record.plan.name, await plan_status(store, record, now))
+        for record in records[:MAX_PLANS]
+    ]
+    try:
+        waste = await waste_report(store, rate_cards, project, first, last, now)
+    except ValueError as exc:
+        raise DashboardQueryError("from", str(exc)) from exc
+    return DashboardData(
+        project=project,
+        currency=summary.currency or currency,
+        first_day=first,
+        last_day=last,
+        now=now,
+        summary=summary,
+        by_stage=by_stage,
+        by_category=by_category,
+        experiments=experiments,
+        budgets=panels,
+        plans=plans,
+        waste=waste,
+    )
+
+
+async def _budget_panels(
+    store: Store, project: str, currency: str, now: datetime
+) -> list[BudgetPanel]:
+    budgets = await list_budgets(store, project)
+    panels: list[BudgetPanel] = []
+    if not budgets:
+        return panels
+    # The burn-down needs spend per day within each budget's scope: the log holds every
+    # accepted event with its cost, and `budgets.matches` is the rule the counters use.
+    priced: list[tuple[EventIn, str, int]] = []
+    async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+        priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
+    for budget in budgets:
+        status = await budget_status(store, budget, currency, now)
+        assert status.period_start is not None and status.period_end is not None
+        points = burn_down_points(budget, status.period_start, status.period_end, now, priced)
+        panels.append(BudgetPanel(status, points))
+    return panels

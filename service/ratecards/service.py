@@ -1,0 +1,46 @@
+"""Rate-card use cases: list the cards, add a version, show one with its history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from ..auth.model import Principal
+from ..storage.redis_store import Store
+from .catalog import RateCards
+from .model import RateCardIn, RateCardVersion, RateCardView, validate_rate_card
+
+
+class SharedCardForbidden(Exception):
+    """Only an admin token for every project may change a rate card."""
+
+
+class RateCardNotFound(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+async def rate_card_names(store: Store) -> list[str]:
+    return await store.rate_card_names()
+
+
+async def add_version(
+    rate_cards: RateCards, principal: Principal, name: str, card: RateCardIn
+) -> RateCardVersion:
+    """Add an immutable version to a card. Raises SharedCardForbidden, or RateCardError for
+    a card that cannot be, before anything is written."""
+    if not principal.unscoped:
+        # A card is shared by every project that picks it: a new version reprices them all.
+        raise SharedCardForbidden()
+    validate_rate_card(card)
+    return await rate_cards.put(name, card)
+
+
+async def rate_card_view(rate_cards: RateCards, name: str) -> RateCardView:
+    """The card's version in effect now and its history. Raises RateCardNotFound."""
+    versions = await rate_cards.versions(name)
+    if not versions:
+        raise RateCardNotFound(name)
+    catalog = await rate_cards.catalog(name)
+    current = catalog.history.version_at(datetime.now(UTC)) if catalog else None
+    return RateCardView(name=name, current=current, history=versions)
