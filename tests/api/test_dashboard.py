@@ -139,9 +139,12 @@ class Node:
     attrs: dict[str, str]
     children: list[Node] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    content: list[Node | str] = field(default_factory=list)  # text and children, in order
 
     def all_text(self) -> str:
-        return "".join(self.text) + "".join(c.all_text() for c in self.children)
+        """The text as a reader sees it: runs and child elements in document order (an
+        amount's digits below the cent sit in a child span after the cents)."""
+        return "".join(c if isinstance(c, str) else c.all_text() for c in self.content)
 
     def matches(self, tag: str, attrs: dict[str, str]) -> bool:
         if self.tag != tag:
@@ -180,11 +183,14 @@ class _Parser(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         node = Node(tag, {k: v or "" for k, v in attrs})
         self.stack[-1].children.append(node)
+        self.stack[-1].content.append(node)
         if tag not in VOID:
             self.stack.append(node)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        self.stack[-1].content.append(node)
 
     def handle_endtag(self, tag: str) -> None:
         for i in range(len(self.stack) - 1, 0, -1):
@@ -194,6 +200,7 @@ class _Parser(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         self.stack[-1].text.append(data)
+        self.stack[-1].content.append(data)
 
 
 def parse(html: str) -> Node:
