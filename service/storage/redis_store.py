@@ -108,6 +108,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from costcore import group_positions, take
 
+from . import scripts
 from .lane import LaneNoScript, OrderedLane
 from .limbs import (
     CAP_UNITS,
@@ -290,671 +291,6 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
 
 
-# --- Lua scripts -----------------------------------------------------------------------------
-
-# Sums kept in two limbs (service/storage/limbs.py, docs/exact-money.md), shared by INGEST_LUA,
-# FOLD_LOG_LUA, FOLD_LUA and INIT_BUDGET_LUA. Amounts travel as strings (Lua numbers are
-# doubles); `lt` and `add` work on their decimal text, exactly.
-#   apply_increments(inc, his): inc grouped by key, flat (key#, high key# or 0, n, field1,
-#   delta1, ..., fieldn, deltan)...; his flat (high key#, field, delta)..., applied after inc.
-#   One HINCRBY per field, as before there were limbs; a low limb HINCRBY refuses (it would
-#   leave int64) is carried into its high limb first (`carry`) and made again. Returns nil, or
-#   the error of an increment that could not be made, after undoing every increment made.
-_APPLY_INCREMENTS_LUA = r"""
-local function lt(a, b)  -- exact "<" on canonical non-negative integer strings
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
-
-local function add(a, b)  -- exact sum of canonical non-negative integer strings
-  if #a < #b then a, b = b, a end
-  local out, c, j = {}, 0, #b
-  for i = #a, 1, -1 do
-    local s = a:byte(i) - 48 + c
-    if j >= 1 then
-      s = s + b:byte(j) - 48
-      j = j - 1
-    end
-    if s >= 10 then s, c = s - 10, 1 else c = 0 end
-    out[i] = string.char(48 + s)
-  end
-  local r = table.concat(out)
-  if c == 1 then r = '1' .. r end
-  return r
-end
-
-local function carry(key, hkey, f)  -- lo = u * 10^9 + r: u to the high limb, exactly
-  local lo = redis.pcall('HGET', key, f)
-  if type(lo) ~= 'string' or #lo <= 9 or not string.match(lo, '^%d+$') then return false end
-  local units = string.sub(lo, 1, #lo - 9)
-  if type(redis.pcall('HINCRBY', hkey, f, units)) == 'table' then return false end
-  redis.call('HINCRBY', key, f, '-' .. units .. '000000000')
-  return true
-end
-
-local function undo(key, f, d)
-  if d == '0' then return end  -- "-0" is not an integer to HINCRBY
-  if string.sub(d, 1, 1) == '-' then d = string.sub(d, 2) else d = '-' .. d end
-  redis.call('HINCRBY', key, f, d)
-end
-
-local function apply_increments(inc, his)
-  local err, stop = nil, #inc + 1
-  local l = 1
-  while l <= #inc and not err do
-    local key, hk, n = KEYS[inc[l]], inc[l + 1], inc[l + 2]
-    for j = l + 3, l + 2 + 2 * n, 2 do
-      local r = redis.pcall('HINCRBY', key, inc[j], inc[j + 1])
-      if type(r) == 'table' then
-        if hk > 0 and carry(key, KEYS[hk], inc[j]) then
-          r = redis.pcall('HINCRBY', key, inc[j], inc[j + 1])
-        end
-        if type(r) == 'table' then
-          err, stop = r.err or 'ERR', j
-          break
-        end
-      end
-    end
-    l = l + 3 + 2 * n
-  end
-  local his_done = 0
-  if not err then
-    for j = 1, #his, 3 do
-      local r = redis.pcall('HINCRBY', KEYS[his[j]], his[j + 1], his[j + 2])
-      if type(r) == 'table' then
-        err = r.err or 'ERR'
-        break
-      end
-      his_done = j
-    end
-  end
-  if not err then return nil end
-  -- Undo: every increment made, back out exactly (carries keep each value: they stay).
-  l = 1
-  while l <= #inc do
-    local key, n = KEYS[inc[l]], inc[l + 2]
-    for j = l + 3, l + 2 + 2 * n, 2 do
-      if j >= stop then break end
-      undo(key, inc[j], inc[j + 1])
-    end
-    l = l + 3 + 2 * n
-  end
-  for j = 1, his_done, 3 do
-    undo(KEYS[his[j]], his[j + 1], his[j + 2])
-  end
-  return err
-end
-"""
-
-# Apply one project's priced batch atomically. Every check runs before the first write, so the
-# script never leaves a partial batch behind. (Redis's cmsgpack reads no msgpack "bin" type:
-# everything in the payload is a str.) Ids are checked and marked per `seen` shard (one HMGET
-# and one HSET of many fields, not an HSETNX per event); totals stay one HINCRBY per field
-# (exact int64 arithmetic in Valkey: adding in Lua, in two limbs, then HSET per hash, costed
-# more instructions than it saved; measured with callgrind, see bench/README.md).
-#   KEYS[1] meta, KEYS[2] log, KEYS[3] rej, KEYS[4] rejidx, KEYS[5..] keys referenced by index
-#   ARGV[1] msgpack: [events, tier_checks, increments, currency, rate_card, duplicates_seen,
-#                     log_min_id ("" = keep all), counters, alerts key#, budgets revision]:
-#           events, grouped by `seen` shard: flat (key#, n, id1, expiry day1, …, idn, dayn)…;
-#           tier_checks flat in triples (key#, sku, expected);
-#           increments (tier and budget counters), as `apply_increments` takes them (inc).
-#           Amounts travel as strings: Lua numbers are doubles.
-#           counters: [key#, high key#, field, delta, checks] with checks [mode, limit,
-#           marker key#, alert id, alert JSON]; mode 'c' fires when the counter goes from
-#           below the limit to at or above it, 'a' when it ends strictly above; each alert id
-#           fires once. The counter's increment itself is among the increments.
-#           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
-#           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
-#           as priced (the number of versions, as `Store.rate_card_revision` counts them);
-#           p[14] 1 when the server has HSETEX with FNX (see below), else 0.
-#           p[15] the increments' high-limb parts (his, as `apply_increments` takes them).
-#           p[16] [cost units, cost limit, quantity units, quantity limit]: what the batch adds
-#           to meta ``bound_c``/``bound_q`` (its cost and quantity in LIMBs, rounded up), and
-#           the most each may hold before it (service/storage/limbs.py, CAP_UNITS).
-#   ARGV[2] the log entry (service/ledger/eventlog.py). The batch's totals are not applied
-#   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
-#   (service/ledger/folding.py); ``pend_events`` counts the events it has yet to fold. Log
-#   retention never trims an entry not yet folded.
-# Returns {0, log_entry_id} on success, {1, i1, i2, …} (1-based positions, in the payload's
-# event order, of events already seen), {2, j} (tier counter j changed since it was read:
-# price again), {3, revision} (the project's budgets changed: read them again, so no
-# budget misses the batch), {4} (the project's settings or its rate card changed since
-# the worker cached them: read them again and price again), {5, bound_c, bound_q} (the batch
-# would take the project past what its sums can hold: nothing written), or {6, error} (an
-# increment failed, e.g. a key of the wrong type: every write undone).
-INGEST_LUA = (
-    _APPLY_INCREMENTS_LUA
-    + r"""
-local call = redis.call
-local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
-
-local function id_lt(a, b)  -- "<" on stream entry ids ("ms-seq")
-  local am, as = string.match(a, '^(%d+)-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
-  if am ~= bm then return lt(am, bm) end
-  return lt(as, bs)
-end
-
-local p = cmsgpack.unpack(ARGV[1])
-local ev, tc, inc = p[1], p[2], p[3]
-
-local budgets_rev = call('HGET', KEYS[1], 'budgets_rev') or '0'
-if budgets_rev ~= p[10] then
-  return {3, budgets_rev}
-end
--- Settings the batch was priced with (a worker's cached copy): refuse it if they moved.
-if #p[11] > 0 then
-  local cur = call('HMGET', KEYS[1], 'rate_card', 'currency', 'attribution_tags')
-  for k = 1, 3 do
-    if (cur[k] or '\0') ~= p[11][k] then return {4} end
-  end
-end
-if p[12] > 0 and call('HLEN', KEYS[p[12]]) ~= p[13] then
-  return {4}
-end
-
-for j = 1, #tc, 3 do
-  local current = call('HGET', KEYS[tc[j]], tc[j + 1]) or '0'
-  if current ~= tc[j + 2] then
-    return {2, (j + 2) / 3}
-  end
-end
-
--- The budget counters as they stand, read before anything moves them (exact: both limbs).
-local befores = {}
-for k, c in ipairs(p[8]) do
-  local lo = call('HGET', KEYS[c[1]], c[3]) or '0'
-  local hi = call('HGET', KEYS[c[2]], c[3]) or '0'
-  if hi ~= '0' then lo = add(hi .. '000000000', lo) end
-  befores[k] = lo
-end
-
--- Duplicates. Where the server has HSETEX with FNX (Valkey 9, Redis 8: it sets a hash's fields
--- only if none of them exists), a batch with no duplicate, the usual one, marks its ids with one
--- command per shard; should a shard hold a duplicate, the shards marked before it are unmarked
--- (their ids were all new) and the check below finds the duplicates. Elsewhere: one HMGET per
--- shard, then one HSET. Either way nothing stays written unless every id was new.
-local marked = false
-local i = 1
-if p[14] == 1 then
-  marked = true
-  local done = {}
-  while marked and i <= #ev do
-    local key, n = KEYS[ev[i]], ev[i + 1]
-    for s = 0, n - 1, CHUNK do
-      local m = math.min(n, s + CHUNK) - s
-      local first = i + 2 + 2 * s
-      if call('HSETEX', key, 'FNX', 'FIELDS', m, unpack(ev, first, first + 2 * m - 1)) ~= 1 then
-        marked = false
-        break
-      end
-      done[#done + 1] = {key, first, m}
-    end
-    i = i + 2 + 2 * n
-  end
-  if not marked then
-    for _, d in ipairs(done) do
-      local ids = {}
-      for j = 0, d[3] - 1 do ids[#ids + 1] = ev[d[2] + 2 * j] end
-      call('HDEL', d[1], unpack(ids))
-    end
-  end
-end
-
-local dups = {}
-local n_events = 0
-i = 1
-while i <= #ev do
-  local key, n = KEYS[ev[i]], ev[i + 1]
-  if not marked then
-    for s = 0, n - 1, CHUNK do
-      local ids = {}
-      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
-      local got = call('HMGET', key, unpack(ids))
-      for j = 1, #got do
-        if got[j] then dups[#dups + 1] = n_events + s + j end
-      end
-    end
-  end
-  n_events = n_events + n
-  i = i + 2 + 2 * n
-end
-if #dups > 0 then
-  table.insert(dups, 1, 1)
-  return dups
-end
-
--- Unmark every id of the batch (all new: marked by this script), undoing its only writes so far.
-local function unmark()
-  if not marked then return end
-  local at = 1
-  while at <= #ev do
-    local key, n = KEYS[ev[at]], ev[at + 1]
-    for s = 0, n - 1, CHUNK do
-      local ids = {}
-      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[at + 2 + 2 * j] end
-      call('HDEL', key, unpack(ids))
-    end
-    at = at + 2 + 2 * n
-  end
-end
-
--- What the project's sums may still take (docs/exact-money.md): checked before any write
--- (where HSETEX marked the ids, they are unmarked).
-local bound = call('HMGET', KEYS[1], 'bound_c', 'bound_q')
-bound[1], bound[2] = bound[1] or '0', bound[2] or '0'
-local function over(limit, current)  -- a negative limit: the batch alone is too much
-  return string.sub(limit, 1, 1) == '-' or lt(limit, current)
-end
-if over(p[16][2], bound[1]) or over(p[16][4], bound[2]) then
-  unmark()
-  return {5, bound[1], bound[2]}
-end
-
-if not marked then
-  i = 1
-  while i <= #ev do
-    local key, n = KEYS[ev[i]], ev[i + 1]
-    for s = 0, n - 1, CHUNK do
-      call('HSET', key, unpack(ev, i + 2 + 2 * s, i + 1 + 2 * math.min(n, s + CHUNK)))
-    end
-    i = i + 2 + 2 * n
-  end
-end
-marked = true
-local failed = apply_increments(inc, p[15])
-if failed then
-  unmark()  -- nothing else may stay
-  return {6, failed}
-end
-
-for k, c in ipairs(p[8]) do
-  local before = befores[k]
-  local after = add(before, c[4])
-  for _, chk in ipairs(c[5]) do
-    local fire
-    if chk[1] == 'c' then
-      fire = lt(before, chk[2]) and not lt(after, chk[2])
-    else
-      fire = lt(chk[2], after)
-    end
-    if fire and call('HSETNX', KEYS[chk[3]], chk[4], after) == 1 then
-      call('XADD', KEYS[p[9]], '*', 'id', chk[4], 'a', chk[5], 's', after)
-    end
-  end
-end
-
--- Accepted events leave the dead letters (looked up per chunk, not per event).
-if call('EXISTS', KEYS[3]) == 1 then
-  i = 1
-  while i <= #ev do
-    local n = ev[i + 1]
-    for s = 0, n - 1, CHUNK do
-      local ids = {}
-      for j = s, math.min(n, s + CHUNK) - 1 do ids[#ids + 1] = ev[i + 2 + 2 * j] end
-      local got = call('HMGET', KEYS[3], unpack(ids))
-      local gone = {}
-      for j = 1, #got do
-        if got[j] then gone[#gone + 1] = ids[j] end
-      end
-      if #gone > 0 then
-        call('HDEL', KEYS[3], unpack(gone))
-        call('ZREM', KEYS[4], unpack(gone))
-      end
-    end
-    i = i + 2 + 2 * n
-  end
-end
-
-call('HSETNX', KEYS[1], 'currency', p[4])
-call('HSETNX', KEYS[1], 'rate_card', p[5])
-call('HINCRBY', KEYS[1], 'accepted', n_events)
-call('HINCRBY', KEYS[1], 'pend_events', n_events)
-if p[16][1] ~= '0' then call('HINCRBY', KEYS[1], 'bound_c', p[16][1]) end
-if p[16][3] ~= '0' then call('HINCRBY', KEYS[1], 'bound_q', p[16][3]) end
-if p[6] ~= '0' then
-  call('HINCRBY', KEYS[1], 'duplicates', p[6])
-end
--- The fold's cursor starts at the entry before the project's first batch folded from the log
--- (entries written before that were applied, or queued on the pending list, when accepted).
-local cursor = call('HGET', KEYS[1], 'fold_cursor')
-if not cursor then
-  local last = call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-  cursor = '0-0'
-  if #last > 0 then cursor = last[1][1] end
-  call('HSET', KEYS[1], 'fold_cursor', cursor)
-end
-local entry
-local min_id = p[7]
-if min_id ~= '' and id_lt(cursor, min_id) then
-  min_id = cursor  -- retention never drops an entry the fold has not read
-end
-if min_id ~= '' then
-  entry = call('XADD', KEYS[2], 'MINID', '~', min_id, '*', 'b', ARGV[2])
-else
-  entry = call('XADD', KEYS[2], '*', 'b', ARGV[2])
-end
-return {0, entry}
-"""
-)
-
-# Fold the log: apply the summed increments of the entries after meta ``fold_cursor`` up to
-# entry ARGV's new cursor, and move the cursor there, unless another fold moved it since the
-# entries were read (then nothing is written and the caller reads again). The cursor only moves
-# forward (a rebuild sets it to the last entry it counted), so no entry is ever folded twice.
-#   KEYS[1] meta, KEYS[2..] keys referenced by index
-#   ARGV[1] msgpack [cursor, new cursor, events, increments, high parts]: events as a string,
-#   increments and their high-limb parts as `apply_increments` takes them. Returns 1 when
-#   applied, 0 when the cursor moved, or the error of an increment that could not be made
-#   (then every write was undone and the cursor stays: nothing is ever applied twice).
-FOLD_LOG_LUA = (
-    _APPLY_INCREMENTS_LUA
-    + r"""
-local call = redis.call
-local p = cmsgpack.unpack(ARGV[1])
-if (call('HGET', KEYS[1], 'fold_cursor') or '') ~= p[1] then
-  return 0
-end
-local failed = apply_increments(p[4], p[5])
-if failed then return redis.error_reply(failed) end
-call('HSET', KEYS[1], 'fold_cursor', p[2])
-if p[3] ~= '0' then  -- "-0" is not an integer to HINCRBY (entries of rows sum no events)
-  call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
-end
-return 1
-"""
-)
-
-# Where a fold starts, read together: the cursor, the log's last entry id and the length of
-# the legacy pending list. No cursor yet: the project has no batch to fold from the log (its
-# entries, if any, were applied or queued when accepted). The entries themselves are read
-# after this, page by page (`Store.unfolded_entries`).
-#   KEYS[1] meta, KEYS[2] log, KEYS[3] legacy pending list
-#   Returns {cursor or '', last id or '', legacy length}
-READ_UNFOLDED_LUA = r"""
-local cursor = redis.call('HGET', KEYS[1], 'fold_cursor') or ''
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-local last_id = ''
-if #last > 0 then last_id = last[1][1] end
-return {cursor, last_id, redis.call('LLEN', KEYS[3])}
-"""
-
-# Legacy: before the totals were folded from the log, each batch's cell sums were queued on
-# the pending list; a project may still hold some (or a worker of that version may still be
-# running). Fold the oldest `count` pending blobs: apply their summed increments, drop them,
-# and move the head's sequence number, unless another fold moved it since they were read
-# (then nothing is written and the caller reads again). The sequence number only grows (a
-# rebuild that discards the list advances it too), so a stale fold never applies blobs twice.
-#   KEYS[1] meta, KEYS[2] pending, KEYS[3..] keys referenced by index
-#   ARGV[1] msgpack [head, count, events, increments, high parts]: head and events as strings,
-#   increments as in FOLD_LOG_LUA. Returns 1 when applied, 0 when the head moved.
-FOLD_LUA = (
-    _APPLY_INCREMENTS_LUA
-    + r"""
-local call = redis.call
-local p = cmsgpack.unpack(ARGV[1])
-if (call('HGET', KEYS[1], 'pend_head') or '0') ~= p[1] then
-  return 0
-end
-local failed = apply_increments(p[4], p[5])
-if failed then return redis.error_reply(failed) end
-call('LTRIM', KEYS[2], p[2], -1)
-call('HINCRBY', KEYS[1], 'pend_head', p[2])
-if p[3] ~= '0' then
-  call('HINCRBY', KEYS[1], 'pend_events', '-' .. p[3])
-end
-return 1
-"""
-)
-
-# Legacy (see FOLD_LUA): read the pending list's head sequence number, its length and its first
-# blobs together: at
-# most ARGV[1] blobs, and no more once they hold ARGV[2] bytes (at least one blob).
-#   KEYS[1] meta, KEYS[2] pending
-READ_PENDING_LUA = r"""
-local head = redis.call('HGET', KEYS[1], 'pend_head') or '0'
-local most, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, size, from = {}, 0, 0
-while #out < most and size < budget do
-  local chunk = redis.call('LRANGE', KEYS[2], from, from + 63)
-  if #chunk == 0 then break end
-  for _, blob in ipairs(chunk) do
-    if #out >= most or size >= budget then break end
-    out[#out + 1] = blob
-    size = size + #blob
-  end
-  from = from + 64
-end
-return {head, redis.call('LLEN', KEYS[2]), out}
-"""
-
-# What a query needs to know before it reads the totals, read together: the events the
-# roll-ups hold, the events the totals hold (accepted less those pending a fold), the daily
-# index. KEYS[1] roll-up counter, KEYS[2] meta, KEYS[3] daily, KEYS[4] its high limbs;
-# ARGV[1] roll-up version
-TOTALS_STATE_LUA = r"""
-local covered = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
-local counts = redis.call('HMGET', KEYS[2], 'accepted', 'pend_events')
-return {covered, counts[1] or '0', counts[2] or '0', redis.call('HGETALL', KEYS[3]),
-        redis.call('HGETALL', KEYS[4])}
-"""
-
-# Set a new budget's counters from the log, if no batch was accepted since it was read, and
-# record the thresholds its spend already passed.
-#   KEYS[1] log, KEYS[2] bspend, KEYS[3] bday, KEYS[4] bfired, KEYS[5] alerts, KEYS[6] and
-#   KEYS[7] the high limbs of bspend and bday (service/storage/limbs.py)
-#   ARGV[1] last log entry id seen, ARGV[2] msgpack [spend triples, day triples, checks] where
-#   triples are flat (field, low limb, high limb) and checks are [spend (exact decimal text),
-#   limit, alert id, alert JSON].
-INIT_BUDGET_LUA = r"""
-local function lt(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local last_id = ''
-if #last > 0 then last_id = last[1][1] end
-if last_id ~= ARGV[1] then
-  return 0
-end
-local p = cmsgpack.unpack(ARGV[2])
-for k = 1, 2 do
-  local t = p[k]
-  for i = 1, #t, 3 do
-    redis.call('HSET', KEYS[1 + k], t[i], t[i + 1])
-    if t[i + 2] ~= '0' then redis.call('HSET', KEYS[5 + k], t[i], t[i + 2]) end
-  end
-end
-for _, chk in ipairs(p[3]) do
-  local spent = chk[1]
-  if not lt(spent, chk[2]) and redis.call('HSETNX', KEYS[4], chk[3], spent) == 1 then
-    redis.call('XADD', KEYS[5], '*', 'id', chk[3], 'a', chk[4], 's', spent)
-  end
-end
-return 1
-"""
-
-# Append one JSON item to a JSON list held in a hash field, keeping the last ARGV[3] items.
-#   KEYS[1] hash; ARGV[1] field, ARGV[2] item JSON, ARGV[3] how many to keep
-APPEND_PROGRESS_LUA = r"""
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-local items = {}
-if raw then items = cjson.decode(raw) end
-items[#items + 1] = cjson.decode(ARGV[2])
-local keep = tonumber(ARGV[3])
-local out = {}
-for i = math.max(1, #items - keep + 1), #items do out[#out + 1] = items[i] end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(out))
-return #out
-"""
-
-# Count requests (ARGV[1], default 1) in their one-second window; the key expires with it.
-RATE_WINDOW_LUA = r"""
-local by = tonumber(ARGV[1] or '1')
-local n = redis.call('INCRBY', KEYS[1], by)
-if n == by then redis.call('PEXPIRE', KEYS[1], 2000) end
-return n
-"""
-
-# Revoke a token by id unless it is the last admin token for every project.
-#   KEYS[1] token index (id -> digest), KEYS[2] ids of unscoped admin tokens (same slot)
-#   ARGV[1] token id
-# Returns the token's digest (revoked: the caller deletes its record), false (no such token) or
-# 0 (refused: the last unscoped admin). Ids in KEYS[2] no longer in the index are dropped first.
-REVOKE_TOKEN_LUA = r"""
-local digest = redis.call('HGET', KEYS[1], ARGV[1])
-if not digest then return false end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  local live = 0
-  for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-    if redis.call('HEXISTS', KEYS[1], id) == 1 then live = live + 1
-    else redis.call('SREM', KEYS[2], id) end
-  end
-  if live <= 1 then return 0 end
-  redis.call('SREM', KEYS[2], ARGV[1])
-end
-redis.call('HDEL', KEYS[1], ARGV[1])
-return digest
-"""
-
-# Count duplicates that were answered without reaching INGEST (every event already seen).
-COUNT_DUPLICATES_LUA = r"""
-return redis.call('HINCRBY', KEYS[1], 'duplicates', ARGV[1])
-"""
-
-# A new rate-card version: number it and store it in one step. One key only, so it runs on a
-# Redis Cluster too (the card's revision is its number of versions: versions are never deleted).
-#   KEYS[1] card hash; ARGV[1] the version's JSON
-PUT_RATE_CARD_LUA = r"""
-local version = redis.call('HLEN', KEYS[1]) + 1
-redis.call('HSET', KEYS[1], version, ARGV[1])
-return version
-"""
-
-# Swap a rebuild's staging keys in, if no batch was accepted since the rebuild read the log.
-#   KEYS[1] log, KEYS[2] meta, KEYS[3] pending, then pairs (staging, live) for every key to
-#   replace, then live keys to drop.
-#   ARGV[1] last log entry id the rebuild saw ("" if the log was empty), ARGV[2] pair count,
-#   ARGV[3] and ARGV[4] the bounds of the rebuilt totals (meta bound_c, bound_q)
-SWAP_REBUILD_LUA = r"""
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local last_id = ''
-if #last > 0 then last_id = last[1][1] end
-if last_id ~= ARGV[1] then
-  return 0
-end
--- The rebuilt totals hold every logged batch: the fold goes on after the last of them, and
--- sums still queued (legacy) are dropped unapplied.
-if last_id == '' then last_id = '0-0' end
-redis.call('HSET', KEYS[2], 'fold_cursor', last_id)
-local queued = redis.call('LLEN', KEYS[3])
-redis.call('DEL', KEYS[3])
-redis.call('HINCRBY', KEYS[2], 'pend_head', queued)
-redis.call('HSET', KEYS[2], 'pend_events', 0)
-redis.call('HSET', KEYS[2], 'bound_c', ARGV[3], 'bound_q', ARGV[4])
-local pairs_n = tonumber(ARGV[2])
-for i = 1, pairs_n do
-  redis.call('RENAME', KEYS[3 + 2 * i - 1], KEYS[3 + 2 * i])
-end
-for i = 4 + 2 * pairs_n, #KEYS do
-  redis.call('DEL', KEYS[i])
-end
-return 1
-"""
-
-# Turn one alert of the stream into its webhook deliveries (the outbox), then acknowledge it,
-# in one step: an alert read by a dispatcher that dies before this runs stays pending in the
-# consumer group and is claimed again; running this twice creates nothing new (HSETNX).
-#   KEYS[1] alerts, KEYS[2] dlv, KEYS[3] dlvq
-#   ARGV[1] consumer group, ARGV[2] stream entry id, ARGV[3] first attempt time (ms),
-#   then pairs (delivery id, delivery JSON)
-DISPATCH_ALERT_LUA = r"""
-local created = 0
-for i = 4, #ARGV, 2 do
-  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[i])
-    created = created + 1
-  end
-end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return created
-"""
-
-# Lease the deliveries that are due: each one's score moves to the end of the lease, so no
-# other sender takes it before then; that new score is the lease's token for SETTLE.
-#   KEYS[1] dlvq, KEYS[2] dlv; ARGV[1] now (ms), ARGV[2] lease end (ms), ARGV[3] max count
-# Returns flat pairs (delivery id, delivery JSON).
-CLAIM_DELIVERIES_LUA = r"""
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-local out = {}
-for _, id in ipairs(due) do
-  local record = redis.call('HGET', KEYS[2], id)
-  if record then
-    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], id)
-    out[#out + 1] = id
-    out[#out + 1] = record
-  else
-    redis.call('ZREM', KEYS[1], id)
-  end
-end
-return out
-"""
-
-# Record an attempt's outcome, if the sender still holds the lease (the score is its token and
-# the record is the one it claimed): retry later, delivered, or failed (dead letter).
-#   KEYS[1] dlvq, KEYS[2] dlv, KEYS[3] dlvdone, KEYS[4] dlvdead
-#   ARGV[1] delivery id, ARGV[2] lease token, ARGV[3] record as claimed, ARGV[4] new record,
-#   ARGV[5] 'retry' | 'delivered' | 'failed', ARGV[6] score: next attempt or time of the outcome
-SETTLE_DELIVERY_LUA = r"""
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) ~= tonumber(ARGV[2]) then
-  return 0
-end
-if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-if ARGV[5] == 'retry' then
-  redis.call('ZADD', KEYS[1], ARGV[6], ARGV[1])
-else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  if ARGV[5] == 'delivered' then
-    redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-  else
-    redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
-  end
-end
-return 1
-"""
-
-# Move dead letters back to the due queue, each only if it is still the record that was read.
-#   KEYS[1] dlvq, KEYS[2] dlv, KEYS[3] dlvdead
-#   ARGV[1] due time (ms), then triples (delivery id, record as read, new record)
-# Returns the ids moved.
-REDELIVER_LUA = r"""
-local moved = {}
-for i = 2, #ARGV, 3 do
-  local id = ARGV[i]
-  if redis.call('ZSCORE', KEYS[3], id) and redis.call('HGET', KEYS[2], id) == ARGV[i + 1] then
-    redis.call('HSET', KEYS[2], id, ARGV[i + 2])
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('ZADD', KEYS[1], ARGV[1], id)
-    moved[#moved + 1] = id
-  end
-end
-return moved
-"""
-
-# Replace one hash field's value only if it is still the one read (a compare-and-set).
-#   KEYS[1] the hash; ARGV[1] field, ARGV[2] value as read, ARGV[3] new value. Returns 1 if set.
-REPLACE_FIELD_LUA = r"""
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-  return 1
-end
-return 0
-"""
-
 
 @dataclass(frozen=True)
 class IngestPlan:
@@ -1043,8 +379,8 @@ def _increment_args(
 def _fold_args(
     fixed_keys: list[str], head: Any, events: int, increments: Iterable[tuple[str, str, int]]
 ) -> tuple[list[str], bytes]:
-    """KEYS and ARGV[1] of FOLD_LOG_LUA (`head`: [cursor, new cursor]) or the legacy FOLD_LUA
-    (`head`: [head, count])."""
+    """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor]) or the legacy
+    fold_pending.lua (`head`: [head, count])."""
     keys = list(fixed_keys)
     key_index: dict[str, int] = {}
 
@@ -1258,24 +594,24 @@ class Store:
         # (None: decided on first use, one if the cluster has replicas).
         self._wait_replicas = wait_replicas
         self._wait_timeout_ms = wait_timeout_ms
-        self._ingest = client.register_script(INGEST_LUA)
-        self._count_dups = client.register_script(COUNT_DUPLICATES_LUA)
-        self._put_card = client.register_script(PUT_RATE_CARD_LUA)
-        self._swap = client.register_script(SWAP_REBUILD_LUA)
-        self._fold = client.register_script(FOLD_LUA)
-        self._read_pending = client.register_script(READ_PENDING_LUA)
-        self._fold_log = client.register_script(FOLD_LOG_LUA)
-        self._read_unfolded = client.register_script(READ_UNFOLDED_LUA)
-        self._totals_state = client.register_script(TOTALS_STATE_LUA)
-        self._init_budget = client.register_script(INIT_BUDGET_LUA)
-        self._append_progress = client.register_script(APPEND_PROGRESS_LUA)
-        self._rate_window = client.register_script(RATE_WINDOW_LUA)
-        self._revoke_token = client.register_script(REVOKE_TOKEN_LUA)
-        self._dispatch_alert = client.register_script(DISPATCH_ALERT_LUA)
-        self._claim_deliveries = client.register_script(CLAIM_DELIVERIES_LUA)
-        self._settle_delivery = client.register_script(SETTLE_DELIVERY_LUA)
-        self._redeliver = client.register_script(REDELIVER_LUA)
-        self._replace_field = client.register_script(REPLACE_FIELD_LUA)
+        self._ingest = client.register_script(scripts.INGEST)
+        self._count_dups = client.register_script(scripts.COUNT_DUPLICATES)
+        self._put_card = client.register_script(scripts.PUT_RATE_CARD)
+        self._swap = client.register_script(scripts.SWAP_REBUILD)
+        self._fold = client.register_script(scripts.FOLD_PENDING)
+        self._read_pending = client.register_script(scripts.READ_PENDING)
+        self._fold_log = client.register_script(scripts.FOLD_LOG)
+        self._read_unfolded = client.register_script(scripts.READ_UNFOLDED)
+        self._totals_state = client.register_script(scripts.TOTALS_STATE)
+        self._init_budget = client.register_script(scripts.INIT_BUDGET)
+        self._append_progress = client.register_script(scripts.APPEND_PROGRESS)
+        self._rate_window = client.register_script(scripts.RATE_WINDOW)
+        self._revoke_token = client.register_script(scripts.REVOKE_TOKEN)
+        self._dispatch_alert = client.register_script(scripts.DISPATCH_ALERT)
+        self._claim_deliveries = client.register_script(scripts.CLAIM_DELIVERIES)
+        self._settle_delivery = client.register_script(scripts.SETTLE_DELIVERY)
+        self._redeliver = client.register_script(scripts.REDELIVER)
+        self._replace_field = client.register_script(scripts.REPLACE_FIELD)
         # One server only: ingest scripts go out on one pipelined connection of their own, in
         # call order, so a project's batches execute in the order they were priced without
         # each waiting for the answer to the one before (`submit_batch`).
@@ -1283,7 +619,7 @@ class Store:
         # Told of every command sent on the lane and its round trip (commands through the
         # client are observed by wrapping it: service/metrics.py).
         self.on_lane_command: Callable[[str, float], None] | None = None
-        # Whether the server has HSETEX with FNX (INGEST_LUA marks new ids with it): asked once,
+        # Whether the server has HSETEX with FNX (ingest.lua marks new ids with it): asked once,
         # by `learn_features`, before the first batch.
         self._hsetex: bool | None = None
         # Cluster only: the longest a request may wait for the store before it is answered 503
@@ -1620,7 +956,7 @@ class Store:
         return _ingest_outcome(reply, order)
 
     async def learn_features(self) -> None:
-        """Ask the server, once, what INGEST_LUA may use (a probe, not a version number: forks
+        """Ask the server, once, what ingest.lua may use (a probe, not a version number: forks
         and versions differ)."""
         if self._hsetex is not None:
             return
@@ -1675,7 +1011,7 @@ class Store:
     def _ingest_call(
         self, plan: IngestPlan, card_in_script: bool
     ) -> tuple[list[str], list[Any], list[int]]:
-        """KEYS and ARGV of INGEST_LUA for the plan, and `order` (script event positions to
+        """KEYS and ARGV of ingest.lua for the plan, and `order` (script event positions to
         the plan's)."""
         p = plan.project
         keys: list[str] = [
@@ -1984,7 +1320,7 @@ class Store:
         return {_text(k): _bytes(v) for k, v in raw.items()}
 
     # --- dead letters -------------------------------------------------------------------
-    # PUT_REJECTED_LUA (defined after the class) stores them and trims the oldest.
+    # put_rejected.lua stores them and trims the oldest.
 
     async def put_rejected(
         self, project: str, records: Sequence[tuple[str, bytes, int]], limit: int = 10_000
@@ -1997,7 +1333,7 @@ class Store:
         limit = max(limit, 1)
         dropped = max(len(records) - limit, 0)
         kept = records[dropped:]
-        script = self.client.register_script(PUT_REJECTED_LUA)
+        script = self.client.register_script(scripts.PUT_REJECTED)
         keys = [Keys.rejected(project), Keys.rejected_index(project)]
         for start in range(0, len(kept), 500):
             args: list[str | bytes | int] = [limit]
@@ -2369,25 +1705,3 @@ class Store:
         return [_text(i) for i in await self._redeliver(keys=keys, args=args)]
 
 
-# Store dead letters and keep at most ARGV[1] of the project's, dropping the oldest (by
-# rejection time). KEYS[1] rej, KEYS[2] rejidx; ARGV[2..] (id, record, time ms) triples.
-# Returns the number dropped.
-PUT_REJECTED_LUA = r"""
-local call = redis.call
-local limit = tonumber(ARGV[1])
-for i = 2, #ARGV, 3 do
-  call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  call('ZADD', KEYS[2], ARGV[i + 2], ARGV[i])
-end
-local excess = call('ZCARD', KEYS[2]) - limit
-local dropped = 0
-while excess > 0 do
-  local n = math.min(excess, 1000)
-  local ids = call('ZRANGE', KEYS[2], 0, n - 1)
-  call('HDEL', KEYS[1], unpack(ids))
-  call('ZREMRANGEBYRANK', KEYS[2], 0, n - 1)
-  excess = excess - n
-  dropped = dropped + n
-end
-return dropped
-"""

@@ -28,12 +28,12 @@ from trainledger.ratecards.model import RateCardIn
 from trainledger.storage import limbs
 from trainledger.storage.limbs import CAP_UNITS, INT64_MAX, LIMB, MAX_LO_DELTA
 from trainledger.storage.redis_store import (
-    _APPLY_INCREMENTS_LUA,
     Keys,
     Store,
     _increment_args,
     seen_shard,
 )
+from trainledger.storage.scripts import APPLY_INCREMENTS as _APPLY_INCREMENTS_LUA
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event, sync_client
