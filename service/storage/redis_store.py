@@ -9,12 +9,10 @@ key                             type    holds
 tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
                                         ``fold_cursor`` (the last log entry whose totals are
                                         in tot/hr/daily/ru) and ``pend_events`` (accepted
-                                        events not yet folded); legacy ``pend_head``;
+                                        events not yet folded);
                                         ``bound_c``/``bound_q``: lifetime cost/quantity in
                                         10**9 nano/micro, rounded up per batch
 tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
-tl:P:pend                       list    legacy: batches' cell sums queued by workers of the
-                                        version before the fold read the log (folded first)
 tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
                                         ``n|dims`` events, dims = stage,experiment,category,
                                         sku,owner,fixed,tags joined by \\x1f (tags: the
@@ -172,11 +170,6 @@ class Keys:
     @staticmethod
     def log(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:log"
-
-    @staticmethod
-    def pending(project: str) -> str:
-        """Accepted batches' cell sums not yet folded into the totals (a list, oldest first)."""
-        return f"{NAMESPACE}:{project_tag(project)}:pend"
 
     @staticmethod
     def rejected(project: str) -> str:
@@ -379,8 +372,7 @@ def _increment_args(
 def _fold_args(
     fixed_keys: list[str], head: Any, events: int, increments: Iterable[tuple[str, str, int]]
 ) -> tuple[list[str], bytes]:
-    """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor]) or the legacy
-    fold_pending.lua (`head`: [head, count])."""
+    """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor])."""
     keys = list(fixed_keys)
     key_index: dict[str, int] = {}
 
@@ -598,8 +590,6 @@ class Store:
         self._count_dups = client.register_script(scripts.COUNT_DUPLICATES)
         self._put_card = client.register_script(scripts.PUT_RATE_CARD)
         self._swap = client.register_script(scripts.SWAP_REBUILD)
-        self._fold = client.register_script(scripts.FOLD_PENDING)
-        self._read_pending = client.register_script(scripts.READ_PENDING)
         self._fold_log = client.register_script(scripts.FOLD_LOG)
         self._read_unfolded = client.register_script(scripts.READ_UNFOLDED)
         self._totals_state = client.register_script(scripts.TOTALS_STATE)
@@ -875,11 +865,7 @@ class Store:
     async def revoke_token(self, token_id: str) -> bool:
         """Revoke a token (False: no such token). Raises `LastUnscopedAdmin` rather than revoke
         the last admin token for every project: nobody could manage tokens afterwards."""
-        # Admin tokens stored before the set existed join it here (idempotent); the script
-        # counts only ids still in the index, so one revoked meanwhile does not count.
-        unscoped = [r["id"] for r in await self.token_records() if _unscoped_admin(r)]
-        if unscoped:
-            await self.client.sadd(Keys.unscoped_admins(), *unscoped)
+        # The script counts only ids still in the index, so one revoked meanwhile does not count.
         digest = await self._revoke_token(
             keys=[Keys.token_index(), Keys.unscoped_admins()], args=[token_id]
         )
@@ -1097,46 +1083,19 @@ class Store:
         )
         return keys, [payload, plan.log_blob], order
 
-    async def pending_batches(
-        self, project: str, limit: int, max_bytes: int = 1 << 62
-    ) -> tuple[int, int, list[bytes]]:
-        """The head's sequence number, the list's length and pending blobs from the head (up
-        to `limit` of them, and no more once they hold `max_bytes`), read together (one script:
-        a fold in between cannot pair a head with other blobs)."""
-        head, length, blobs = await self._read_pending(
-            keys=[Keys.meta(project), Keys.pending(project)], args=[limit, max_bytes]
-        )
-        return int(head), int(length), [_bytes(b) for b in blobs]
-
-    async def fold_batches(
-        self,
-        project: str,
-        head: int,
-        count: int,
-        events: int,
-        increments: Sequence[tuple[str, str, int]],
-    ) -> bool:
-        """Apply the summed increments of the `count` blobs read at `head` and drop them.
-        False (nothing written) when another fold took them first."""
-        fixed = [Keys.meta(project), Keys.pending(project)]
-        keys, payload = await _encoded(fixed, [str(head), count], events, increments)
-        return bool(await self._fold(keys=keys, args=[payload]))
-
     async def unfolded_entries(
         self, project: str, limit: int, max_bytes: int
-    ) -> tuple[str, str, int, list[tuple[str, bytes]]]:
+    ) -> tuple[str, str, list[tuple[str, bytes]]]:
         """The fold's cursor ("" when the project has none yet), the log's last entry id ("" if
-        empty), the length of the legacy pending list, and the log entries after the cursor (at
-        most `limit`, and no more once they hold `max_bytes`).
+        empty), and the log entries after the cursor (at most `limit`, and no more once they
+        hold `max_bytes`).
 
         The entries are read in pages of about `_READ_PAGE_BYTES`, one command each, so a
         fold never holds the server for long (one script reading them all held it for
         milliseconds, and every request waited); a fold that another moved the cursor under
         writes nothing (`fold_log`)."""
         log_key = Keys.log(project)
-        cursor, last, legacy = await self._read_unfolded(
-            keys=[Keys.meta(project), log_key, Keys.pending(project)]
-        )
+        cursor, last = await self._read_unfolded(keys=[Keys.meta(project), log_key])
         cursor, last = _text(cursor), _text(last)
         entries: list[tuple[str, bytes]] = []
         size, page, after = 0, 16, cursor
@@ -1153,7 +1112,7 @@ class Store:
                 break
             after = entries[-1][0]
             page = max(1, min(256, _READ_PAGE_BYTES * len(entries) // max(size, 1)))
-        return cursor, last, int(legacy), entries
+        return cursor, last, entries
 
     async def fold_log(
         self,
@@ -1532,7 +1491,7 @@ class Store:
     ) -> bool:
         """Swap the staging keys in; `bounds` become meta bound_c and bound_q (the lifetime
         cost and quantity of the rebuilt totals in LIMBs, rounded up)."""
-        keys = [Keys.log(project), Keys.meta(project), Keys.pending(project)]
+        keys = [Keys.log(project), Keys.meta(project)]
         for live in replace:
             keys += [Keys.staging(project, live), live]
         keys += list(drop)

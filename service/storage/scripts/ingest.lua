@@ -224,8 +224,8 @@ if p[16][3] ~= '0' then call('HINCRBY', KEYS[1], 'bound_q', p[16][3]) end
 if p[6] ~= '0' then
   call('HINCRBY', KEYS[1], 'duplicates', p[6])
 end
--- The fold's cursor starts at the entry before the project's first batch folded from the log
--- (entries written before that were applied, or queued on the pending list, when accepted).
+-- The fold's cursor starts at the entry before the project's first batch (a rebuild moves
+-- it past what it counted).
 local cursor = call('HGET', KEYS[1], 'fold_cursor')
 if not cursor then
   local last = call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)

@@ -12,7 +12,6 @@ import dataclasses
 import random
 import shutil
 import tempfile
-import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +28,6 @@ from trainledger.ledger.folding import (
     CellSums,
     Folder,
     _log_plan,
-    _sums_of,
     settle,
 )
 from trainledger.ledger.rebuild import rebuild_project
@@ -81,7 +79,7 @@ def _pending(url: str, project: str = "llm") -> tuple[str, dict[bytes, bytes]]:
     try:
         last = client.xrevrange(Keys.log(project), count=1)
         meta = client.hgetall(Keys.meta(project))
-        fields = (b"fold_cursor", b"pend_events", b"pend_head")
+        fields = (b"fold_cursor", b"pend_events")
         return (last[0][0].decode() if last else ""), {k: v for k, v in meta.items() if k in fields}
     finally:
         client.close()
@@ -135,8 +133,8 @@ async def test_racing_folds_one_entry_at_a_time(
 
 async def test_a_fold_that_lost_the_race_writes_nothing(store: Store, clean_redis: str) -> None:
     await _ingest_batches(store, 3)
-    cursor, last, legacy, entries = await store.unfolded_entries("llm", 10, 1 << 30)
-    assert (cursor, legacy, len(entries), entries[-1][0]) == ("0-0", 0, 3, last)
+    cursor, last, entries = await store.unfolded_entries("llm", 10, 1 << 30)
+    assert (cursor, len(entries), entries[-1][0]) == ("0-0", 3, last)
     count, new_cursor, events, increments = _log_plan("llm", entries)
     assert (count, new_cursor, events) == (3, last, 120)
     assert await settle(store, "llm") == 3  # another worker folded them first
@@ -159,7 +157,7 @@ async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
     await _ingest_batches(store, 1, seed=9)
     assert not _folded(clean_redis)
     # A fold that read the log before the rebuild cannot apply it afterwards.
-    _, new_cursor, events, increments = _log_plan("llm", stale[3])
+    _, new_cursor, events, increments = _log_plan("llm", stale[2])
     assert not await store.fold_log("llm", stale[0], new_cursor, events, increments)
     assert await settle(store, "llm") == 1
     assert sum((await store.daily_costs("llm")).values()) == await _logged_cost(store)
@@ -230,8 +228,9 @@ def test_one_fold_writes_a_bounded_number_of_cells() -> None:
     assert (count, cursor, events) == (4, "4-0", 4 * half)
 
 
-def test_cell_sums_survive_their_encoding() -> None:
-    """The legacy pending blobs (see test_legacy_pending_sums_are_folded_once)."""
+def test_cell_sums_add_up_and_make_their_increments() -> None:
+    """Sums of several batches merge cell by cell, exactly past int64; an hour whose events
+    cost nothing still counts them."""
     sums = CellSums()
     sums.cells[("20261130", "a\x1fb")] = [10, 2, 1]
     sums.cells[("20261201", "c")] = [7, 0, 3]
@@ -239,68 +238,25 @@ def test_cell_sums_survive_their_encoding() -> None:
     sums.hourly[("20261130", "c|06|eval")] = [0, 2]  # events that cost nothing
     sums.events = 4
     again = CellSums()
-    again.add_blob(sums.encode())
-    again.add_blob(sums.encode())
+    again.add(sums)
+    again.add(sums)
     assert again.events == 8
     assert again.cells == {("20261130", "a\x1fb"): [20, 4, 2], ("20261201", "c"): [14, 0, 6]}
     assert again.hourly == {
         ("20261130", "c|05|pretrain"): [20, 2],
         ("20261130", "c|06|eval"): [0, 4],
     }
-    # A blob of the version before hourly cells counted events: its hours count none.
-    old = CellSums()
-    old.add_blob(msgspec.msgpack.encode([1, [], ["20261130", "c|05|pretrain", 7]]))
-    assert old.hourly == {("20261130", "c|05|pretrain"): [7, 0]}
     increments = again.increments("llm")
     assert (Keys.hourly("llm", "20261130"), "n|06|eval", 4) in increments
     assert not any(field == "c|06|eval" for _, field, _ in increments)
     big = CellSums()
     big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]
     big.events = 1
-    # Sums past int64 are exact (the store keeps them in two limbs): one fold takes them all.
-    sums, count = _sums_of([big.encode(), big.encode(), sums.encode()])
-    assert count == 3 and sums.cells[("20261130", "c")] == [2**63 + 2, 2, 2]
-
-
-async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: str) -> None:
-    """A project from before the log fold: entries in rows, sums queued on the pending list
-    (as that version's ingest script left them). The queued sums are folded once, the row
-    entries are not summed again, and batches accepted since go through the log."""
-    client = sync_client(clean_redis)
-    try:
-        legacy = CellSums()
-        legacy.cells[("20261130", "pretrain\x1f\x1fcompute\x1fgpu\x1f\x1fe\x1f")] = [70, 3, 2]
-        legacy.hourly[("20261130", "c|05|pretrain\x1fcompute\x1fe")] = [70, 2]
-        legacy.events = 2
-        rows = [["a", 1, "pretrain", "", "", "gpu", 1, None, 30, 1, "compute"]] * 2
-        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
-        client.rpush(Keys.pending("llm"), legacy.encode())
-        client.hset(Keys.meta("llm"), mapping={"accepted": 2, "pend_events": 2})
-    finally:
-        client.close()
-    # A batch of this version: the cursor starts after the legacy entry.
-    accepted = await _ingest_batches(store, 1)
-    assert _pending(clean_redis)[1][b"fold_cursor"] != b"0-0"
-    assert await settle(store, "llm") == 2  # the legacy blob, then the new entry
-    assert _folded(clean_redis)
-    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
-    assert folded == accepted + 2
-    assert sum(daily.values()) == await _logged_cost(store) + 70 - 60
-    # A worker of that version still running during an upgrade: its batch is a row entry after
-    # the cursor, its sums a blob. Folded once, from the blob; the log fold passes over it.
-    client = sync_client(clean_redis)
-    try:
-        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
-        client.rpush(Keys.pending("llm"), legacy.encode())
-        client.hincrby(Keys.meta("llm"), "accepted", 2)
-        client.hincrby(Keys.meta("llm"), "pend_events", 2)
-    finally:
-        client.close()
-    assert await settle(store, "llm") == 2  # the blob, and the row entry passed over
-    assert _folded(clean_redis)
-    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
-    assert folded == accepted + 4
-    assert sum(daily.values()) == await _logged_cost(store) + 2 * (70 - 60)
+    # Sums past int64 are exact (the store keeps them in two limbs).
+    total = CellSums()
+    for one in (big, big, sums):
+        total.add(one)
+    assert total.events == 6 and total.cells[("20261130", "c")] == [2**63 + 2, 2, 2]
 
 
 async def test_retention_never_trims_what_was_not_folded(store: Store, clean_redis: str) -> None:
