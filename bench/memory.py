@@ -43,7 +43,7 @@ ISSUE_EVENTS = 10_000_000
 def log_blob_bytes(url: str, project: str) -> tuple[int, int]:
     """(entries, total bytes of the blobs) of the project's log stream."""
     import redis
-    from trainledger.storage.redis_store import Keys
+    from trainledger.storage.keys import Keys
 
     client = redis.Redis.from_url(url)
     entries = 0

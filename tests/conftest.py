@@ -30,7 +30,8 @@ from trainledger.auth.model import mint
 from trainledger.config import Settings
 from trainledger.http.app import create_app
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store, cluster_options
+from trainledger.storage.connection import cluster_options
+from trainledger.storage.redis_store import Store
 
 from tests.cluster import ValkeyCluster
 from tests.shared_redis import claim_database

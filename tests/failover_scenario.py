@@ -34,7 +34,8 @@ from redis.cluster import key_slot
 from trainledger.auth.model import mint
 from trainledger.ledger.eventlog import decode_log
 from trainledger.ledger.folding import settle
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 from tests.cluster import ClusterNode, ValkeyCluster
 from tests.conftest import TEST_CARD, ServerThread, event

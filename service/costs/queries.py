@@ -29,7 +29,8 @@ from costcore.money import format_money, format_quantity
 
 from ..ledger.folding import settle
 from ..ledger.rollups import FINE_DIMS, ROLLUP_VERSION, covering
-from ..storage.redis_store import FIELD_SEP, TAG_SEP, Store
+from ..storage.keys import FIELD_SEP, TAG_SEP
+from ..storage.redis_store import Store
 
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
 HOURLY_DIMENSIONS: tuple[str, ...] = ("stage", "category", "fixed")

@@ -20,9 +20,6 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 from litestar.types import Empty
-from redis.exceptions import ClusterDownError, RedisError, SlotNotCoveredError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import __version__
 from ..analysis.routes import AnalysisController
@@ -40,6 +37,7 @@ from ..projects.routes import ProjectController, TokenController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
+from ..storage.connection import STORE_UNAVAILABLE, StoreError
 from ..storage.embedded import exit_with_parent
 from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
@@ -96,7 +94,7 @@ async def sweep_forever(store: Store) -> None:
                 removed = await store.sweep_seen(project, today)
                 if removed:
                     log.info("forgot %d expired event ids of project %s", removed, project)
-        except RedisError as exc:  # Redis away for a while: try again next round
+        except StoreError as exc:  # Redis away for a while: try again next round
             log.warning("expired-id sweep failed: %s", exc)
 
 
@@ -198,12 +196,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                     exception_to_problem_detail_map={
                         ValidationException: from_validation,
                         ClientException: from_client_error,
-                        RedisConnectionError: redis_unavailable,
-                        RedisTimeoutError: redis_unavailable,
-                        # A cluster shard failing over: outcome unknown there; retry.
-                        ClusterDownError: redis_unavailable,
-                        TryAgainError: redis_unavailable,
-                        SlotNotCoveredError: redis_unavailable,
+                        # Redis away, or a cluster shard failing over: outcome unknown; retry.
+                        **dict.fromkeys(STORE_UNAVAILABLE, redis_unavailable),
                     },
                 )
             )

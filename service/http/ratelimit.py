@@ -30,7 +30,8 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.model import Principal
-from ..storage.redis_store import NODE_DOWN_ERRORS, Store
+from ..storage.connection import NODE_DOWN_ERRORS
+from ..storage.redis_store import Store
 from .problems import problem
 
 # The longest a worker counts requests itself while the shared counter cannot be reached.

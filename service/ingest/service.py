@@ -52,15 +52,8 @@ from ..metrics import DEAD_LETTERS_DROPPED
 from ..ratecards.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
 from ..storage.limbs import CAP_UNITS, bound_units
-from ..storage.redis_store import (
-    SEEN_SHARDS,
-    TAG_SEP,
-    BudgetCounter,
-    IngestPlan,
-    Keys,
-    Store,
-    seen_shard,
-)
+from ..storage.keys import SEEN_SHARDS, TAG_SEP, Keys, seen_shard
+from ..storage.redis_store import BudgetCounter, IngestAnswer, IngestPlan, Store
 
 MAX_APPLY_ATTEMPTS = 64
 # Tags that costs are attributed by unless the project names others (`attribution_tags`).
@@ -860,7 +853,7 @@ class Ingestor:
                     project, priced, catalog, budgets, budgets_rev, duplicates, expected
                 )
                 outcome = await self.store.submit_batch(plan)
-            if outcome.status == 0:
+            if outcome.status == IngestAnswer.APPLIED:
                 if self.folder is not None:
                     self.folder.touched(project)
                 # What the script's HSETNXs did to the settings, so the cache stays true.
@@ -874,9 +867,9 @@ class Ingestor:
                     beyond,
                 )
             self._tier_hints.pop(project, None)
-            if outcome.status == 4:
+            if outcome.status == IngestAnswer.SETTINGS_CHANGED:
                 return None
-            if outcome.status == 5:
+            if outcome.status == IngestAnswer.PAST_BOUNDS:
                 # The batch would take the project's sums past what they hold: the events
                 # that fit stay (in order), the others are refused; the rest is priced again.
                 refused = _past_bounds(priced, outcome.bounds)
@@ -886,7 +879,7 @@ class Ingestor:
                 if not len(events):
                     return 0, duplicates, 0, events, beyond
                 tier_keys = tier_keys_needed(events, catalog)
-            if outcome.status == 1:
+            if outcome.status == IngestAnswer.DUPLICATES:
                 dup_ids = {priced.batch.events[i].id for i in outcome.duplicate_positions}
                 duplicates += len(dup_ids)
                 events = events.take(
@@ -895,10 +888,10 @@ class Ingestor:
                 if not len(events):
                     return 0, duplicates, 0, events, beyond
                 tier_keys = tier_keys_needed(events, catalog)
-            if outcome.status == 3:
+            if outcome.status == IngestAnswer.BUDGETS_CHANGED:
                 # The project's budgets changed since they were read: read them again.
                 budgets_rev = meta["budgets_rev"] = outcome.budgets_rev
-            # status 2: a tier counter moved under us; read it again and price again.
+            # TIER_MOVED: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
 
     def _end_turn(self, project: str, turn: asyncio.Future[None]) -> None:

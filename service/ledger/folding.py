@@ -29,11 +29,12 @@ from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from redis.exceptions import RedisError
 
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
-from ..storage.redis_store import FIELD_SEP, Keys, Store
+from ..storage.connection import StoreError
+from ..storage.keys import FIELD_SEP, Keys
+from ..storage.redis_store import Store
 from .eventlog import CodedLog, decode_log_entry
 from .rollups import rollup_increments
 
@@ -392,12 +393,12 @@ class Folder:
             for project in projects:
                 try:
                     await settle(self.store, project)
-                except RedisError as exc:  # Redis away for a while: try again next round
+                except StoreError as exc:  # Redis away for a while: try again next round
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
 
     async def _add_every_project(self) -> None:
         try:
             self._touched.update(await self.store.projects())
-        except RedisError as exc:
+        except StoreError as exc:
             log.warning("fold: could not list projects: %s", exc)

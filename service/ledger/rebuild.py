@@ -23,7 +23,8 @@ from ..ingest.service import (
 )
 from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
 from ..storage.limbs import CAP_UNITS, bound_units, split_value
-from ..storage.redis_store import Keys, Store
+from ..storage.keys import Keys
+from ..storage.redis_store import Store
 from .eventlog import decode_log_entry, read_log
 from .folding import CellSums, settle, sums_of_log
 from .rollups import live_keys as rollup_keys

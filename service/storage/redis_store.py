@@ -1,91 +1,15 @@
-"""The one storage adapter: every Redis key and Lua script of trainledger lives here.
-
-Layout (``P`` is the project's hash tag ``{p:<project>}``, so every key of one
-project lands in one cluster slot and one Lua script can change them together):
-
-==============================  ======  =====================================================
-key                             type    holds
-==============================  ======  =====================================================
-tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
-                                        ``fold_cursor`` (the last log entry whose totals are
-                                        in tot/hr/daily/ru) and ``pend_events`` (accepted
-                                        events not yet folded);
-                                        ``bound_c``/``bound_q``: lifetime cost/quantity in
-                                        10**9 nano/micro, rounded up per batch
-tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
-tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
-                                        ``n|dims`` events, dims = stage,experiment,category,
-                                        sku,owner,fixed,tags joined by \\x1f (tags: the
-                                        project's attribution tags, ``k=v`` joined by \\x1e)
-tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour,
-                                        ``n|HH|...`` -> its events (cost 0 included)
-tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
-tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
-tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
-                                        (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
-                                        + the projected dims (service/ledger/rollups.py)
-tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
-                                        use them only when it equals meta ``accepted`` less
-                                        ``pend_events``)
-tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
-                                        columns)), service/ledger/eventlog.py; the totals
-                                        are folded from it
-tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
-tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
-tl:P:budgets                    hash    budget id -> JSON
-tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in that period
-tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
-tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
-tl:P:hi:<key>                   hash    the high limbs of the sums of tl:P:<key> (tot, hr, daily,
-                                        ru, bspend, bday): a sum is ``hi * 10**9 + lo``
-                                        (service/storage/limbs.py, docs/exact-money.md)
-tl:P:alerts                     stream  alerts as decided by the ingest script
-                                        (consumer group ``deliverers``: the webhook outbox)
-tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
-tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
-tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
-tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
-tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
-tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
-                                        lease moves the score ahead while a sender holds one
-tl:P:dlvdone                    zset    delivered delivery ids scored by delivery time (ms)
-tl:P:dlvdead                    zset    failed delivery ids (dead letters) by failure time (ms)
-tl:ratecards                    set     rate-card names
-tl:ratecard:<name>              hash    version number -> JSON of that version (its length,
-                                        the number of versions, is the card's revision: a
-                                        cached card is stale when it moved)
-tl:projects                     set     project names that have data or settings
-tl:webhooks                     hash    webhook id -> JSON (filters; url and secret sealed,
-                                        service/storage/sealing.py)
-tl:sealing                      hash    ``check`` -> a known text sealed with the secret key
-tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
-tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
-tl:tokens                       hash    token id -> sha256, for listing and revoking
-{tl:tokens}:unscoped-admins      set     ids of admin tokens for every project (same slot as
-                                        tl:tokens: the last one is never revoked)
-==============================  ======  =====================================================
-
-Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
-all the keys it touches in KEYS, and those are one project's keys (one slot), or one global
-key alone (a rate card, a rate-limit window). Transactions and scripts never span two
-slots; the few multi-key steps on global keys (a token and the token index) are plain
-pipelines, split by node. A project's data is all on one shard, so one very busy project is
-served by one master. An acknowledged ingest write has reached ``wait_replicas`` replicas
-(WAIT on the write's own connection; ``Store._replicated``), so a failover keeps it.
-"""
+"""The store: async access to trainledger's data (the feature stores move out of it)."""
 
 from __future__ import annotations
 
 import asyncio
 import bisect
 import contextlib
-import socket
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import redis.asyncio as aioredis
@@ -93,7 +17,6 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
-    ClusterDownError,
     MovedError,
     NoScriptError,
     RedisError,
@@ -102,11 +25,21 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from costcore import group_positions, take
 
 from . import scripts
+from .connection import (
+    _CONNECTION_CLASSES,
+    DEFAULT_WAIT_TIMEOUT_MS,
+    NODE_DOWN_ERRORS,
+    RedisClient,
+    ReplicationTimeout,
+    _Cluster,
+    cluster_options,
+    cluster_request_timeout_ms,
+)
+from .keys import SEEN_SHARDS, Keys
 from .lane import LaneNoScript, OrderedLane
 from .limbs import (
     CAP_UNITS,
@@ -117,172 +50,6 @@ from .limbs import (
     split_delta,
     split_value,
 )
-
-NAMESPACE = "tl"
-SEEN_SHARDS = 64
-FIELD_SEP = "\x1f"
-TAG_SEP = "\x1e"  # between the attributed tags inside one dims element
-
-RedisClient = aioredis.Redis | RedisCluster
-# Key kinds (after the project's tag) whose sums are kept in two limbs.
-_LIMBED = ("tot:", "hr:", "daily", "ru:", "bspend", "bday")
-
-
-def project_tag(project: str) -> str:
-    return "{p:" + project + "}"
-
-
-class Keys:
-    """Key builders. Nothing outside this module spells a key."""
-
-    @staticmethod
-    def meta(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:meta"
-
-    @staticmethod
-    def seen(project: str, shard: int) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:seen:{shard}"
-
-    @staticmethod
-    def totals(project: str, day: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:tot:{day}"
-
-    @staticmethod
-    def hourly(project: str, day: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:hr:{day}"
-
-    @staticmethod
-    def daily(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:daily"
-
-    @staticmethod
-    def tier(project: str, month: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:tier:{month}"
-
-    @staticmethod
-    def rollup(project: str, name: str, period: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:ru:{name}:{period}"
-
-    @staticmethod
-    def rollup_count(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:ru:events"
-
-    @staticmethod
-    def log(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:log"
-
-    @staticmethod
-    def rejected(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:rej"
-
-    @staticmethod
-    def rejected_index(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:rejidx"
-
-    @staticmethod
-    def budgets(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:budgets"
-
-    @staticmethod
-    def budget_spend(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:bspend"
-
-    @staticmethod
-    def budget_daily(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:bday"
-
-    @staticmethod
-    def budget_fired(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:bfired"
-
-    @staticmethod
-    def alerts(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:alerts"
-
-    @staticmethod
-    def plans(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:plans"
-
-    @staticmethod
-    def progress(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:progress"
-
-    @staticmethod
-    def experiment_progress(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:xprog"
-
-    @staticmethod
-    def high(live_key: str) -> str:
-        """The hash of the high limbs of a key's sums (service/storage/limbs.py)."""
-        tag, suffix = live_key.split("}:", 1)
-        return f"{tag}}}:hi:{suffix}"
-
-    @staticmethod
-    def has_high(live_key: str) -> bool:
-        """Whether the key holds sums kept in two limbs: totals, hours, the daily index,
-        roll-ups (not their event counter) and budget counters."""
-        suffix = live_key.split("}:", 1)[1]
-        return suffix.startswith(_LIMBED) and suffix != "ru:events"
-
-    @staticmethod
-    def staging(project: str, live_key: str) -> str:
-        suffix = live_key.split("}:", 1)[1]
-        return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
-
-    @staticmethod
-    def rate_card_names() -> str:
-        return f"{NAMESPACE}:ratecards"
-
-    @staticmethod
-    def rate_card(name: str) -> str:
-        return f"{NAMESPACE}:ratecard:{name}"
-
-    @staticmethod
-    def projects() -> str:
-        return f"{NAMESPACE}:projects"
-
-    @staticmethod
-    def token(digest: str) -> str:
-        return f"{NAMESPACE}:token:{digest}"
-
-    @staticmethod
-    def rate_window(token_id: str, second: int) -> str:
-        return f"{NAMESPACE}:rl:{token_id}:{second}"
-
-    @staticmethod
-    def token_index() -> str:
-        return f"{NAMESPACE}:tokens"
-
-    @staticmethod
-    def unscoped_admins() -> str:
-        """Ids of the admin tokens for every project; the hash tag puts it in the slot of
-        `token_index`, so one script sees both."""
-        return f"{{{NAMESPACE}:tokens}}:unscoped-admins"
-
-    @staticmethod
-    def webhooks() -> str:
-        return f"{NAMESPACE}:webhooks"
-
-    @staticmethod
-    def sealing() -> str:
-        return f"{NAMESPACE}:sealing"
-
-    @staticmethod
-    def deliveries(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:dlv"
-
-    @staticmethod
-    def delivery_queue(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:dlvq"
-
-    @staticmethod
-    def delivery_dead(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:dlvdead"
-
-    @staticmethod
-    def delivery_done(project: str) -> str:
-        return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
-
 
 
 @dataclass(frozen=True)
@@ -330,11 +97,21 @@ class BudgetCounter:
     checks: Sequence[LimitCheck]
 
 
+class IngestAnswer(IntEnum):
+    """The first element of ingest.lua's answer: what became of the batch."""
+
+    APPLIED = 0  # then the log entry's id
+    DUPLICATES = 1  # then the (1-based) positions of the events already seen; nothing written
+    TIER_MOVED = 2  # a tier counter moved since it was read: price again
+    BUDGETS_CHANGED = 3  # then the budgets' revision: read them again
+    SETTINGS_CHANGED = 4  # the project's settings or rate card moved since they were cached
+    PAST_BOUNDS = 5  # then meta bound_c, bound_q: the batch would take the sums past them
+    INCREMENT_FAILED = 6  # then the error; every write undone (raised, never returned)
+
+
 @dataclass(frozen=True)
 class IngestOutcome:
-    status: int  # 0 applied, 1 duplicates found, 2 tier counter moved, 3 budgets changed,
-    # 4 the project's settings or rate card changed since they were cached, 5 the batch would
-    # take the project's sums past what they hold (`bounds`: meta bound_c, bound_q as they are)
+    status: IngestAnswer
     log_entry: str | None = None
     duplicate_positions: tuple[int, ...] = ()  # 0-based into event_ids
     budgets_rev: str = "0"  # with status 3: the current revision
@@ -395,11 +172,6 @@ async def _encoded(
     return _fold_args(fixed_keys, head, events, increments)
 
 
-def seen_shard(event_id: str) -> int:
-    # CRC-32 (in C): stable across processes and versions, unlike hash().
-    return zlib.crc32(event_id.encode()) % SEEN_SHARDS
-
-
 def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -429,147 +201,35 @@ def _with_high(low: list[Any], high: list[Any]) -> list[Any]:
     ]
 
 
+# Answers of ingest.lua a client must not have before the write reached its replicas.
+_NEEDS_REPLICAS = (IngestAnswer.APPLIED, IngestAnswer.DUPLICATES)
+
+
 def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
-    status = int(reply[0])
-    if status == 0:
-        return IngestOutcome(0, log_entry=_text(reply[1]))
-    if status == 1:
+    status = IngestAnswer(int(reply[0]))
+    if status == IngestAnswer.APPLIED:
+        return IngestOutcome(status, log_entry=_text(reply[1]))
+    if status == IngestAnswer.DUPLICATES:
         return IngestOutcome(
-            1, duplicate_positions=tuple(sorted(order[int(i) - 1] for i in reply[1:]))
+            status, duplicate_positions=tuple(sorted(order[int(i) - 1] for i in reply[1:]))
         )
-    if status == 3:
-        return IngestOutcome(3, budgets_rev=_text(reply[1]))
-    if status == 4:
-        return IngestOutcome(4)
-    if status == 5:
-        return IngestOutcome(5, bounds=(int(reply[1]), int(reply[2])))
-    if status == 6:
+    if status == IngestAnswer.BUDGETS_CHANGED:
+        return IngestOutcome(status, budgets_rev=_text(reply[1]))
+    if status == IngestAnswer.PAST_BOUNDS:
+        return IngestOutcome(status, bounds=(int(reply[1]), int(reply[2])))
+    if status == IngestAnswer.INCREMENT_FAILED:
         raise ResponseError(f"the batch's increments could not be made (all undone): {reply[1]!r}")
-    return IngestOutcome(2)
+    return IngestOutcome(status)
 
 
 class LastUnscopedAdmin(Exception):
     """Revoking this token would leave no admin token for every project."""
 
 
-class ReplicationTimeout(RedisTimeoutError):
-    """A write reached its master, but not the replicas it must reach before it is
-    acknowledged, in time. It is not acknowledged: the client retries, and the retry finds
-    the events already seen (or, if the master has died meanwhile, applies them again)."""
-
-
-# Query parameters of a `redis+cluster://` URL that trainledger reads itself.
-CLUSTER_WAIT_REPLICAS = "wait_replicas"  # replicas a write must reach before its answer
-CLUSTER_WAIT_TIMEOUT_MS = "wait_timeout_ms"  # how long to wait for them
-DEFAULT_WAIT_TIMEOUT_MS = 2000
-# The longest a request may wait for the store before it is answered 503
-# (service/http/deadline.py); default: wait_timeout_ms + 3,000.
-CLUSTER_REQUEST_TIMEOUT_MS = "request_timeout_ms"
-
-
-# Storage errors of a node that is down or failing over: a read of a global key (a token,
-# a rate card's revision) is then asked of the slot's replica (`Store._read_global`).
-NODE_DOWN_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, SlotNotCoveredError)
 # How long a worker trusts a rate card's revision it read (`Store.rate_card_revision`).
 CARD_REVISION_SECONDS = 1.0
-
-
-def cluster_request_timeout_ms(url: str) -> int:
-    """`request_timeout_ms` of a `redis+cluster://` URL (default: wait_timeout_ms + 3,000):
-    the longest a request may wait for the store before it is answered 503."""
-    _, _, wait_timeout_ms = cluster_options(url)
-    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-    try:
-        timeout_ms = int(query.get(CLUSTER_REQUEST_TIMEOUT_MS, wait_timeout_ms + 3000))
-    except ValueError as exc:
-        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS}: an integer") from exc
-    if timeout_ms <= wait_timeout_ms:
-        raise ValueError(f"{CLUSTER_REQUEST_TIMEOUT_MS} > {CLUSTER_WAIT_TIMEOUT_MS}")
-    return timeout_ms
-
-
-class _Cluster(RedisCluster):
-    """redis-py's cluster client, except for how it resets itself after an error.
-
-    After a failed pipeline, a CLUSTERDOWN answer or repeated MOVED answers, redis-py calls
-    `aclose()`, which disconnects every connection to every node, *including those other
-    requests are reading from at that moment*: they then fail with `RuntimeError` ("the
-    handler is closed") or `AttributeError` (a writer that is None) instead of a storage
-    error. Here that reset only asks for a fresh slot map and recycles the connections
-    lazily (idle ones now, busy ones when their command is done), as redis-py does itself
-    after a connection error. `close_all` closes for good (`Store.close`).
-    """
-
-    async def aclose(self) -> None:
-        self._initialize = True  # the next command reads the slot map again
-        for node in list(self.nodes_manager.nodes_cache.values()):
-            node.update_active_connections_for_reconnect()
-            await node.disconnect_free_connections()
-
-    async def close_all(self) -> None:
-        self._initialize = False  # whatever state it is in: redis-py's aclose closes all
-        await super().aclose()
-
-
-def cluster_options(url: str) -> tuple[str, int | None, int]:
-    """Split a `redis+cluster://` (or `rediss+cluster://`) URL into the URL redis-py reads,
-    `wait_replicas` (None: one if the cluster has replicas, else none) and the timeout."""
-    parts = urlsplit(url.replace("+cluster", "", 1))
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {
-        k: v
-        for k, v in query
-        if k in (CLUSTER_WAIT_REPLICAS, CLUSTER_WAIT_TIMEOUT_MS, CLUSTER_REQUEST_TIMEOUT_MS)
-    }
-    rest = [(k, v) for k, v in query if k not in own]
-    try:
-        replicas = int(own[CLUSTER_WAIT_REPLICAS]) if CLUSTER_WAIT_REPLICAS in own else None
-        timeout_ms = int(own.get(CLUSTER_WAIT_TIMEOUT_MS, DEFAULT_WAIT_TIMEOUT_MS))
-    except ValueError as exc:
-        raise ValueError(f"{CLUSTER_WAIT_REPLICAS}, {CLUSTER_WAIT_TIMEOUT_MS}: integers") from exc
-    if (replicas is not None and replicas < 0) or timeout_ms <= 0:
-        raise ValueError(f"{CLUSTER_WAIT_REPLICAS} >= 0 and {CLUSTER_WAIT_TIMEOUT_MS} > 0")
-    return urlunsplit(parts._replace(query=urlencode(rest))), replicas, timeout_ms
-
-
-# An ingest script's arguments are ~0.7 MB for a 5,000-event batch. With the default socket
-# send buffer (~200 kB) the event loop writes them in several turns, each waiting until the
-# loop is free again (pricing the next batch holds it for milliseconds), so the server sits
-# idle between the pieces: measured, ingest over HTTP went 103 k -> 124 k events/s with a
-# 4 MB buffer. The kernel caps the request at net.core.wmem_max (silently).
-SEND_BUFFER_BYTES = 4 << 20
 # A fold reads the log in pages of about this many bytes (see `Store.unfolded_entries`).
 _READ_PAGE_BYTES = 256 << 10
-
-
-class _LargeSendBuffer:
-    """Mixin for redis-py's asyncio connections: a large socket send buffer."""
-
-    async def _connect(self) -> None:
-        await super()._connect()  # type: ignore[misc]
-        sock = self._writer.transport.get_extra_info("socket")  # type: ignore[attr-defined]
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-
-
-class _TcpConnection(_LargeSendBuffer, aioredis.Connection):
-    pass
-
-
-class _UnixConnection(_LargeSendBuffer, aioredis.UnixDomainSocketConnection):
-    pass
-
-
-class _SslConnection(_LargeSendBuffer, aioredis.SSLConnection):
-    pass
-
-
-_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
-    aioredis.Connection: _TcpConnection,
-    aioredis.UnixDomainSocketConnection: _UnixConnection,
-    aioredis.SSLConnection: _SslConnection,
-}
 
 
 class Store:
@@ -932,13 +592,13 @@ class Store:
             and await self.rate_card_revision(plan.rate_card, CARD_REVISION_SECONDS)
             != plan.rate_card_revision
         ):
-            return IngestOutcome(4)
+            return IngestOutcome(IngestAnswer.SETTINGS_CHANGED)
         keys, args, order = self._ingest_call(plan, card_in_script=not cluster)
-        # An applied batch (status 0) needs its replicas before it is acknowledged. So does a
-        # batch found (partly) seen (status 1): its next step (the rest of the batch, or the
+        # An applied batch needs its replicas before it is acknowledged. So does a batch found
+        # (partly) seen: its next step (the rest of the batch, or the
         # duplicate count) would wait for the same replicas again, and a shard without one
         # (right after a failover) would hold the request a second wait_timeout_ms.
-        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) in (0, 1))
+        reply = await self._replicated(self._ingest, keys, args, lambda r: int(r[0]) in _NEEDS_REPLICAS)
         return _ingest_outcome(reply, order)
 
     async def learn_features(self) -> None:
@@ -990,7 +650,7 @@ class Store:
         except (LaneNoScript, RedisConnectionError):
             # Not run (NOSCRIPT), or the lane's connection dropped, run or not: once more
             # through the pool, as redis-py retries a dropped command (a batch that did run
-            # comes back as duplicates, status 1).
+            # comes back as duplicates, IngestAnswer.DUPLICATES).
             reply = await self._ingest(keys=keys, args=args)
         return _ingest_outcome(reply, order)
 

@@ -14,7 +14,8 @@ import asyncio
 
 import httpx
 from trainledger.auth.model import Principal, mint
-from trainledger.storage.redis_store import Keys, LastUnscopedAdmin, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import LastUnscopedAdmin, Store
 
 from tests.conftest import TEST_CARD, Api, sync_client
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import msgspec
-from trainledger.storage.redis_store import IngestPlan, Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import IngestPlan, Store
 
 from tests.conftest import TEST_CARD, Api, ServerThread, event, sync_client
 
@@ -299,7 +300,7 @@ async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store
 
 
 def _shard(event_id: str) -> int:
-    from trainledger.storage.redis_store import seen_shard
+    from trainledger.storage.keys import seen_shard
 
     return seen_shard(event_id)
 

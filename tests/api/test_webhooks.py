@@ -40,7 +40,8 @@ import pytest
 import standardwebhooks
 from litestar import Litestar
 from trainledger.config import Settings
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 from trainledger.webhooks.delivery import (
     DELIVERY_GROUP,
     DeliveryConfig,

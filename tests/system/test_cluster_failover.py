@@ -28,12 +28,9 @@ from trainledger.auth.model import mint
 from trainledger.http.deadline import raised_inside_redis
 from trainledger.ledger.eventlog import decode_log
 from trainledger.ledger.folding import settle
-from trainledger.storage.redis_store import (
-    Keys,
-    Store,
-    cluster_options,
-    cluster_request_timeout_ms,
-)
+from trainledger.storage.connection import cluster_options, cluster_request_timeout_ms
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 from tests import failover_scenario
 from tests.api.test_ingest import put_card

@@ -29,7 +29,8 @@ from trainledger.ingest.service import Ingestor
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 from tests.conftest import (
     TEST_CARD,

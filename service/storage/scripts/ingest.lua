@@ -34,6 +34,7 @@
 -- the worker cached them: read them again and price again), {5, bound_c, bound_q} (the batch
 -- would take the project past what its sums can hold: nothing written), or {6, error} (an
 -- increment failed, e.g. a key of the wrong type: every write undone).
+-- The first element is `IngestAnswer` (service/storage/redis_store.py), decoded by the store.
 local call = redis.call
 local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
 

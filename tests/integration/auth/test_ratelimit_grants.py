@@ -7,7 +7,8 @@ import asyncio
 import time
 
 from trainledger.http.ratelimit import _Grants, grant_size
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 
 async def test_a_burst_below_the_limit_is_admitted_with_few_claims(store: Store) -> None:

@@ -3,13 +3,8 @@ way the server marks ids (HSETEX FNX per shard where it has it, HMGET then HSET 
 
 from __future__ import annotations
 
-from trainledger.storage.redis_store import (
-    SEEN_SHARDS,
-    IngestPlan,
-    Keys,
-    Store,
-    seen_shard,
-)
+from trainledger.storage.keys import SEEN_SHARDS, Keys, seen_shard
+from trainledger.storage.redis_store import IngestPlan, Store
 
 from tests.conftest import sync_client
 

@@ -27,12 +27,8 @@ from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage import limbs
 from trainledger.storage.limbs import CAP_UNITS, INT64_MAX, LIMB, MAX_LO_DELTA
-from trainledger.storage.redis_store import (
-    Keys,
-    Store,
-    _increment_args,
-    seen_shard,
-)
+from trainledger.storage.keys import Keys, seen_shard
+from trainledger.storage.redis_store import Store, _increment_args
 from trainledger.storage.scripts import APPLY_INCREMENTS as _APPLY_INCREMENTS_LUA
 
 from tests.api.test_ingest import post, put_card

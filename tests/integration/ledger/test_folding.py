@@ -35,7 +35,8 @@ from trainledger.ledger.rollups import ROLLUP_VERSION
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 from tests.conftest import TEST_CARD, sync_client
 from tests.integration.ingest.test_dedup import ingest_plan

@@ -12,7 +12,8 @@ from trainledger.costs.queries import CostQuery, _grouped, _in_range, cost_repor
 from trainledger.costs import queries as costs
 from trainledger.ledger.folding import settle
 from trainledger.ledger.rollups import ROLLUP_VERSION, ROLLUPS, covering
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.storage.redis_store import Store
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event, sync_client
