@@ -7,7 +7,8 @@ from datetime import datetime
 
 import msgspec
 
-from ..storage.redis_store import BudgetCounter, LimitCheck, Store
+from ..ingest.store import BudgetCounter, LimitCheck
+from ..stores import Stores
 from .model import (
     AlertRecord,
     Budget,
@@ -64,7 +65,7 @@ def threshold_checks(budget: Budget, period: str, currency: str) -> list[LimitCh
 
 
 async def budget_counters(
-    store: Store,
+    store: Stores,
     project: str,
     budgets: Sequence[Budget],
     priced: Sequence[PricedEvent],
@@ -96,7 +97,7 @@ async def budget_counters(
             rule = by_id[budget_id].growth
             assert rule is not None
             wanted += [day_field(budget_id, day - k) for k in range(1, rule.trailing_days + 1)]
-        _, values = await store.budget_counters(project, [], wanted)
+        _, values = await store.budgets.budget_counters(project, [], wanted)
         history = dict(zip(wanted, values, strict=True))
         for (budget_id, day), delta in daily.items():
             budget = by_id[budget_id]

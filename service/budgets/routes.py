@@ -25,7 +25,7 @@ from .service import (
 
 
 async def _currency(services: Services, project: str) -> str:
-    meta = await services.store.project_meta(project)
+    meta = await services.store.projects.project_meta(project)
     if meta.get("currency"):
         return meta["currency"]
     catalog = await services.rate_cards.catalog(meta.get("rate_card", "default"))
@@ -81,7 +81,7 @@ class BudgetController(Controller):
     async def remove(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> None:
-        if not await services.store.delete_budget(project, budget_id):
+        if not await services.store.budgets.delete_budget(project, budget_id):
             raise problem(
                 404, "Not found", f"no budget {budget_id!r} in {project!r}", kind="not-found"
             )

@@ -101,7 +101,7 @@ class CostsController(Controller):
         }
         units: dict[str, str] = {}
         if "sku" in dims:
-            meta = await services.store.project_meta(project)
+            meta = await services.store.projects.project_meta(project)
             catalog = await services.rate_cards.catalog(meta.get("rate_card", "default"))
             if catalog is not None:
                 current = catalog.history.index_at(datetime.now(UTC))

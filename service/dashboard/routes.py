@@ -168,7 +168,7 @@ async def gather(
         # The burn-down needs spend per day within each budget's scope: the log holds every
         # accepted event with its cost, and `budgets.matches` is the rule the counters use.
         priced: list[tuple[EventIn, str, int]] = []
-        async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+        async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
             priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
         for budget in budgets:
             status = await budget_status(store, budget, currency, now)
@@ -220,7 +220,9 @@ class DashboardController(Controller):
         redirect = _sign_in(request)
         if redirect is not None:
             return redirect
-        visible = [p for p in await services.store.projects() if request.user.can_access(p)]
+        visible = [
+            p for p in await services.store.projects.projects() if request.user.can_access(p)
+        ]
         return _html(render_picker(visible))
 
     @get("/{project:str}", summary="Dashboard of one project")

@@ -347,7 +347,7 @@ class EventsController(Controller):
         if after is not None:
             when_ms, _, event_id = after.partition(":")
             cursor = (int(when_ms), event_id)
-        raws, total, offset, last = await services.store.rejected_listing(
+        raws, total, offset, last = await services.store.rejected.rejected_listing(
             project, offset, limit, cursor
         )
         items = [_record_decoder.decode(r) for r in raws]
@@ -379,11 +379,13 @@ class EventsController(Controller):
         services: NamedDependency[Services],
     ) -> Response[IngestReport]:
         if data.ids is None:
-            raws, _ = await services.store.rejected_page(
+            raws, _ = await services.store.rejected.rejected_page(
                 project, 0, services.settings.max_batch_events
             )
         else:
-            raws = [r for r in await services.store.rejected_records(project, data.ids) if r]
+            raws = [
+                r for r in await services.store.rejected.rejected_records(project, data.ids) if r
+            ]
         items = []
         excerpts: list[RejectedEvent] = []
         for i, raw in enumerate(raws):
@@ -415,4 +417,4 @@ class EventsController(Controller):
         data: JSONBody[DeleteRejectedIn],
         services: NamedDependency[Services],
     ) -> dict[str, int]:
-        return {"deleted": await services.store.delete_rejected(project, data.ids)}
+        return {"deleted": await services.store.rejected.delete_rejected(project, data.ids)}

@@ -39,8 +39,8 @@ from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
 from ..storage.connection import STORE_UNAVAILABLE, StoreError
 from ..storage.embedded import exit_with_parent
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
+from ..stores import Stores
 from ..waste.routes import ExperimentController, ReportController
 from ..webhooks.delivery import DeliveryConfig, DeliveryWorker
 from ..webhooks.routes import WebhookController
@@ -63,7 +63,7 @@ from .security import BearerTokenMiddleware
 log = logging.getLogger("trainledger")
 
 
-def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services:
+def build_services(settings: Settings, store: Stores, sealer: Sealer) -> Services:
     rate_cards = RateCards(store)
     folder = Folder(store) if settings.fold_in_workers else None
     ingestor = Ingestor(
@@ -81,7 +81,7 @@ def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services
 SWEEP_INTERVAL_SECONDS = 3600.0
 
 
-async def sweep_forever(store: Store) -> None:
+async def sweep_forever(store: Stores) -> None:
     """Forget event ids older than the deduplication window, once an hour, in every worker.
 
     Several workers sweeping at once is harmless: a sweep only deletes what has expired.
@@ -90,8 +90,8 @@ async def sweep_forever(store: Store) -> None:
         await asyncio.sleep(SWEEP_INTERVAL_SECONDS * random.uniform(0.5, 1.0))
         try:
             today = (datetime.now(UTC) - datetime(1970, 1, 1, tzinfo=UTC)).days
-            for project in await store.projects():
-                removed = await store.sweep_seen(project, today)
+            for project in await store.projects.projects():
+                removed = await store.ingest.sweep_seen(project, today)
                 if removed:
                     log.info("forgot %d expired event ids of project %s", removed, project)
         except StoreError as exc:  # Redis away for a while: try again next round
@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
         sealer = load_sealer(settings.data_dir)  # `trainledger serve` made sure there is one
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         time_redis_commands(store)
         services = app.state.services = build_services(settings, store, sealer)
         app.state.store = store

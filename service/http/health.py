@@ -10,7 +10,7 @@ from litestar.datastructures import State
 import costcore
 
 from .. import __version__
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .problems import problem
 
 
@@ -27,7 +27,7 @@ class StoreReachability:
     an orchestrator restarts a service whose store stays away, while `/readyz` (readiness)
     answers 503 from the first failed ping."""
 
-    def __init__(self, store: Store, limit_seconds: float) -> None:
+    def __init__(self, store: Stores, limit_seconds: float) -> None:
         self.store = store
         self.limit_seconds = limit_seconds
         self.last_reached = time.monotonic()
@@ -41,7 +41,7 @@ class StoreReachability:
 
     async def probe(self) -> bool:
         try:
-            await asyncio.wait_for(self.store.ping(), timeout=max(self.interval, 0.5))
+            await asyncio.wait_for(self.store.connection.ping(), timeout=max(self.interval, 0.5))
         except Exception:  # any failure to reach Redis counts as down
             return False
         self.last_reached = time.monotonic()
@@ -75,7 +75,7 @@ async def healthz(state: State) -> Health:
 @get("/readyz", exclude_from_auth=True, tags=["health"], summary="Readiness: Redis answers")
 async def readyz(state: State) -> Response[dict[str, str]]:
     try:
-        await state.services.store.ping()
+        await state.services.store.connection.ping()
         if (reach := state.get("store_reachability")) is not None:
             reach.last_reached = time.monotonic()
     except Exception as exc:  # any failure to reach Redis means not ready

@@ -22,7 +22,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.types import Scope
 
 from ..auth.model import Principal, digest, principal_from_record
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .problems import invalid, problem
 
 _cache: dict[str, tuple[float, Principal | None]] = {}
@@ -61,13 +61,13 @@ def _authorization(scope: Scope) -> str:
     return ""
 
 
-async def _resolve(store: Store, token: str, ttl: float) -> Principal | None:
+async def _resolve(store: Stores, token: str, ttl: float) -> Principal | None:
     key = digest(token)
     now = time.monotonic()
     hit = _cache.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    record = await store.token_record(key)
+    record = await store.tokens.token_record(key)
     principal = principal_from_record(record) if record else None
     if len(_cache) > 10_000:
         _cache.clear()

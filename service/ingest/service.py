@@ -46,14 +46,15 @@ from ..events.model import (
     known_valid,
     valid_project,
 )
+from ..ingest.store import BudgetCounter, IngestAnswer, IngestPlan
 from ..ledger.eventlog import LoggedEvent, encode_log
 from ..ledger.folding import Folder, day_name
 from ..metrics import DEAD_LETTERS_DROPPED
 from ..ratecards.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
-from ..storage.limbs import CAP_UNITS, bound_units
 from ..storage.keys import SEEN_SHARDS, TAG_SEP, Keys, seen_shard
-from ..storage.redis_store import BudgetCounter, IngestAnswer, IngestPlan, Store
+from ..storage.limbs import CAP_UNITS, bound_units
+from ..stores import Stores
 
 MAX_APPLY_ATTEMPTS = 64
 # Tags that costs are attributed by unless the project names others (`attribution_tags`).
@@ -467,7 +468,7 @@ MAX_SETTINGS_ATTEMPTS = 5
 class Ingestor:
     def __init__(
         self,
-        store: Store,
+        store: Stores,
         rate_cards: RateCards,
         dedup_window_days: int = 35,
         max_future_skew_hours: int = 24,
@@ -623,7 +624,7 @@ class Ingestor:
                 if not len(pending) or catalog is None:
                     if in_body.get(project):
                         duplicates += in_body[project]
-                        await self.store.count_duplicates(project, in_body[project])
+                        await self.store.ingest.count_duplicates(project, in_body[project])
                     break
                 applied = await self._apply(
                     project, pending, catalog, meta, in_body.get(project, 0)
@@ -642,13 +643,15 @@ class Ingestor:
                 if done:
                     cost_by_project[project] = cost_by_project.get(project, 0) + cost
                 elif dups:
-                    await self.store.count_duplicates(project, dups)
+                    await self.store.ingest.count_duplicates(project, dups)
                 break
             else:
                 raise IngestConflict(project)
 
         for project, records in rejections.dead_letters.items():
-            dropped = await self.store.put_rejected(project, records, self.dead_letter_limit)
+            dropped = await self.store.rejected.put_rejected(
+                project, records, self.dead_letter_limit
+            )
             if dropped:
                 DEAD_LETTERS_DROPPED.inc(dropped)
         return IngestReport(
@@ -767,7 +770,7 @@ class Ingestor:
         if meta is None:
             if len(self._meta) >= _CACHE_LIMIT:
                 self._meta.clear()
-            meta = self._meta[project] = await self.store.project_meta(project)
+            meta = self._meta[project] = await self.store.projects.project_meta(project)
         return meta
 
     async def _catalog_of(self, name: str, fresh: bool) -> PricingCatalog | None:
@@ -795,10 +798,10 @@ class Ingestor:
         tag_keys = attribution_tags_of(meta)
         expected = (meta.get("rate_card"), meta.get("currency"), meta.get("attribution_tags"))
         if project not in self._known_projects:
-            await self.store.add_project(project)
+            await self.store.projects.add_project(project)
             self._known_projects.add(project)
         beyond: list[int] = []
-        await self.store.learn_features()
+        await self.store.ingest.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
             budgets = await self.budgets_of(project, budgets_rev)
@@ -820,7 +823,7 @@ class Ingestor:
                     # that the counters are read (another process may have moved them).
                     hints = self._tier_hints.get(project, {}) if before is not None else {}
                     missing = [k for k in tier_keys if k not in hints]
-                    values = await self.store.tier_cumulatives(project, missing)
+                    values = await self.store.ingest.tier_cumulatives(project, missing)
                     tiers = {**dict(zip(missing, values, strict=True)), **hints}
                     priced = price_events(project, events, catalog, tiers, tag_keys)
                     if not len(priced.batch):
@@ -833,7 +836,11 @@ class Ingestor:
                     # One server: on the wire now, behind the batch before it, so it need not
                     # wait for that one's answer. A cluster: sent once that one has answered.
                     try:
-                        answer = self.store.submit_batch(plan) if self.store.ordered else None
+                        answer = (
+                            self.store.ingest.submit_batch(plan)
+                            if self.store.ingest.ordered
+                            else None
+                        )
                     except BaseException:
                         self._end_turn(project, turn)  # the batches behind must not wait on it
                         raise
@@ -841,7 +848,7 @@ class Ingestor:
                     if answer is None:
                         if before is not None:
                             await asyncio.shield(before)
-                        answer = self.store.apply_batch(plan)
+                        answer = self.store.ingest.apply_batch(plan)
                     outcome = await answer
                 finally:
                     self._end_turn(project, turn)
@@ -852,7 +859,7 @@ class Ingestor:
                 plan = await self._plan(
                     project, priced, catalog, budgets, budgets_rev, duplicates, expected
                 )
-                outcome = await self.store.submit_batch(plan)
+                outcome = await self.store.ingest.submit_batch(plan)
             if outcome.status == IngestAnswer.APPLIED:
                 if self.folder is not None:
                     self.folder.touched(project)
@@ -952,7 +959,7 @@ class Ingestor:
         cached = self._budgets.get(project)
         if cached is not None and cached[0] == revision:
             return cached[1]
-        budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets(project)]
+        budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets.budgets(project)]
         self._budgets[project] = (revision, budgets)
         return budgets
 

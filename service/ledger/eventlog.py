@@ -30,7 +30,7 @@ import msgspec
 from costcore import dictionary_encode
 
 from ..events.model import AcceptedEvent, EventIn
-from ..storage.redis_store import Store
+from ..stores import Stores
 
 COLUMNS_FORMAT = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -204,12 +204,12 @@ def decode_log(blob: bytes) -> list[LoggedEvent]:
 
 
 async def read_log(
-    store: Store, project: str, last: str
+    store: Stores, project: str, last: str
 ) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
     """Every logged batch of the project up to entry `last`, in the order it was applied."""
     after = "-"
     while last:
-        page = await store.log_entries(project, after=after, count=200)
+        page = await store.ledger.log_entries(project, after=after, count=200)
         if not page:
             return
         for entry_id, blob in page:

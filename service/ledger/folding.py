@@ -29,12 +29,11 @@ from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
 from ..storage.connection import StoreError
 from ..storage.keys import FIELD_SEP, Keys
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .eventlog import CodedLog, decode_log_entry
 from .rollups import rollup_increments
 
@@ -344,19 +343,21 @@ def _entry_order(entry_id: str) -> tuple[int, int]:
     return (int(ms), int(seq or 0))
 
 
-async def settle(store: Store, project: str) -> int:
+async def settle(store: Stores, project: str) -> int:
     """Fold what is pending for the project, so that a read of its totals that follows sees
     every batch accepted before this call. Returns the batches this call folded (others may
     have been folded meanwhile by another worker)."""
-    cursor, last, entries = await store.unfolded_entries(project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES)
+    cursor, last, entries = await store.ledger.unfolded_entries(
+        project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
+    )
     folded = 0
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
         count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
-        if await store.fold_log(project, cursor, new_cursor, events, increments):
+        if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
-        cursor, _, entries = await store.unfolded_entries(
+        cursor, _, entries = await store.ledger.unfolded_entries(
             project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
         )
     return folded
@@ -367,7 +368,7 @@ class Folder:
     the folding process `trainledger serve` runs beside its workers) every project."""
 
     def __init__(
-        self, store: Store, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
+        self, store: Stores, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
     ) -> None:
         self.store = store
         self.interval = interval
@@ -399,6 +400,6 @@ class Folder:
 
     async def _add_every_project(self) -> None:
         try:
-            self._touched.update(await self.store.projects())
+            self._touched.update(await self.store.projects.projects())
         except StoreError as exc:
             log.warning("fold: could not list projects: %s", exc)

@@ -102,6 +102,8 @@ _canonical: dict[str, str] = {}
 def _project(text: str, source: str, target: str) -> str:
     parts = text.split(FIELD_SEP)
     names = _DIMS[source]
+    if len(parts) < len(names):  # finest dims written before tags existed
+        parts += [""] * (len(names) - len(parts))
     out = FIELD_SEP.join(parts[names.index(d)] for d in _DIMS[target])
     return _canonical.setdefault(out, out)
 

@@ -11,6 +11,7 @@ from litestar.openapi import ResponseSpec
 from litestar.params import FromPath, JSONBody, PathParameter
 
 from ..auth.model import Principal, TokenIn, TokenView, mint, view_of
+from ..auth.store import LastUnscopedAdmin
 from ..events.model import PROJECT_PATTERN, TagKey
 from ..http.deps import Services
 from ..http.problems import invalid, problem
@@ -18,7 +19,6 @@ from ..http.security import forget_cached_tokens, requires
 from ..ingest.service import attribution_tags_of
 from ..ledger.rebuild import RebuildError, RebuildReport, rebuild_project
 from ..ratecards.model import NAME_PATTERN
-from ..storage.redis_store import LastUnscopedAdmin
 
 _PROJECT_RE = re.compile(PROJECT_PATTERN)
 PathProject = Annotated[str, PathParameter(pattern=PROJECT_PATTERN)]
@@ -59,13 +59,13 @@ class ProjectController(Controller):
     async def list_projects(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[str]:
-        return [p for p in await services.store.projects() if request.user.can_access(p)]
+        return [p for p in await services.store.projects.projects() if request.user.can_access(p)]
 
     @get("/{project:str}", guards=[requires("read")], summary="A project's settings and counters")
     async def get_project(
         self, project: PathProject, services: NamedDependency[Services]
     ) -> ProjectView:
-        return _view(project, await services.store.project_meta(project))
+        return _view(project, await services.store.projects.project_meta(project))
 
     @put("/{project:str}", guards=[requires("admin")], summary="Choose the project's rate card")
     async def put_project(
@@ -78,7 +78,7 @@ class ProjectController(Controller):
             catalog = await services.rate_cards.catalog(data.rate_card)
             if catalog is None:
                 raise invalid("rate_card", f"no rate card named {data.rate_card!r}")
-            meta = await services.store.project_meta(project)
+            meta = await services.store.projects.project_meta(project)
             if meta.get("currency") and meta["currency"] != catalog.currency:
                 raise problem(
                     409,
@@ -93,8 +93,8 @@ class ProjectController(Controller):
                 fields["currency"] = catalog.currency
         if not fields:
             raise invalid("$", "give rate_card and/or attribution_tags")
-        await services.store.set_project_fields(project, fields)
-        return _view(project, await services.store.project_meta(project))
+        await services.store.projects.set_project_fields(project, fields)
+        return _view(project, await services.store.projects.project_meta(project))
 
     @post(
         "/{project:str}/rebuild",
@@ -151,7 +151,7 @@ class TokenController(Controller):
             if not principal.can_access(p):
                 raise _forbidden(f"this token may not access project {p!r}", f"$.projects[{i}]")
         token, digest, record = mint(data.role, data.projects, data.name)
-        await services.store.put_token(digest, record["id"], record)
+        await services.store.tokens.put_token(digest, record["id"], record)
         return view_of(record, token)
 
     @get(
@@ -162,7 +162,7 @@ class TokenController(Controller):
     async def list_tokens(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[TokenView]:
-        views = [view_of(r) for r in await services.store.token_records()]
+        views = [view_of(r) for r in await services.store.tokens.token_records()]
         return [v for v in views if request.user.covers(v.projects)]
 
     @delete(
@@ -184,11 +184,11 @@ class TokenController(Controller):
         services: NamedDependency[Services],
     ) -> None:
         # A token outside this one's projects is answered like one that does not exist.
-        found = [r for r in await services.store.token_records() if r["id"] == token_id]
+        found = [r for r in await services.store.tokens.token_records() if r["id"] == token_id]
         if not found or not request.user.covers(view_of(found[0]).projects):
             raise problem(404, "Not found", f"no token with id {token_id!r}", kind="not-found")
         try:
-            revoked = await services.store.revoke_token(token_id)
+            revoked = await services.store.tokens.revoke_token(token_id)
         except LastUnscopedAdmin as exc:
             raise problem(
                 409,

@@ -35,7 +35,7 @@ class RateCardController(Controller):
 
     @get("/", guards=[requires("read")], summary="List rate-card names")
     async def list_cards(self, services: NamedDependency[Services]) -> RateCardList:
-        return RateCardList(await services.store.rate_card_names())
+        return RateCardList(await services.store.ratecards.rate_card_names())
 
     @put(
         "/{name:str}",

@@ -11,7 +11,7 @@ from ..events.model import SAFE_TEXT_PATTERN, Label
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..ratecards.catalog import DEFAULT_RATE_CARD, RateCards
 from ..ratecards.model import PricedSku
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .model import ProgressPoint, WastePolicy, WasteReport, find_waste
 
 POLICY_FIELD = "waste_policy"
@@ -27,17 +27,19 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
     time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
-async def waste_policy(store: Store, project: str) -> WastePolicy:
-    raw = (await store.project_meta(project)).get(POLICY_FIELD)
+async def waste_policy(store: Stores, project: str) -> WastePolicy:
+    raw = (await store.projects.project_meta(project)).get(POLICY_FIELD)
     return msgspec.json.decode(raw, type=WastePolicy) if raw else WastePolicy()
 
 
-async def set_waste_policy(store: Store, project: str, policy: WastePolicy) -> WastePolicy:
-    await store.set_project_fields(project, {POLICY_FIELD: msgspec.json.encode(policy).decode()})
+async def set_waste_policy(store: Stores, project: str, policy: WastePolicy) -> WastePolicy:
+    await store.projects.set_project_fields(
+        project, {POLICY_FIELD: msgspec.json.encode(policy).decode()}
+    )
     return policy
 
 
-async def add_progress(store: Store, project: str, data: ExperimentProgressIn) -> ProgressPoint:
+async def add_progress(store: Stores, project: str, data: ExperimentProgressIn) -> ProgressPoint:
     point = msgspec.convert(
         {
             "time": (data.time or datetime.now(UTC)).isoformat(),
@@ -47,12 +49,12 @@ async def add_progress(store: Store, project: str, data: ExperimentProgressIn) -
         },
         ProgressPoint,
     )
-    await store.add_experiment_progress(project, data.experiment, msgspec.json.encode(point))
+    await store.waste.add_experiment_progress(project, data.experiment, msgspec.json.encode(point))
     return point
 
 
 async def waste_report(
-    store: Store,
+    store: Stores,
     rate_cards: RateCards,
     project: str,
     window_from: date | None,
@@ -60,18 +62,18 @@ async def waste_report(
     now: datetime | None = None,
 ) -> WasteReport:
     """Read the whole log (the rules need history before the window) and find the waste."""
-    meta = await store.project_meta(project)
+    meta = await store.projects.project_meta(project)
     catalog = await rate_cards.catalog(meta.get("rate_card", DEFAULT_RATE_CARD))
     skus: dict[str, PricedSku] = {}
     if catalog is not None:
         for index in range(len(catalog.history.versions)):  # later versions override
             skus.update(catalog.history.priced(index))
     events: list[LoggedEvent] = []
-    async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
         events.extend(rows)
     progress = {
         experiment: msgspec.json.decode(raw, type=list[ProgressPoint])
-        for experiment, raw in (await store.experiment_progress(project)).items()
+        for experiment, raw in (await store.waste.experiment_progress(project)).items()
     }
     return find_waste(
         project,

@@ -53,8 +53,8 @@ from ..budgets.service import AlertView, alert_view, find_budget
 from ..costs.queries import cost_report
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
 from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, Unsealable, load_sealer
+from ..stores import Stores
 from .formats import AlertMessage, build_request, generate_secret
 from .targets import (
     RESOLVE_TIMEOUT_S,
@@ -411,7 +411,7 @@ def created_view(record: WebhookRecord) -> WebhookCreated:
 
 
 async def create_webhook(
-    store: Store,
+    store: Stores,
     data: WebhookIn,
     allowlist: AllowList | Sequence[str] = (),
     resolver: Resolver | None = None,
@@ -431,7 +431,7 @@ async def create_webhook(
         raise WebhookError("$.url", str(exc)) from exc
     except (UnresolvedTarget, TimeoutError):
         pass
-    await store.put_webhook(record.id, seal_webhook(record, sealer))
+    await store.webhooks.put_webhook(record.id, seal_webhook(record, sealer))
     origin = f"{target.scheme}://{target.host}:{target.port}"  # never the path or query
     log.info("webhook %s registered (%s, %s)", record.id, record.format, origin)
     return record
@@ -441,11 +441,11 @@ async def create_webhook(
 _reported_unsealable: set[str] = set()
 
 
-async def load_webhooks(store: Store, sealer: Sealer) -> list[WebhookRecord]:
+async def load_webhooks(store: Stores, sealer: Sealer) -> list[WebhookRecord]:
     """Every webhook, its URL and secret opened. One the key cannot open is kept (listed,
     deletable; its deliveries fail with the reason) and logged once per process."""
     out = []
-    for webhook_id, raw in (await store.webhooks()).items():
+    for webhook_id, raw in (await store.webhooks.webhooks()).items():
         try:
             record = open_webhook(raw, sealer)
         except msgspec.DecodeError:
@@ -458,12 +458,12 @@ async def load_webhooks(store: Store, sealer: Sealer) -> list[WebhookRecord]:
     return out
 
 
-async def reseal_webhooks(store: Store, sealer: Sealer) -> tuple[int, int]:
+async def reseal_webhooks(store: Stores, sealer: Sealer) -> tuple[int, int]:
     """Seal every stored webhook still sealed with an older key again with the first one
     (key rotation). Returns (resealed, unopenable). A webhook changed or deleted meanwhile
     is left as it is now."""
     resealed = unopenable = 0
-    for webhook_id, raw in (await store.webhooks()).items():
+    for webhook_id, raw in (await store.webhooks.webhooks()).items():
         try:
             stored = _stored_decoder.decode(raw)
         except msgspec.DecodeError:
@@ -475,7 +475,7 @@ async def reseal_webhooks(store: Store, sealer: Sealer) -> tuple[int, int]:
         except Unsealable:
             unopenable += 1
             continue
-        if await store.replace_webhook(webhook_id, raw, msgspec.json.encode(fresh)):
+        if await store.webhooks.replace_webhook(webhook_id, raw, msgspec.json.encode(fresh)):
             resealed += 1
     return resealed, unopenable
 
@@ -583,10 +583,10 @@ def delivery_view(record: DeliveryRecord) -> DeliveryView:
 
 
 async def list_deliveries(
-    store: Store, project: str, status: DeliveryStatus | None, offset: int, limit: int
+    store: Stores, project: str, status: DeliveryStatus | None, offset: int, limit: int
 ) -> DeliveryPage:
     statuses = [status] if status is not None else list(DELIVERY_STATUSES)
-    raws, total = await store.delivery_page(project, statuses, offset, limit)
+    raws, total = await store.webhooks.delivery_page(project, statuses, offset, limit)
     items = [delivery_view(_delivery_decoder.decode(r)) for r in raws]
     end = offset + limit
     return DeliveryPage(
@@ -604,12 +604,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def redeliver(store: Store, project: str, ids: Sequence[str] | None) -> RedeliverReport:
+async def redeliver(store: Stores, project: str, ids: Sequence[str] | None) -> RedeliverReport:
     """Queue failed deliveries again, with a fresh set of attempts and the same webhook-id."""
     moved: list[str] = []
     if ids is None:
         for _ in range(1000):  # each round moves up to 1000; stop when none is left
-            batch = await store.failed_delivery_ids(project, 1000)
+            batch = await store.webhooks.failed_delivery_ids(project, 1000)
             done = await _redeliver_ids(store, project, batch)
             moved += done
             if not done:
@@ -623,10 +623,10 @@ async def redeliver(store: Store, project: str, ids: Sequence[str] | None) -> Re
     )
 
 
-async def _redeliver_ids(store: Store, project: str, ids: Sequence[str]) -> list[str]:
+async def _redeliver_ids(store: Stores, project: str, ids: Sequence[str]) -> list[str]:
     now = _now_ms()
     items = []
-    for did, raw in zip(ids, await store.delivery_records(project, ids), strict=True):
+    for did, raw in zip(ids, await store.webhooks.delivery_records(project, ids), strict=True):
         if raw is None:
             continue
         record = _delivery_decoder.decode(raw)
@@ -641,7 +641,7 @@ async def _redeliver_ids(store: Store, project: str, ids: Sequence[str]) -> list
             redeliveries=record.redeliveries + 1,
         )
         items.append((did, raw, msgspec.json.encode(fresh)))
-    return await store.redeliver(project, now, items)
+    return await store.webhooks.redeliver(project, now, items)
 
 
 # --- the message ----------------------------------------------------------------------------
@@ -674,7 +674,7 @@ def _day_range(bounds: tuple[datetime, datetime]) -> tuple[date, date]:
 
 
 async def top_drivers(
-    store: Store, view: AlertView, days: tuple[date, date] | None
+    store: Stores, view: AlertView, days: tuple[date, date] | None
 ) -> list[dict[str, str]]:
     """The largest (SKU, stage) costs of the alert's project over its period, narrowed to
     the budget's stage, category, experiment and owner when it has them (tags are not kept
@@ -708,7 +708,7 @@ def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str 
     return format_money(parse_money(Decimal(view.spent)) * length // elapsed)
 
 
-async def alert_message(store: Store, view: AlertView, public_url: str) -> AlertMessage:
+async def alert_message(store: Stores, view: AlertView, public_url: str) -> AlertMessage:
     """The message for one alert: what crossed what and by how much, the top cost drivers over
     the alert's period, and links back to the API."""
     window: tuple[datetime, datetime] | None = None
@@ -787,7 +787,7 @@ class DeliveryWorker:
 
     def __init__(
         self,
-        store: Store,
+        store: Stores,
         config: DeliveryConfig,
         public_url: str,
         *,
@@ -881,9 +881,9 @@ class DeliveryWorker:
         webhooks = await load_webhooks(self.store, self.sealer)
         created = 0
         idle_ms = int(self.config.claim_idle_s * 1000)
-        for project in await self.store.projects():
+        for project in await self.store.projects.projects():
             while True:
-                entries = await self.store.alerts_to_dispatch(
+                entries = await self.store.webhooks.alerts_to_dispatch(
                     project, DELIVERY_GROUP, self.consumer, self.config.batch, idle_ms
                 )
                 for entry_id, fields_ in entries:
@@ -926,7 +926,9 @@ class DeliveryWorker:
                         next_at=now,
                     )
                     records.append((did, msgspec.json.encode(record)))
-        created = await self.store.dispatch_alert(project, DELIVERY_GROUP, entry_id, now, records)
+        created = await self.store.webhooks.dispatch_alert(
+            project, DELIVERY_GROUP, entry_id, now, records
+        )
         if fields_ is not None and view_kind is not None:
             ALERTS_FIRED.labels(view_kind).inc()
         return created
@@ -936,7 +938,7 @@ class DeliveryWorker:
     async def claim(self, limit: int) -> list[_Job]:
         """Lease up to `limit` due deliveries across the projects."""
         jobs: list[_Job] = []
-        projects = await self.store.projects()
+        projects = await self.store.projects.projects()
         if not projects:
             return jobs
         webhooks = {w.id: w for w in await load_webhooks(self.store, self.sealer)}
@@ -946,7 +948,7 @@ class DeliveryWorker:
                 break
             now = self._clock()
             token = now + max(int(self.config.lease_s * 1000), 1)
-            for did, raw in await self.store.claim_deliveries(
+            for did, raw in await self.store.webhooks.claim_deliveries(
                 project, now, token, limit - len(jobs)
             ):
                 webhook_id = did.rsplit("|", 1)[-1]
@@ -1121,7 +1123,7 @@ class DeliveryWorker:
             changes.update(status="failed", next_at=None, failed_at=now)
             score = now
         updated = msgspec.structs.replace(record, **changes)
-        kept = await self.store.settle_delivery(
+        kept = await self.store.webhooks.settle_delivery(
             job.project,
             job.delivery_id,
             job.token,

@@ -116,7 +116,7 @@ class WebhookController(Controller):
         found = [w for w in webhooks if w.id == webhook_id]
         if not found or not _visible(request.user, found[0]):
             raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found")
-        await services.store.delete_webhook(webhook_id)
+        await services.store.webhooks.delete_webhook(webhook_id)
 
     @get(
         "/deliveries",

@@ -14,8 +14,9 @@ import asyncio
 
 import httpx
 from trainledger.auth.model import Principal, mint
+from trainledger.auth.store import LastUnscopedAdmin
 from trainledger.storage.keys import Keys
-from trainledger.storage.redis_store import LastUnscopedAdmin, Store
+from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, Api, sync_client
 
@@ -196,22 +197,22 @@ async def test_two_unscoped_admins_revoking_each_other_at_once_leave_one(api: Ap
 
 async def test_the_store_keeps_the_last_unscoped_admin(clean_redis: str) -> None:
     """The store itself refuses to revoke the last admin token for every project."""
-    store = Store.from_url(clean_redis)
+    store = Stores.from_url(clean_redis)
     try:
         ids = []
         for _ in range(2):
             _, digest, record = mint("admin", None, "old")
-            await store.put_token(digest, record["id"], record)
+            await store.tokens.put_token(digest, record["id"], record)
             ids.append(record["id"])
-        assert await store.revoke_token(ids[0])
+        assert await store.tokens.revoke_token(ids[0])
         try:
-            await store.revoke_token(ids[1])
+            await store.tokens.revoke_token(ids[1])
         except LastUnscopedAdmin:
             pass
         else:
             raise AssertionError("revoked the last unscoped admin")
-        assert [r["id"] for r in await store.token_records()] == [ids[1]]
-        assert not await store.revoke_token("no-such-id")
+        assert [r["id"] for r in await store.tokens.token_records()] == [ids[1]]
+        assert not await store.tokens.revoke_token("no-such-id")
     finally:
         await store.close()
 

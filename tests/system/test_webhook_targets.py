@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from trainledger.webhooks import targets
 from trainledger.config import Settings
+from trainledger.webhooks import targets
 from trainledger.webhooks.delivery import DeliveryConfig, DeliveryWorker, check_target
 from trainledger.webhooks.targets import (
     AllowList,

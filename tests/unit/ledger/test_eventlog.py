@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import lz4.frame
-import msgspec
 from trainledger.events.model import EventIn
 from trainledger.ledger.eventlog import (
     LoggedEvent,
