@@ -62,7 +62,7 @@ async def _run(args: argparse.Namespace, url: str) -> None:
 
     async def counting(plan: Any) -> Any:
         nonlocal increments
-        increments += len(plan.increments)
+        increments += len(plan.increments) + len(plan.tier_increments)
         return await apply_batch(plan)
 
     store.ingest.apply_batch = counting  # type: ignore[method-assign]

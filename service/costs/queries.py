@@ -29,7 +29,7 @@ from costcore.money import format_money, format_quantity
 
 from ..ledger.folding import settle
 from ..ledger.rollups import FINE_DIMS, ROLLUP_VERSION, covering
-from ..storage.keys import FIELD_SEP, TAG_SEP
+from ..ledger.store import dims_of, tags_of
 from ..stores import Stores
 
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
@@ -145,12 +145,6 @@ def _period(day: str, granularity: str | None) -> str:
     if granularity == "month":
         return f"{day[:4]}-{day[4:6]}"
     return _iso(day)
-
-
-def _tags(text: str) -> dict[str, str]:
-    if not text:
-        return {}
-    return dict(pair.split("=", 1) for pair in text.split(TAG_SEP))
 
 
 def _share(part: int, total: int) -> str:
@@ -328,7 +322,7 @@ async def _grouped(
         ):
             for raw_field, raw_value in fields.items():
                 field_kind, hour, dims_text = raw_field.decode().split("|", 2)
-                dims = dims_text.split(FIELD_SEP)
+                dims = dims_of(dims_text)
                 if not all(_wanted(dims[_HOURLY_POS[n]], n, query.filters) for n in query.filters):
                     continue
                 key = (f"{_iso(day)}T{hour}", *(dims[_HOURLY_POS[n]] for n in query.group_by))
@@ -385,12 +379,12 @@ async def _grouped(
     parsed: dict[bytes, tuple[str, ...] | None] = {}
 
     def parse(raw_dims: bytes) -> tuple[str, ...] | None:
-        dims = raw_dims.decode().split(FIELD_SEP)
+        dims = dims_of(raw_dims.decode())
         if filters and not all(_wanted(dims[i], n, query.filters) for i, n in filters):
             return None
         if plain is not None and not tag_filters:  # only dimensions of the source: no tags
             return tuple([dims[i] for i in plain])
-        tags = _tags(dims[tags_at]) if tags_at is not None and len(dims) > tags_at else {}
+        tags = tags_of(dims[tags_at]) if tags_at is not None and len(dims) > tags_at else {}
         if tag_filters and any(tags.get(k) != v for k, v in tag_filters):
             return None
         return tuple(
@@ -407,7 +401,7 @@ async def _grouped(
         pick = _picker(plain)
 
         def parse_all(many: Iterable[bytes]) -> Iterable[tuple[str, ...] | None]:
-            return map(pick, map(_split_dims, map(bytes.decode, many)))
+            return map(pick, map(dims_of, map(bytes.decode, many)))
 
     else:
 
@@ -437,10 +431,6 @@ async def _grouped(
             if track is not None and kind == 0:  # one c| field per cell and bucket
                 track.origins.setdefault(key, []).append(((label, day), raw_dims))
     return sums
-
-
-def _split_dims(text: str) -> list[str]:
-    return text.split(FIELD_SEP)
 
 
 def _picker(positions: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:

@@ -49,10 +49,11 @@ from ..events.model import (
 from ..ingest.store import BudgetCounter, IngestAnswer, IngestPlan
 from ..ledger.eventlog import LoggedEvent, encode_log
 from ..ledger.folding import Folder, day_name
+from ..ledger.store import attributed_tags
 from ..metrics import DEAD_LETTERS_DROPPED
 from ..ratecards.catalog import DEFAULT_RATE_CARD, PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
-from ..storage.keys import SEEN_SHARDS, TAG_SEP, Keys, seen_shard
+from ..storage.keys import SEEN_SHARDS, seen_shard
 from ..storage.limbs import CAP_UNITS, bound_units
 from ..stores import Stores
 
@@ -185,13 +186,6 @@ class PendingEvent:
         return cls(index, row.event(project), row.quantity_micro, row.epoch_us, day, day[:6], 0)
 
 
-def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
-    """The event's tags that the project attributes costs by, canonically ordered."""
-    if not tags or not keys:
-        return ""
-    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
-
-
 @dataclass
 class PendingBatch:
     """One project's events ready to be priced, as parallel columns (no object per event).
@@ -272,7 +266,8 @@ class PricedBatch:
     rate_codes: array[int]
     attributed: list[str]  # the tags each event's cost is attributed by (canonical text)
     overflowed_batch: PendingBatch
-    increments: list[tuple[str, str, int]]  # applied at once: the graduated-tier counters
+    # Applied at once: the graduated-tier counters, as (month, sku, delta).
+    tier_increments: list[tuple[str, str, int]]
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
@@ -428,7 +423,7 @@ def price_events(
     for s, (month, sku_code) in enumerate(slot_keys):
         tier_checks.append((month, sku_code, before[s]))
         if cumulative[s] != before[s]:
-            increments.append((Keys.tier(project, month), sku_code, cumulative[s] - before[s]))
+            increments.append((month, sku_code, cumulative[s] - before[s]))
 
     if result.accepted == n:
         priced, costs, overflowed = batch, result.cost_nano, batch.take(())
@@ -940,7 +935,8 @@ class Ingestor:
             seen_shards=batch.shard,
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
-            increments=priced.increments,
+            increments=(),
+            tier_increments=priced.tier_increments,
             log_blob=priced.log_entry(),
             currency=catalog.currency or "",
             rate_card=catalog.name,

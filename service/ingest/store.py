@@ -39,7 +39,7 @@ class IngestPlan:
     seen_shards: Sequence[int]
     expiry_days: Sequence[int]
     tier_checks: Sequence[tuple[str, str, int]]  # (month, sku, expected cumulative micro)
-    increments: Sequence[tuple[str, str, int]]  # (live key, field, delta)
+    increments: Sequence[tuple[str, str, int]]  # (live key, field, delta): others than tiers
     log_blob: bytes
     currency: str
     rate_card: str
@@ -55,6 +55,8 @@ class IngestPlan:
     # lifetime bounds (meta bound_c/bound_q; service/storage/limbs.py).
     cost_nano: int = 0
     quantity_micro: int = 0
+    # The graduated-tier counters' increments: (month, sku, delta micro), applied first.
+    tier_increments: Sequence[tuple[str, str, int]] = ()
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,8 @@ class IngestStore:
         if plan.rate_card_revision and card_in_script:
             card_key = ref(Keys.rate_card(plan.rate_card))
         counters: list[Any] = []
-        moved = list(plan.increments)
+        moved = [(Keys.tier(p, month), sku, delta) for month, sku, delta in plan.tier_increments]
+        moved += plan.increments
         for counter in plan.counters:
             key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
             checks = [
