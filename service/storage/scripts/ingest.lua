@@ -17,7 +17,7 @@
 --           fires once. The counter's increment itself is among the increments.
 --           p[11]: the project's rate_card, currency, attribution_tags as priced ("\0": unset;
 --           empty: no check); p[12]: key# of the rate card (0: no check), p[13] its revision
---           as priced (the number of versions, as `Store.rate_card_revision` counts them);
+--           as priced (the number of versions, as `RateCardStore.rate_card_revision` counts them);
 --           p[14] 1 when the server has HSETEX with FNX (see below), else 0.
 --           p[15] the increments' high-limb parts (his, as `apply_increments` takes them).
 --           p[16] [cost units, cost limit, quantity units, quantity limit]: what the batch adds
@@ -34,7 +34,7 @@
 -- the worker cached them: read them again and price again), {5, bound_c, bound_q} (the batch
 -- would take the project past what its sums can hold: nothing written), or {6, error} (an
 -- increment failed, e.g. a key of the wrong type: every write undone).
--- The first element is `IngestAnswer` (service/storage/redis_store.py), decoded by the store.
+-- The first element is `IngestAnswer` (service/ingest/store.py), decoded by the store.
 local call = redis.call
 local CHUNK = 1000  -- fields per HMGET/HSET (Lua's unpack() has a stack limit)
 
