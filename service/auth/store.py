@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from redis.exceptions import NoScriptError
-
 from ..storage import scripts
-from ..storage.connection import Connection
+from ..storage.connection import Connection, ScriptNotLoaded
 from ..storage.keys import Keys
 from ..storage.replies import as_text, str_mapping
 
@@ -72,7 +70,7 @@ class TokenStore:
         script = self._rate_window
         try:
             return int(await self.conn.at_master(key, "EVALSHA", script.sha, 1, key, count))
-        except NoScriptError:
+        except ScriptNotLoaded:
             await self.conn.at_master(key, "SCRIPT", "LOAD", script.script)
             return int(await self.conn.at_master(key, "EVALSHA", script.sha, 1, key, count))
 

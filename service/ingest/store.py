@@ -15,14 +15,12 @@ from enum import IntEnum
 from typing import Any, cast
 
 import msgspec
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 
 from costcore import group_positions, take
 
 from ..ratecards.store import CARD_REVISION_SECONDS, RateCardStore
 from ..storage import scripts
-from ..storage.connection import Connection
+from ..storage.connection import Connection, ConnectionLost, ServerError, StoreError
 from ..storage.increments import increment_args
 from ..storage.keys import SEEN_SHARDS, Keys
 from ..storage.lane import LaneNoScript
@@ -115,7 +113,7 @@ def _ingest_outcome(reply: Any, order: Sequence[int]) -> IngestOutcome:
     if status == IngestAnswer.PAST_BOUNDS:
         return IngestOutcome(status, bounds=(int(reply[1]), int(reply[2])))
     if status == IngestAnswer.INCREMENT_FAILED:
-        raise ResponseError(f"the batch's increments could not be made (all undone): {reply[1]!r}")
+        raise ServerError(f"the batch's increments could not be made (all undone): {reply[1]!r}")
     return IngestOutcome(status)
 
 
@@ -190,12 +188,12 @@ class IngestStore:
             await self.client.eval(
                 "return redis.call('HSETEX', KEYS[1], 'FNX', 'FIELDS', 1, 'f', '1')", 1, probe
             )
-        except ResponseError:
+        except ServerError:
             self._hsetex = False
         else:
             self._hsetex = True
         finally:
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(StoreError):
                 await self.client.delete(probe)
 
     @property
@@ -226,7 +224,7 @@ class IngestStore:
             reply = await sent
             if self.conn.on_lane_command is not None:
                 self.conn.on_lane_command("EVALSHA", time.perf_counter() - started)
-        except (LaneNoScript, RedisConnectionError):
+        except (LaneNoScript, ConnectionLost):
             # Not run (NOSCRIPT), or the lane's connection dropped, run or not: once more
             # through the pool, as redis-py retries a dropped command (a batch that did run
             # comes back as duplicates, IngestAnswer.DUPLICATES).

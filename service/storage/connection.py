@@ -1,8 +1,8 @@
 """The connection to Redis (one server, or a Redis Cluster) and the errors it raises.
 
-Nothing above `service/storage/` and the feature stores imports `redis`: they catch the
-names defined here (`StoreError`, `STORE_UNAVAILABLE`, `NODE_DOWN_ERRORS`,
-`ReplicationTimeout`).
+Nothing outside `service/storage/` imports `redis`: the feature stores and the code above
+them catch the names defined here (`StoreError`, `STORE_UNAVAILABLE`, `NODE_DOWN_ERRORS`,
+`ReplicationTimeout`, `ServerError`, `ScriptNotLoaded`, `ConnectionLost`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from redis.exceptions import (
     MovedError,
     NoScriptError,
     RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -35,6 +36,12 @@ RedisClient = aioredis.Redis | RedisCluster
 
 # Any error of the store (the server answered an error, or could not be reached).
 StoreError = RedisError
+# The ones the feature stores tell apart, under the storage package's names (no module above
+# `service/storage/` imports redis): the server answered an error (a script's, a command's);
+# a script the server does not hold (EVALSHA before SCRIPT LOAD); the connection dropped.
+ServerError = ResponseError
+ScriptNotLoaded = NoScriptError
+ConnectionLost = RedisConnectionError
 
 
 class ReplicationTimeout(RedisTimeoutError):

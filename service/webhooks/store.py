@@ -6,10 +6,8 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from ..storage import scripts
-from ..storage.connection import Connection
+from ..storage.connection import Connection, ServerError
 from ..storage.keys import Keys
 from ..storage.replies import as_bytes, as_text
 
@@ -61,10 +59,10 @@ class WebhookStore:
             claimed = await self.client.xautoclaim(
                 key, group, consumer, min_idle_ms, "0-0", count=count
             )
-        except ResponseError as exc:
+        except ServerError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            with contextlib.suppress(ResponseError):  # BUSYGROUP: another worker made it
+            with contextlib.suppress(ServerError):  # BUSYGROUP: another worker made it
                 await self.client.xgroup_create(key, group, id="0", mkstream=True)
             claimed = [b"0-0", [], []]
         entries: list[tuple[str, dict[str, bytes] | None]] = [
