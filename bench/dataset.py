@@ -3,7 +3,7 @@
 Posting 10 million events over HTTP would take most of an hour on a 2-core machine, so the
 queries and memory benchmarks load their data by calling what the HTTP handler calls, minus
 the HTTP layer: `service.events.model.decode_events` on a msgpack body, then
-`service.ingest.service.Ingestor.ingest` with a `Store` on an embedded Valkey, in
+`service.ingest.service.Ingestor.ingest` with `Stores` on an embedded Valkey, in
 batches. Pricing, deduplication state, totals, the log: all of it is written
 by the service's own code and Lua script, exactly as a `POST /v1/events` would. Batches are
 of 5,000 events, the HTTP benchmark's size, so the log entries are those HTTP makes. A batch
@@ -41,7 +41,7 @@ from trainledger.ledger.folding import Folder, settle
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from bench.common import BENCH_CARD, EventFactory, Workload
 
@@ -171,15 +171,15 @@ def load(
 
 
 async def _load(ds: Dataset, progress: Callable[[int, int], None] | None) -> None:
-    store = Store.from_url(ds.url)
+    store = Stores.from_url(ds.url)
     try:
-        info = await store.client.info("memory")
+        info = await store.connection.client.info("memory")
         ds.used_memory_before = int(info["used_memory"])
         rate_cards = RateCards(store)
         card = msgspec.convert(BENCH_CARD, RateCardIn, strict=False)
         await rate_cards.put("default", card)
         token, digest, record = mint("admin", None, "bench")
-        await store.put_token(digest, record["id"], record)
+        await store.tokens.put_token(digest, record["id"], record)
         ds.admin_token = token
         w = ds.workload
         # The server's background fold runs beside the load, as in `trainledger serve`.

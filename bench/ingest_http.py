@@ -173,7 +173,7 @@ def _rewrites(server: Server) -> int:
 
 def _accepted(server: Server, project: str) -> int:
     import redis
-    from trainledger.storage.redis_store import Keys
+    from trainledger.storage.keys import Keys
 
     client = redis.Redis.from_url(server.redis_url)
     try:

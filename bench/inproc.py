@@ -31,7 +31,7 @@ from trainledger.ledger.folding import settle
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from bench.common import BENCH_CARD, CONTENT_TYPE, EventFactory, Workload, encode
 from bench.server import process_cpu_seconds
@@ -40,7 +40,7 @@ _ADMIN = Principal("bench-inproc", "admin", None, "bench")
 
 
 async def _run(args: argparse.Namespace, url: str) -> None:
-    store = Store.from_url(url)
+    store = Stores.from_url(url)
     rate_cards = RateCards(store)
     await rate_cards.put("default", msgspec.convert(BENCH_CARD, RateCardIn, strict=False))
     ingestor = Ingestor(store, rate_cards)
@@ -50,22 +50,22 @@ async def _run(args: argparse.Namespace, url: str) -> None:
     # Warm-up (catalog build, script load) outside the figures.
     items, _ = decode_events(bodies[0], media)
     await ingestor.ingest(items, _ADMIN)
-    await store.client.config_resetstat()
-    valkey_pid = int((await store.client.info("server"))["process_id"])
+    await store.connection.client.config_resetstat()
+    valkey_pid = int((await store.connection.client.info("server"))["process_id"])
     valkey_cpu = process_cpu_seconds([valkey_pid])
     profiler = cProfile.Profile() if args.profile else None
     t_decode = t_ingest = t_fold = 0.0
     folds = 0
     accepted = 0
     increments = 0
-    apply_batch = store.apply_batch
+    apply_batch = store.ingest.apply_batch
 
     async def counting(plan: Any) -> Any:
         nonlocal increments
-        increments += len(plan.increments)
+        increments += len(plan.increments) + len(plan.tier_increments)
         return await apply_batch(plan)
 
-    store.apply_batch = counting  # type: ignore[method-assign]
+    store.ingest.apply_batch = counting  # type: ignore[method-assign]
     for b, body in enumerate(bodies[1:], 1):
         t0 = time.process_time()
         items, _ = decode_events(body, media)
@@ -89,7 +89,7 @@ async def _run(args: argparse.Namespace, url: str) -> None:
                 profiler.disable()
             t_fold += time.process_time() - t2
     valkey_cpu = process_cpu_seconds([valkey_pid]) - valkey_cpu
-    stats = await store.client.info("commandstats")
+    stats = await store.connection.client.info("commandstats")
     await store.close()
     n = args.batches * args.size
     print(f"{args.batches} batches of {args.size} {args.format} events, {accepted} accepted")

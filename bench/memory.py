@@ -18,7 +18,7 @@ when the run loads fewer than 10 million events (`--events`), the 10-million fig
 extrapolation from the measured per-event bytes and is labelled as such.
 
 Retention: every id in the dedup hashes carries its expiry day (event day + window + 1) and
-the hourly sweep (`Store.sweep_seen`) deletes expired ones, so the dedup state holds at most
+the hourly sweep (`IngestStore.sweep_seen`) deletes expired ones, so the dedup state holds at most
 `events per day x (TRAINLEDGER_DEDUP_WINDOW_DAYS + 1)` ids; the log is kept for ever by
 default and is trimmed (`XADD ... MINID ~`) to `TRAINLEDGER_LOG_RETENTION_DAYS` when that is
 set. This benchmark keeps every id (window 92 days, to accept 90 days of events) and the
@@ -43,7 +43,7 @@ ISSUE_EVENTS = 10_000_000
 def log_blob_bytes(url: str, project: str) -> tuple[int, int]:
     """(entries, total bytes of the blobs) of the project's log stream."""
     import redis
-    from trainledger.storage.redis_store import Keys
+    from trainledger.storage.keys import Keys
 
     client = redis.Redis.from_url(url)
     entries = 0

@@ -138,7 +138,7 @@ def storage_floor(
     import redis
     from trainledger.costs.queries import _BIG, _in_range, plan_reads
     from trainledger.ledger.rollups import ROLLUP_VERSION
-    from trainledger.storage.redis_store import Keys
+    from trainledger.storage.keys import Keys
 
     client = redis.Redis.from_url(url)
     samples: dict[str, list[float]] = {}
@@ -193,7 +193,7 @@ def finest_floor(url: str, project: str, repeat: int) -> list[float]:
     """Seconds to fetch every per-day finest totals hash: what every query read before
     roll-ups (the old storage floor)."""
     import redis
-    from trainledger.storage.redis_store import Keys
+    from trainledger.storage.keys import Keys
 
     client = redis.Redis.from_url(url)
     samples = []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Histogram
 
 if TYPE_CHECKING:
-    from .storage.redis_store import Store
+    from .stores import Stores
 
 EVENTS_ACCEPTED = Counter(
     "trainledger_events_accepted", "Usage events accepted and counted (first time seen)"
@@ -79,7 +79,7 @@ def count_ingest(accepted: int, duplicates: int, rejected_fields: Iterable[str |
         EVENTS_REJECTED.labels(rejection_reason(field)).inc()
 
 
-def time_redis_commands(store: Store) -> None:
+def time_redis_commands(store: Stores) -> None:
     """Observe the round trip of every command the store sends: through its client's
     `execute_command`, and on its lane (service/storage/lane.py).
 
@@ -87,7 +87,7 @@ def time_redis_commands(store: Store) -> None:
     that one method of the client, so the instance's method is wrapped. Pipelines are not
     observed command by command.
     """
-    client: Any = store.client
+    client: Any = store.connection.client
     inner: Callable[..., Awaitable[Any]] = client.execute_command
     # The histogram of each command name as sent (b"EVALSHA", "HGETALL"...): `labels()` takes
     # a lock and builds the label tuple on every call, a few µs on every command.
@@ -117,4 +117,4 @@ def time_redis_commands(store: Store) -> None:
         series = by_name.get(command) or histogram(command)
         series.observe(seconds)
 
-    store.on_lane_command = on_lane_command
+    store.connection.on_lane_command = on_lane_command

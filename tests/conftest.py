@@ -28,8 +28,9 @@ import uvicorn
 from trainledger.auth.model import mint
 from trainledger.config import Settings
 from trainledger.http.app import create_app
+from trainledger.storage.connection import cluster_options
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store, cluster_options
+from trainledger.stores import Stores
 
 from tests.cluster import ValkeyCluster
 from tests.shared_redis import claim_database
@@ -129,8 +130,8 @@ def clean_redis(redis_url: str) -> str:
 
 
 @pytest.fixture
-async def store(clean_redis: str) -> AsyncIterator[Store]:
-    s = Store.from_url(clean_redis)
+async def store(clean_redis: str) -> AsyncIterator[Stores]:
+    s = Stores.from_url(clean_redis)
     yield s
     await s.close()
 
@@ -208,9 +209,9 @@ class Api:
 
 
 async def make_admin_token(redis_url: str) -> str:
-    s = Store.from_url(redis_url)
+    s = Stores.from_url(redis_url)
     token, digest, record = mint("admin", None, "tests")
-    await s.put_token(digest, record["id"], record)
+    await s.tokens.put_token(digest, record["id"], record)
     await s.close()
     return token
 

@@ -34,7 +34,8 @@ from redis.cluster import key_slot
 from trainledger.auth.model import mint
 from trainledger.ledger.eventlog import decode_log
 from trainledger.ledger.folding import settle
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.cluster import ClusterNode, ValkeyCluster
 from tests.conftest import TEST_CARD, ServerThread, event
@@ -122,9 +123,9 @@ async def token_on(cluster: ValkeyCluster, node: ClusterNode) -> str:
         token, digest, record = mint("admin", None, "failover")
         if cluster.master_of(Keys.token(digest)) is node:
             break
-    store = Store.from_url(cluster.url)
+    store = Stores.from_url(cluster.url)
     try:
-        await store.put_token(digest, record["id"], record)
+        await store.tokens.put_token(digest, record["id"], record)
     finally:
         await store.close()
     return token
@@ -290,22 +291,22 @@ async def _exact(url: str, run: Run) -> list[str]:
     """Per project, what differs between the acknowledged events and what the store holds:
     the log (each id once), the accepted counter and the summed daily totals."""
     problems: list[str] = []
-    store = Store.from_url(url)
+    store = Stores.from_url(url)
     try:
         for project in sorted(run.acked):
             acked = run.acked[project]
-            meta = await store.project_meta(project)
+            meta = await store.projects.project_meta(project)
             ids: list[str] = []
             after = "-"
             while True:
-                page = await store.log_entries(project, after=after, count=200)
+                page = await store.ledger.log_entries(project, after=after, count=200)
                 if not page:
                     break
                 for entry_id, blob in page:
                     after = entry_id
                     ids += [row.id for row in decode_log(blob)]
             await settle(store, project)
-            cost = sum((await store.daily_costs(project)).values())
+            cost = sum((await store.ledger.daily_costs(project)).values())
             if len(ids) != len(set(ids)):
                 problems.append(f"{project}: an event applied twice")
             if set(ids) != acked:

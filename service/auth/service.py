@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import time
 
+from ..auth.store import LastUnscopedAdmin
 from ..events.model import PROJECT_PATTERN
-from ..storage.redis_store import LastUnscopedAdmin, Store
+from ..stores import Stores
 from .model import Principal, TokenIn, TokenView, digest, mint, principal_from_record, view_of
 
 __all__ = [
@@ -52,14 +53,14 @@ class TokenNotFound(Exception):
         self.token_id = token_id
 
 
-async def resolve_principal(store: Store, token: str, ttl: float) -> Principal | None:
+async def resolve_principal(store: Stores, token: str, ttl: float) -> Principal | None:
     """The principal of a bearer token (None: unknown or revoked), cached for `ttl` seconds."""
     key = digest(token)
     now = time.monotonic()
     hit = _cache.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    record = await store.token_record(key)
+    record = await store.tokens.token_record(key)
     principal = principal_from_record(record) if record else None
     if len(_cache) > 10_000:
         _cache.clear()
@@ -71,7 +72,7 @@ def forget_cached_tokens() -> None:
     _cache.clear()
 
 
-async def create_token(store: Store, principal: Principal, request: TokenIn) -> TokenView:
+async def create_token(store: Stores, principal: Principal, request: TokenIn) -> TokenView:
     """Mint a token that may do nothing `principal` may not; shown once, in the answer."""
     if request.projects is not None:
         for i, p in enumerate(request.projects):
@@ -91,22 +92,22 @@ async def create_token(store: Store, principal: Principal, request: TokenIn) -> 
         if not principal.can_access(p):
             raise TokenForbidden(f"this token may not access project {p!r}", f"$.projects[{i}]")
     token, token_digest, record = mint(request.role, request.projects, request.name)
-    await store.put_token(token_digest, record["id"], record)
+    await store.tokens.put_token(token_digest, record["id"], record)
     return view_of(record, token)
 
 
-async def list_tokens(store: Store, principal: Principal) -> list[TokenView]:
+async def list_tokens(store: Stores, principal: Principal) -> list[TokenView]:
     """The tokens `principal` may manage, without their secrets."""
-    views = [view_of(r) for r in await store.token_records()]
+    views = [view_of(r) for r in await store.tokens.token_records()]
     return [v for v in views if principal.covers(v.projects)]
 
 
-async def revoke_token(store: Store, principal: Principal, token_id: str) -> None:
+async def revoke_token(store: Stores, principal: Principal, token_id: str) -> None:
     """Raises TokenNotFound (also for a token outside `principal`'s projects) or
     LastUnscopedAdmin (the last admin token for every project stays)."""
-    found = [r for r in await store.token_records() if r["id"] == token_id]
+    found = [r for r in await store.tokens.token_records() if r["id"] == token_id]
     if not found or not principal.covers(view_of(found[0]).projects):
         raise TokenNotFound(token_id)
-    if not await store.revoke_token(token_id):
+    if not await store.tokens.revoke_token(token_id):
         raise TokenNotFound(token_id)
     forget_cached_tokens()

@@ -2,7 +2,7 @@
 decide it.
 
 The decision itself is made inside the ingest script (``INGEST_LUA`` in
-``service/storage/redis_store.py``), atomically with the batch. `fire_limits` and `fire_batch`
+``service/storage/scripts/ingest.lua``), atomically with the batch. `fire_limits` and `fire_batch`
 are its Python reference: the same rule, written to be read and checked
 (tests/integration/budgets/test_firing_reference.py drives the script and compares). The rule:
 
@@ -21,7 +21,7 @@ are its Python reference: the same rule, written to be read and checked
   every one of them with the same *after*.
 
 A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
-through `Store.init_budget_counters`): there each threshold its period's spend has already
+through `Stores.init_budget_counters`): there each threshold its period's spend has already
 reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
 not part of this reference.
 """
@@ -34,7 +34,8 @@ from datetime import datetime
 
 import msgspec
 
-from ..storage.redis_store import BudgetCounter, LimitCheck, Store
+from ..ingest.store import BudgetCounter, LimitCheck
+from ..stores import Stores
 from .model import (
     AlertRecord,
     Budget,
@@ -143,7 +144,7 @@ def threshold_checks(budget: Budget, period: str, currency: str) -> list[LimitCh
 
 
 async def budget_counters(
-    store: Store,
+    store: Stores,
     project: str,
     budgets: Sequence[Budget],
     priced: Sequence[PricedEvent],
@@ -175,7 +176,7 @@ async def budget_counters(
             rule = by_id[budget_id].growth
             assert rule is not None
             wanted += [day_field(budget_id, day - k) for k in range(1, rule.trailing_days + 1)]
-        _, values = await store.budget_counters(project, [], wanted)
+        _, values = await store.budgets.budget_counters(project, [], wanted)
         history = dict(zip(wanted, values, strict=True))
         for (budget_id, day), delta in daily.items():
             budget = by_id[budget_id]

@@ -13,7 +13,7 @@ from costcore.money import format_money
 from ..ledger.eventlog import read_log
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .firing import day_field, spend_field, threshold_checks
 from .model import (
     AlertRecord,
@@ -36,16 +36,16 @@ class BudgetConflict(Exception):
     pass
 
 
-async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
-    """Store a budget and set its counters from everything already accepted in its scope.
+async def create_budget(store: Stores, data: BudgetIn, currency: str) -> Budget:
+    """Stores a budget and set its counters from everything already accepted in its scope.
 
     Thresholds the spend has already passed are recorded as alerts at once (they were crossed,
     before the budget existed to watch them).
     """
     budget = new_budget(data)
-    await store.put_budget(budget.project, budget.id, msgspec.json.encode(budget))
+    await store.budgets.put_budget(budget.project, budget.id, msgspec.json.encode(budget))
     for _ in range(10):
-        last = await store.last_log_entry(budget.project)
+        last = await store.ledger.last_log_entry(budget.project)
         spend: dict[str, int] = {}
         days: dict[str, int] = {}
         async for _, rows in read_log(store, budget.project, last):
@@ -64,16 +64,16 @@ async def create_budget(store: Store, data: BudgetIn, currency: str) -> Budget:
             period = field.split("|", 1)[1]
             for check in threshold_checks(budget, period, currency):
                 checks.append((field, check.limit, check.alert_id, check.alert_json))
-        if await store.init_budget_counters(budget.project, last, spend, days, checks):
+        if await store.budgets.init_budget_counters(budget.project, last, spend, days, checks):
             return budget
     raise BudgetConflict("events kept arriving while the budget's counters were being set")
 
 
-async def list_budgets(store: Store, project: str) -> list[Budget]:
-    return [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
+async def list_budgets(store: Stores, project: str) -> list[Budget]:
+    return [_budget_decoder.decode(raw) for raw in await store.budgets.budgets(project)]
 
 
-async def find_budget(store: Store, project: str, budget_id: str) -> Budget | None:
+async def find_budget(store: Stores, project: str, budget_id: str) -> Budget | None:
     for budget in await list_budgets(store, project):
         if budget.id == budget_id:
             return budget
@@ -95,7 +95,7 @@ class BudgetStatus(msgspec.Struct, kw_only=True):
 
 
 async def budget_status(
-    store: Store, budget: Budget, currency: str | None, now: datetime | None = None
+    store: Stores, budget: Budget, currency: str | None, now: datetime | None = None
 ) -> BudgetStatus:
     now = now or datetime.now(UTC)
     bounds = period_of(budget, now)
@@ -107,7 +107,7 @@ async def budget_status(
             min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1)),
         )
     assert bounds is not None
-    (spent,), _ = await store.budget_counters(
+    (spent,), _ = await store.budgets.budget_counters(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )
     amount = amount_nano(budget)
@@ -118,7 +118,7 @@ async def budget_status(
         forecast = spent * int(length) // max(int(elapsed), 1)
     limit = forecast_limit(amount, bounds, now, 1)
     fired = sorted(
-        k for k in await store.fired_alerts(budget.project) if k.startswith(budget.id + ":")
+        k for k in await store.budgets.fired_alerts(budget.project) if k.startswith(budget.id + ":")
     )
     used_bp = spent * 10_000 // amount
     return BudgetStatus(
@@ -165,7 +165,7 @@ def _stream_ms(when: datetime) -> str:
 
 
 async def list_alerts(
-    store: Store,
+    store: Stores,
     project: str,
     kind: str | None,
     since: datetime | None,
@@ -178,7 +178,7 @@ async def list_alerts(
     end = _stream_ms(until) if until else "+"
     views: list[AlertView] = []
     while len(views) < limit:
-        entries = await store.alerts(project, start, end, count=max(limit, 100))
+        entries = await store.budgets.alerts(project, start, end, count=max(limit, 100))
         if not entries:
             break
         for entry_id, fields in entries:
@@ -198,14 +198,14 @@ class BudgetNotFound(Exception):
         self.budget_id = budget_id
 
 
-async def create_project_budget(store: Store, rate_cards: RateCards, data: BudgetIn) -> Budget:
+async def create_project_budget(store: Stores, rate_cards: RateCards, data: BudgetIn) -> Budget:
     """`create_budget` in the currency of the budget's project."""
     currency = await project_currency(store, rate_cards, data.project)
     return await create_budget(store, data, currency)
 
 
 async def project_budget_status(
-    store: Store, rate_cards: RateCards, project: str, budget_id: str
+    store: Stores, rate_cards: RateCards, project: str, budget_id: str
 ) -> BudgetStatus:
     """Spend against one of the project's budgets now. Raises BudgetNotFound."""
     budget = await find_budget(store, project, budget_id)
@@ -214,7 +214,7 @@ async def project_budget_status(
     return await budget_status(store, budget, await project_currency(store, rate_cards, project))
 
 
-async def delete_budget(store: Store, project: str, budget_id: str) -> None:
+async def delete_budget(store: Stores, project: str, budget_id: str) -> None:
     """Raises BudgetNotFound."""
-    if not await store.delete_budget(project, budget_id):
+    if not await store.budgets.delete_budget(project, budget_id):
         raise BudgetNotFound(project, budget_id)

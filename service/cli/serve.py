@@ -25,7 +25,6 @@ from ..config import Settings
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
 from ..storage.embedded import EmbeddedValkey, redact
-from ..storage.redis_store import Store
 from ..storage.sealing import (
     CHECK_PLAINTEXT,
     KEY_ENV,
@@ -34,6 +33,7 @@ from ..storage.sealing import (
     Unsealable,
     load_sealer,
 )
+from ..stores import Stores
 from .ui import ui
 
 # The local admin token `serve` writes on first start; client commands fall back to it.
@@ -60,15 +60,15 @@ def redis_url_for(settings: Settings) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[Store]:
-    store = Store.from_url(url)
+async def open_store(url: str) -> AsyncIterator[Stores]:
+    store = Stores.from_url(url)
     try:
         yield store
     finally:
         await store.close()
 
 
-def run_with_store(settings: Settings, action: Callable[[Store], Coroutine[Any, Any, Any]]) -> Any:
+def run_with_store(settings: Settings, action: Callable[[Stores], Coroutine[Any, Any, Any]]) -> Any:
     async def go(url: str) -> Any:
         async with open_store(url) as store:
             return await action(store)
@@ -77,12 +77,12 @@ def run_with_store(settings: Settings, action: Callable[[Store], Coroutine[Any, 
         return asyncio.run(go(url))
 
 
-async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
+async def ensure_admin_token(store: Stores, data_dir: Path) -> str | None:
     """On first start (no admin token yet) mint a local admin token and keep it in the data dir."""
-    if any(r.get("role") == "admin" for r in await store.token_records()):
+    if any(r.get("role") == "admin" for r in await store.tokens.token_records()):
         return None
     token, digest, record = mint("admin", None, "local admin (first start)")
-    await store.put_token(digest, record["id"], record)
+    await store.tokens.put_token(digest, record["id"], record)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = data_dir / ADMIN_TOKEN_FILE
     path.unlink(missing_ok=True)
@@ -92,13 +92,13 @@ async def ensure_admin_token(store: Store, data_dir: Path) -> str | None:
     return token
 
 
-async def ensure_secret_key(store: Store, sealer: Sealer) -> str | None:
+async def ensure_secret_key(store: Stores, sealer: Sealer) -> str | None:
     """Check that the key opens the secrets this Redis holds (a check value sealed with the
     key of the first start), and re-seal with the first key whatever an older key of the
     list sealed (rotation). Returns why the server must not start, or None."""
     from ..webhooks.registry import reseal_webhooks
 
-    stored = await store.sealing_check(sealer.seal(CHECK_PLAINTEXT))
+    stored = await store.webhooks.sealing_check(sealer.seal(CHECK_PLAINTEXT))
     try:
         if sealer.open(stored) != CHECK_PLAINTEXT:
             raise Unsealable("not the check value")
@@ -109,7 +109,7 @@ async def ensure_secret_key(store: Store, sealer: Sealer) -> str | None:
             f"keys, list the new one first and the old one after it: {KEY_ENV}=NEW,OLD"
         )
     if not sealer.sealed_with_first_key(stored):
-        await store.replace_sealing_check(stored, sealer.reseal(stored))
+        await store.webhooks.replace_sealing_check(stored, sealer.reseal(stored))
     resealed, unopenable = await reseal_webhooks(store, sealer)
     if resealed:
         ui.err.print(f"re-encrypted {resealed} webhook(s) with the first key of {KEY_ENV}")

@@ -7,8 +7,9 @@ import argparse
 from rich.table import Table
 
 from ..auth.model import ROLES, mint, view_of
+from ..auth.store import LastUnscopedAdmin
 from ..config import Settings
-from ..storage.redis_store import LastUnscopedAdmin, Store
+from ..stores import Stores
 from .serve import run_with_store
 from .ui import ui
 
@@ -17,17 +18,17 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     if args.token_command == "create":
         projects = args.project or None
 
-        async def create(store: Store) -> str:
+        async def create(store: Stores) -> str:
             token, digest, record = mint(args.role, projects, args.name or "")
-            await store.put_token(digest, record["id"], record)
+            await store.tokens.put_token(digest, record["id"], record)
             return token
 
         ui.out.print(run_with_store(settings, create), markup=False, highlight=False)
         return 0
     if args.token_command == "list":
 
-        async def listing(store: Store) -> list[dict[str, str]]:
-            return await store.token_records()
+        async def listing(store: Stores) -> list[dict[str, str]]:
+            return await store.tokens.token_records()
 
         table = Table("id", "role", "projects", "name", "created")
         for record in run_with_store(settings, listing):
@@ -42,9 +43,9 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         ui.out.print(table)
         return 0
 
-    async def revoke(store: Store) -> bool | None:
+    async def revoke(store: Stores) -> bool | None:
         try:
-            return await store.revoke_token(args.token_id)
+            return await store.tokens.revoke_token(args.token_id)
         except LastUnscopedAdmin:
             return None
 

@@ -29,8 +29,9 @@ from costcore.money import format_money, format_quantity
 
 from ..ledger.folding import settle
 from ..ledger.rollups import FINE_DIMS, ROLLUP_VERSION, covering
+from ..ledger.store import dims_of, tags_of
 from ..projects.service import project_settings
-from ..storage.redis_store import FIELD_SEP, TAG_SEP, Store
+from ..stores import Stores
 
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
 HOURLY_DIMENSIONS: tuple[str, ...] = ("stage", "category", "fixed")
@@ -147,12 +148,6 @@ def _period(day: str, granularity: str | None) -> str:
     return _iso(day)
 
 
-def _tags(text: str) -> dict[str, str]:
-    if not text:
-        return {}
-    return dict(pair.split("=", 1) for pair in text.split(TAG_SEP))
-
-
 def _share(part: int, total: int) -> str:
     if total == 0:
         return "0.0000"
@@ -260,7 +255,7 @@ class _Later:
         default_factory=dict
     )
 
-    async def fill(self, store: Store, project: str, rows: Sequence[Row]) -> None:
+    async def fill(self, store: Stores, project: str, rows: Sequence[Row]) -> None:
         if not self.source:
             return  # quantities were read with everything else
         kinds = ((b"q|", 1), (b"n|", 2)) if self.events_later else ((b"q|", 1),)
@@ -280,7 +275,7 @@ class _Later:
             for bucket_id, (names, _) in wanted.items()
             for period in self.bucket_periods[bucket_id]
         ]
-        values = iter(await store.totals_fields(project, self.source, reads))
+        values = iter(await store.ledger.totals_fields(project, self.source, reads))
         for bucket_id, (_, slots) in wanted.items():
             columns = [  # a field missing from a period adds 0
                 _ints([b"0" if value is None else value for value in next(values)])
@@ -291,17 +286,17 @@ class _Later:
                 sums[index] += total
 
 
-async def _state(store: Store, project: str) -> tuple[dict[str, int], bool]:
+async def _state(store: Stores, project: str) -> tuple[dict[str, int], bool]:
     # Every read of the totals starts here: fold the batches still queued, so the answer
     # holds every batch accepted before the request.
     await settle(store, project)
-    daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)
+    daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
     if covered != accepted:  # maybe a batch landed between the two reads: look once more
-        daily, accepted, covered = await store.totals_state(project, ROLLUP_VERSION)
+        daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
     return daily, covered == accepted
 
 
-async def grouped(store: Store, query: CostQuery) -> dict[tuple[str, ...], list[int]]:
+async def grouped(store: Stores, query: CostQuery) -> dict[tuple[str, ...], list[int]]:
     """Sum cost, quantity and events per group (quantity: only with sku in group_by)."""
     validate(query)
     daily, complete = await _state(store, query.project)
@@ -309,7 +304,7 @@ async def grouped(store: Store, query: CostQuery) -> dict[tuple[str, ...], list[
 
 
 async def _grouped(
-    store: Store,
+    store: Stores,
     query: CostQuery,
     days: list[str],
     rollups_complete: bool,
@@ -323,10 +318,12 @@ async def _grouped(
     small roll-up gives their total (`later.events_total`)."""
     sums: dict[tuple[str, ...], list[int]] = {}
     if query.granularity == "hour":
-        for day, fields in zip(days, await store.hour_totals(query.project, days), strict=True):
+        for day, fields in zip(
+            days, await store.ledger.hour_totals(query.project, days), strict=True
+        ):
             for raw_field, raw_value in fields.items():
                 field_kind, hour, dims_text = raw_field.decode().split("|", 2)
-                dims = dims_text.split(FIELD_SEP)
+                dims = dims_of(dims_text)
                 if not all(_wanted(dims[_HOURLY_POS[n]], n, query.filters) for n in query.filters):
                     continue
                 key = (f"{_iso(day)}T{hour}", *(dims[_HOURLY_POS[n]] for n in query.group_by))
@@ -349,13 +346,13 @@ async def _grouped(
     wanted_kinds = "c" + ("" if skip_q else "q") + ("" if skip_n else "n")
     if skip_n and track is not None:
         hashes, by_day_sums = await asyncio.gather(
-            store.totals_hashes(query.project, plan.source, periods, wanted_kinds),
+            store.ledger.totals_hashes(query.project, plan.source, periods, wanted_kinds),
             _grouped(store, by_days, days, rollups_complete, "none"),
         )
         track.events_later = True
         track.events_total = sum(v[2] for v in by_day_sums.values())
     else:
-        hashes = await store.totals_hashes(query.project, plan.source, periods, wanted_kinds)
+        hashes = await store.ledger.totals_hashes(query.project, plan.source, periods, wanted_kinds)
     if track is not None:
         track.source = plan.source
     by_day = "day" in query.group_by
@@ -383,12 +380,12 @@ async def _grouped(
     parsed: dict[bytes, tuple[str, ...] | None] = {}
 
     def parse(raw_dims: bytes) -> tuple[str, ...] | None:
-        dims = raw_dims.decode().split(FIELD_SEP)
+        dims = dims_of(raw_dims.decode())
         if filters and not all(_wanted(dims[i], n, query.filters) for i, n in filters):
             return None
         if plain is not None and not tag_filters:  # only dimensions of the source: no tags
             return tuple([dims[i] for i in plain])
-        tags = _tags(dims[tags_at]) if tags_at is not None and len(dims) > tags_at else {}
+        tags = tags_of(dims[tags_at]) if tags_at is not None and len(dims) > tags_at else {}
         if tag_filters and any(tags.get(k) != v for k, v in tag_filters):
             return None
         return tuple(
@@ -405,7 +402,7 @@ async def _grouped(
         pick = _picker(plain)
 
         def parse_all(many: Iterable[bytes]) -> Iterable[tuple[str, ...] | None]:
-            return map(pick, map(_split_dims, map(bytes.decode, many)))
+            return map(pick, map(dims_of, map(bytes.decode, many)))
 
     else:
 
@@ -435,10 +432,6 @@ async def _grouped(
             if track is not None and kind == 0:  # one c| field per cell and bucket
                 track.origins.setdefault(key, []).append(((label, day), raw_dims))
     return sums
-
-
-def _split_dims(text: str) -> list[str]:
-    return text.split(FIELD_SEP)
 
 
 def _picker(positions: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:
@@ -528,7 +521,7 @@ def _order(
 
 
 async def cost_report(
-    store: Store,
+    store: Stores,
     project: str,
     from_day: date | None,
     to_day: date | None,
@@ -635,7 +628,7 @@ def _ratio(num: int, den: int) -> str:
 
 
 async def cost_summary(
-    store: Store, project: str, from_day: date | None, to_day: date | None
+    store: Stores, project: str, from_day: date | None, to_day: date | None
 ) -> CostSummary:
     settings = await project_settings(store, project)
     base = CostQuery(project, from_day, to_day, ("category", "stage", "fixed", "tag.rework"))
@@ -672,7 +665,7 @@ async def cost_summary(
     )
     n_days = (last - first).days + 1 if first and last and last >= first else 0
     hours: dict[str, int] = {}
-    for day, fields in zip(days, await store.hour_totals(project, days), strict=True):
+    for day, fields in zip(days, await store.ledger.hour_totals(project, days), strict=True):
         for raw_field, raw_value in fields.items():
             field_kind, hour, _ = raw_field.decode().split("|", 2)
             if field_kind != "c":

@@ -7,11 +7,11 @@ from datetime import UTC, date, datetime
 
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .queries import CostReport, Granularity, cost_report
 
 
-async def sku_units(store: Store, rate_cards: RateCards, project: str) -> dict[str, str]:
+async def sku_units(store: Stores, rate_cards: RateCards, project: str) -> dict[str, str]:
     """SKU -> unit, from every version of the project's rate card up to the current one
     (and the latest, when a later one is scheduled): later versions override."""
     _, catalog = await project_catalog(store, rate_cards, project)
@@ -24,7 +24,7 @@ async def sku_units(store: Store, rate_cards: RateCards, project: str) -> dict[s
 
 
 async def project_costs(
-    store: Store,
+    store: Stores,
     rate_cards: RateCards,
     project: str,
     from_day: date | None,

@@ -11,7 +11,7 @@ from ..ledger.eventlog import read_log
 from ..plans.service import list_plans, plan_status
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
-from ..storage.redis_store import Store
+from ..stores import Stores
 from ..waste.service import waste_report
 from .page import BudgetPanel, DashboardData, PlanPanel
 from .series import burn_down_points
@@ -43,7 +43,7 @@ def day_range(from_day: date | None, to_day: date | None, today: date) -> tuple[
 
 
 async def dashboard_data(
-    store: Store,
+    store: Stores,
     rate_cards: RateCards,
     project: str,
     from_day: date | None,
@@ -56,7 +56,7 @@ async def dashboard_data(
 
 
 async def _gather(
-    store: Store, rate_cards: RateCards, project: str, first: date, last: date, now: datetime
+    store: Stores, rate_cards: RateCards, project: str, first: date, last: date, now: datetime
 ) -> DashboardData:
     end = last + timedelta(days=1)  # the cost queries take `to` exclusive
     try:
@@ -101,7 +101,7 @@ async def _gather(
 
 
 async def _budget_panels(
-    store: Store, project: str, currency: str, now: datetime
+    store: Stores, project: str, currency: str, now: datetime
 ) -> list[BudgetPanel]:
     budgets = await list_budgets(store, project)
     panels: list[BudgetPanel] = []
@@ -110,7 +110,7 @@ async def _budget_panels(
     # The burn-down needs spend per day within each budget's scope: the log holds every
     # accepted event with its cost, and `budgets.matches` is the rule the counters use.
     priced: list[tuple[EventIn, str, int]] = []
-    async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
         priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
     for budget in budgets:
         status = await budget_status(store, budget, currency, now)

@@ -103,7 +103,7 @@ from ..ledger.eventlog import LoggedEvent, read_log
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..ratecards.model import PricedSku, RateCardVersion
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .csvsafe import neutralise
 
 FOCUS_VERSION = "1.2"
@@ -540,7 +540,7 @@ def rows_of_batch(
 class FocusExport:
     """One export of a project, its rate card and log position read before streaming."""
 
-    store: Store
+    store: Stores
     context: RowContext
     catalog: PricingCatalog | None
     last_entry: str  # the log entry the export stops at: later batches are not included
@@ -578,12 +578,12 @@ class FocusExport:
             yield buffer.getvalue().encode()
 
 
-async def prepare_export(store: Store, rate_cards: RateCards, project: str) -> FocusExport:
+async def prepare_export(store: Stores, rate_cards: RateCards, project: str) -> FocusExport:
     """Read what the export needs before the first byte is sent, so that a problem is an
     error answer rather than a truncated file."""
     settings, catalog = await project_catalog(store, rate_cards, project)
     card = settings.rate_card
-    last = await store.last_log_entry(project)
+    last = await store.ledger.last_log_entry(project)
     if last and catalog is None:
         raise ExportError(f"the project's rate card {card!r} no longer exists")
     return FocusExport(store, RowContext(project, card), catalog, last)

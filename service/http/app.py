@@ -20,9 +20,6 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 from litestar.types import Empty
-from redis.exceptions import ClusterDownError, RedisError, SlotNotCoveredError, TryAgainError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import __version__
 from ..analysis.routes import AnalysisController
@@ -41,9 +38,10 @@ from ..projects.routes import ProjectController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
+from ..storage.connection import STORE_UNAVAILABLE, StoreError
 from ..storage.processes import exit_with_parent
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
+from ..stores import Stores
 from ..waste.routes import ExperimentController, ReportController
 from ..webhooks.config import DeliveryConfig
 from ..webhooks.routes import WebhookController
@@ -67,7 +65,7 @@ from .security import BearerTokenMiddleware
 log = logging.getLogger("trainledger")
 
 
-def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services:
+def build_services(settings: Settings, store: Stores, sealer: Sealer) -> Services:
     rate_cards = RateCards(store)
     folder = Folder(store) if settings.fold_in_workers else None
     ingestor = Ingestor(
@@ -85,7 +83,7 @@ def build_services(settings: Settings, store: Store, sealer: Sealer) -> Services
 SWEEP_INTERVAL_SECONDS = 3600.0
 
 
-async def sweep_forever(store: Store) -> None:
+async def sweep_forever(store: Stores) -> None:
     """Forget event ids older than the deduplication window, once an hour, in every worker.
 
     Several workers sweeping at once is harmless: a sweep only deletes what has expired.
@@ -94,11 +92,11 @@ async def sweep_forever(store: Store) -> None:
         await asyncio.sleep(SWEEP_INTERVAL_SECONDS * random.uniform(0.5, 1.0))
         try:
             today = (datetime.now(UTC) - datetime(1970, 1, 1, tzinfo=UTC)).days
-            for project in await store.projects():
-                removed = await store.sweep_seen(project, today)
+            for project in await store.projects.projects():
+                removed = await store.ingest.sweep_seen(project, today)
                 if removed:
                     log.info("forgot %d expired event ids of project %s", removed, project)
-        except RedisError as exc:  # Redis away for a while: try again next round
+        except StoreError as exc:  # Redis away for a while: try again next round
             log.warning("expired-id sweep failed: %s", exc)
 
 
@@ -115,7 +113,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
         sealer = load_sealer(settings.data_dir)  # `trainledger serve` made sure there is one
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         time_redis_commands(store)
         services = app.state.services = build_services(settings, store, sealer)
         app.state.store = store
@@ -200,12 +198,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
                     exception_to_problem_detail_map={
                         ValidationException: from_validation,
                         ClientException: from_client_error,
-                        RedisConnectionError: redis_unavailable,
-                        RedisTimeoutError: redis_unavailable,
-                        # A cluster shard failing over: outcome unknown there; retry.
-                        ClusterDownError: redis_unavailable,
-                        TryAgainError: redis_unavailable,
-                        SlotNotCoveredError: redis_unavailable,
+                        # Redis away, or a cluster shard failing over: outcome unknown; retry.
+                        **dict.fromkeys(STORE_UNAVAILABLE, redis_unavailable),
                     },
                 )
             )

@@ -3,7 +3,7 @@
 While a cluster master fails over, a command can wait on the dead node (a connect timeout,
 redis-py's retries with a fresh slot map each, a script that never answers) and a batch of
 several projects waits on each in turn. A caller must get the documented 503 instead of
-being held: if no answer has started after `Store.request_timeout` seconds, the request is
+being held: if no answer has started after `Connection.request_timeout` seconds, the request is
 answered `503` (`Retry-After: 1`, outcome unknown) and its handler is left to finish in the
 background, its late answer dropped. The handler is not cancelled: a cancellation inside
 redis-py's cluster client (while it reads a new slot map) closes every connection of every
@@ -56,8 +56,8 @@ class StoreDeadlineMiddleware(ASGIMiddleware):
     scopes = (ScopeType.HTTP,)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        store: Any = getattr(scope["app"].state, "store", None)
-        bound: float | None = getattr(store, "request_timeout", None)
+        store: Any = getattr(scope["app"].state, "store", None)  # `Stores`
+        bound: float | None = getattr(getattr(store, "connection", None), "request_timeout", None)
         if bound is None:
             await next_app(scope, receive, send)
             return

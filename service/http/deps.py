@@ -8,14 +8,14 @@ from ..config import Settings
 from ..ingest.service import Ingestor
 from ..ledger.folding import Folder
 from ..ratecards.catalog import RateCards
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer
+from ..stores import Stores
 
 
 @dataclass
 class Services:
     settings: Settings
-    store: Store
+    store: Stores
     rate_cards: RateCards
     ingestor: Ingestor
     folder: Folder | None  # None: a folding process runs beside the workers

@@ -10,7 +10,7 @@ from litestar.datastructures import State
 import costcore
 
 from .. import __version__
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .problems import problem
 
 
@@ -27,7 +27,7 @@ class StoreReachability:
     an orchestrator restarts a service whose store stays away, while `/readyz` (readiness)
     answers 503 from the first failed ping."""
 
-    def __init__(self, store: Store, limit_seconds: float) -> None:
+    def __init__(self, store: Stores, limit_seconds: float) -> None:
         self.store = store
         self.limit_seconds = limit_seconds
         self.last_reached = time.monotonic()
@@ -41,7 +41,7 @@ class StoreReachability:
 
     async def probe(self) -> bool:
         try:
-            await asyncio.wait_for(self.store.ping(), timeout=max(self.interval, 0.5))
+            await asyncio.wait_for(self.store.connection.ping(), timeout=max(self.interval, 0.5))
         except Exception:  # any failure to reach Redis counts as down
             return False
         self.last_reached = time.monotonic()
@@ -49,7 +49,7 @@ class StoreReachability:
 
     async def check_ready(self) -> None:
         """Ping Redis once, now; raises what reaching it raised. An answer counts as reached."""
-        await self.store.ping()
+        await self.store.connection.ping()
         self.last_reached = time.monotonic()
 
     async def run(self) -> None:

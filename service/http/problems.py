@@ -8,7 +8,7 @@ from typing import Any
 from litestar.exceptions import ClientException, ValidationException
 from litestar.plugins.problem_details import ProblemDetailsException
 
-from ..storage.redis_store import ReplicationTimeout
+from ..storage.connection import ReplicationTimeout
 
 PROBLEM_BASE = "https://trainledger.dev/problems/"
 

@@ -30,7 +30,8 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.model import Principal
-from ..storage.redis_store import NODE_DOWN_ERRORS, Store
+from ..storage.connection import NODE_DOWN_ERRORS
+from ..stores import Stores
 from .problems import problem
 
 # The longest a worker counts requests itself while the shared counter cannot be reached.
@@ -73,7 +74,7 @@ class _Grants:
         self.left[token_id] = left - 1
         return True
 
-    async def acquire(self, store: Store, token_id: str, limit: int) -> bool:
+    async def acquire(self, store: Stores, token_id: str, limit: int) -> bool:
         """Whether one more request of this token fits in this second's limit."""
         while True:
             second = int(time.time())
@@ -91,7 +92,7 @@ class _Grants:
         try:
             want = min(limit, max(grant_size(limit), self.waiting.get(token_id, 0) + 1))
             try:
-                count = await store.count_request(token_id, second, want)
+                count = await store.tokens.count_request(token_id, second, want)
                 self.failing_since = None
             except NODE_DOWN_ERRORS:
                 if not self._may_fail_open():

@@ -9,7 +9,7 @@ import msgspec
 
 from ..auth.model import Principal
 from ..events.model import DecodedItem, EventIn
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .service import Ingestor, IngestReport, RejectedEvent
 
 
@@ -59,7 +59,7 @@ _event_decoder = msgspec.json.Decoder(EventIn)
 
 
 async def rejected_page(
-    store: Store, project: str, offset: int, limit: int, after: str | None
+    store: Stores, project: str, offset: int, limit: int, after: str | None
 ) -> RejectedPage:
     """A page of the project's dead letters, oldest first: from `offset`, or after the
     cursor `after` (a page's `next_cursor`) when given."""
@@ -67,7 +67,9 @@ async def rejected_page(
     if after is not None:
         when_ms, _, event_id = after.partition(":")
         cursor = (int(when_ms), event_id)
-    raws, total, offset, last = await store.rejected_listing(project, offset, limit, cursor)
+    raws, total, offset, last = await store.rejected.rejected_listing(
+        project, offset, limit, cursor
+    )
     items = [_record_decoder.decode(r) for r in raws]
     end = offset + limit
     more = end < total
@@ -83,7 +85,7 @@ async def rejected_page(
 
 
 async def replay_rejected(
-    store: Store,
+    store: Stores,
     ingestor: Ingestor,
     project: str,
     ids: list[str] | None,
@@ -94,9 +96,9 @@ async def replay_rejected(
     leave the store; the others stay with their new reason. One kept only as an excerpt
     cannot be submitted: it is reported rejected, saying so. Raises as `Ingestor.ingest`."""
     if ids is None:
-        raws, _ = await store.rejected_page(project, 0, max_events)
+        raws, _ = await store.rejected.rejected_page(project, 0, max_events)
     else:
-        raws = [r for r in await store.rejected_records(project, ids) if r]
+        raws = [r for r in await store.rejected.rejected_records(project, ids) if r]
     items = []
     excerpts: list[RejectedEvent] = []
     for i, raw in enumerate(raws):
@@ -119,6 +121,6 @@ async def replay_rejected(
     return report
 
 
-async def drop_rejected(store: Store, project: str, ids: Sequence[str]) -> int:
+async def drop_rejected(store: Stores, project: str, ids: Sequence[str]) -> int:
     """Drop dead letters by id; how many there were."""
-    return await store.delete_rejected(project, ids)
+    return await store.rejected.delete_rejected(project, ids)

@@ -46,22 +46,17 @@ from ..events.model import (
     known_valid,
     valid_project,
 )
+from ..ingest.store import BudgetCounter, IngestAnswer, IngestPlan
 from ..ledger.eventlog import LoggedEvent, encode_log
 from ..ledger.folding import Folder, day_name
+from ..ledger.store import attributed_tags
 from ..metrics import DEAD_LETTERS_DROPPED
 from ..projects.model import DEFAULT_ATTRIBUTION_TAGS, ProjectSettings
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
+from ..storage.keys import SEEN_SHARDS, seen_shard
 from ..storage.limbs import CAP_UNITS, bound_units
-from ..storage.redis_store import (
-    SEEN_SHARDS,
-    TAG_SEP,
-    BudgetCounter,
-    IngestPlan,
-    Keys,
-    Store,
-    seen_shard,
-)
+from ..stores import Stores
 
 MAX_APPLY_ATTEMPTS = 64
 _budget_decoder = msgspec.json.Decoder(Budget)
@@ -190,13 +185,6 @@ class PendingEvent:
         return cls(index, row.event(project), row.quantity_micro, row.epoch_us, day, day[:6], 0)
 
 
-def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
-    """The event's tags that the project attributes costs by, canonically ordered."""
-    if not tags or not keys:
-        return ""
-    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
-
-
 @dataclass
 class PendingBatch:
     """One project's events ready to be priced, as parallel columns (no object per event).
@@ -277,7 +265,8 @@ class PricedBatch:
     rate_codes: array[int]
     attributed: list[str]  # the tags each event's cost is attributed by (canonical text)
     overflowed_batch: PendingBatch
-    increments: list[tuple[str, str, int]]  # applied at once: the graduated-tier counters
+    # Applied at once: the graduated-tier counters, as (month, sku, delta).
+    tier_increments: list[tuple[str, str, int]]
     tier_checks: list[tuple[str, str, int]]
     tier_after: dict[tuple[str, str], int]  # (month, sku) -> cumulative after the batch
     total_cost: int
@@ -433,7 +422,7 @@ def price_events(
     for s, (month, sku_code) in enumerate(slot_keys):
         tier_checks.append((month, sku_code, before[s]))
         if cumulative[s] != before[s]:
-            increments.append((Keys.tier(project, month), sku_code, cumulative[s] - before[s]))
+            increments.append((month, sku_code, cumulative[s] - before[s]))
 
     if result.accepted == n:
         priced, costs, overflowed = batch, result.cost_nano, batch.take(())
@@ -473,7 +462,7 @@ MAX_SETTINGS_ATTEMPTS = 5
 class Ingestor:
     def __init__(
         self,
-        store: Store,
+        store: Stores,
         rate_cards: RateCards,
         dedup_window_days: int = 35,
         max_future_skew_hours: int = 24,
@@ -629,7 +618,7 @@ class Ingestor:
                 if not len(pending) or catalog is None:
                     if in_body.get(project):
                         duplicates += in_body[project]
-                        await self.store.count_duplicates(project, in_body[project])
+                        await self.store.ingest.count_duplicates(project, in_body[project])
                     break
                 applied = await self._apply(
                     project, pending, catalog, settings, in_body.get(project, 0)
@@ -648,13 +637,15 @@ class Ingestor:
                 if done:
                     cost_by_project[project] = cost_by_project.get(project, 0) + cost
                 elif dups:
-                    await self.store.count_duplicates(project, dups)
+                    await self.store.ingest.count_duplicates(project, dups)
                 break
             else:
                 raise IngestConflict(project)
 
         for project, records in rejections.dead_letters.items():
-            dropped = await self.store.put_rejected(project, records, self.dead_letter_limit)
+            dropped = await self.store.rejected.put_rejected(
+                project, records, self.dead_letter_limit
+            )
             if dropped:
                 DEAD_LETTERS_DROPPED.inc(dropped)
         return IngestReport(
@@ -774,7 +765,7 @@ class Ingestor:
             if len(self._settings) >= _CACHE_LIMIT:
                 self._settings.clear()
             settings = self._settings[project] = ProjectSettings.of(
-                await self.store.project_meta(project)
+                await self.store.projects.project_meta(project)
             )
         return settings
 
@@ -803,10 +794,10 @@ class Ingestor:
         tag_keys = settings.attribution_tags
         expected = settings.as_priced
         if project not in self._known_projects:
-            await self.store.add_project(project)
+            await self.store.projects.add_project(project)
             self._known_projects.add(project)
         beyond: list[int] = []
-        await self.store.learn_features()
+        await self.store.ingest.learn_features()
         tier_keys = tier_keys_needed(events, catalog)
         for attempt in range(MAX_APPLY_ATTEMPTS):
             budgets = await self.budgets_of(project, budgets_rev)
@@ -828,7 +819,7 @@ class Ingestor:
                     # that the counters are read (another process may have moved them).
                     hints = self._tier_hints.get(project, {}) if before is not None else {}
                     missing = [k for k in tier_keys if k not in hints]
-                    values = await self.store.tier_cumulatives(project, missing)
+                    values = await self.store.ingest.tier_cumulatives(project, missing)
                     tiers = {**dict(zip(missing, values, strict=True)), **hints}
                     priced = price_events(project, events, catalog, tiers, tag_keys)
                     if not len(priced.batch):
@@ -841,7 +832,11 @@ class Ingestor:
                     # One server: on the wire now, behind the batch before it, so it need not
                     # wait for that one's answer. A cluster: sent once that one has answered.
                     try:
-                        answer = self.store.submit_batch(plan) if self.store.ordered else None
+                        answer = (
+                            self.store.ingest.submit_batch(plan)
+                            if self.store.ingest.ordered
+                            else None
+                        )
                     except BaseException:
                         self._end_turn(project, turn)  # the batches behind must not wait on it
                         raise
@@ -849,7 +844,7 @@ class Ingestor:
                     if answer is None:
                         if before is not None:
                             await asyncio.shield(before)
-                        answer = self.store.apply_batch(plan)
+                        answer = self.store.ingest.apply_batch(plan)
                     outcome = await answer
                 finally:
                     self._end_turn(project, turn)
@@ -860,8 +855,8 @@ class Ingestor:
                 plan = await self._plan(
                     project, priced, catalog, budgets, budgets_rev, duplicates, expected
                 )
-                outcome = await self.store.submit_batch(plan)
-            if outcome.status == 0:
+                outcome = await self.store.ingest.submit_batch(plan)
+            if outcome.status == IngestAnswer.APPLIED:
                 if self.folder is not None:
                     self.folder.touched(project)
                 # What the script's HSETNXs did to the settings, so the cache stays true.
@@ -874,9 +869,9 @@ class Ingestor:
                     beyond,
                 )
             self._tier_hints.pop(project, None)
-            if outcome.status == 4:
+            if outcome.status == IngestAnswer.SETTINGS_CHANGED:
                 return None
-            if outcome.status == 5:
+            if outcome.status == IngestAnswer.PAST_BOUNDS:
                 # The batch would take the project's sums past what they hold: the events
                 # that fit stay (in order), the others are refused; the rest is priced again.
                 refused = _past_bounds(priced, outcome.bounds)
@@ -886,7 +881,7 @@ class Ingestor:
                 if not len(events):
                     return 0, duplicates, 0, events, beyond
                 tier_keys = tier_keys_needed(events, catalog)
-            if outcome.status == 1:
+            if outcome.status == IngestAnswer.DUPLICATES:
                 dup_ids = {priced.batch.events[i].id for i in outcome.duplicate_positions}
                 duplicates += len(dup_ids)
                 events = events.take(
@@ -895,10 +890,10 @@ class Ingestor:
                 if not len(events):
                     return 0, duplicates, 0, events, beyond
                 tier_keys = tier_keys_needed(events, catalog)
-            if outcome.status == 3:
+            if outcome.status == IngestAnswer.BUDGETS_CHANGED:
                 # The project's budgets changed since they were read: read them again.
                 budgets_rev = settings.budgets_rev = outcome.budgets_rev
-            # status 2: a tier counter moved under us; read it again and price again.
+            # TIER_MOVED: a tier counter moved under us; read it again and price again.
         raise IngestConflict(project)
 
     def _end_turn(self, project: str, turn: asyncio.Future[None]) -> None:
@@ -940,7 +935,8 @@ class Ingestor:
             seen_shards=batch.shard,
             expiry_days=[day + expiry for day in batch.day],
             tier_checks=priced.tier_checks,
-            increments=priced.increments,
+            increments=(),
+            tier_increments=priced.tier_increments,
             log_blob=priced.log_entry(),
             currency=catalog.currency or "",
             rate_card=catalog.name,
@@ -959,7 +955,7 @@ class Ingestor:
         cached = self._budgets.get(project)
         if cached is not None and cached[0] == revision:
             return cached[1]
-        budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets(project)]
+        budgets = [_budget_decoder.decode(raw) for raw in await self.store.budgets.budgets(project)]
         self._budgets[project] = (revision, budgets)
         return budgets
 

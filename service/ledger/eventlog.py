@@ -1,9 +1,8 @@
 """The accepted-event log: one entry per accepted batch, enough to price every event again
 and to fold its totals.
 
-An entry is one LZ4-compressed msgpack blob (an LZ4 frame; entries written before the fourth
-session are zlib streams, and are still read). Since the totals are folded from the log
-(service/ledger/folding.py), it is written in columns, its labels coded (format 2):
+An entry is one LZ4-compressed msgpack blob (an LZ4 frame). The totals are folded from the
+log (service/ledger/folding.py), so it is written in columns, its labels coded (format 2):
 
     [2, ids, epoch_us, quantity_micro, cost_nano, tags,
      stages, stage codes, experiments, experiment codes, owners, owner codes,
@@ -16,16 +15,10 @@ and a fold sums events by integers instead of hashing every event's strings. A r
 the SKU's category and "f" (fixed cost) or "e" (elastic), as the card said then; `attributed`
 is the tags the project attributed costs by then (canonical text, "" for none). A fold
 therefore needs neither the rate card nor the project's settings.
-
-Entries written before the fold read the log are rows (format 1, still read):
-
-    [[id, epoch_us, stage, experiment, owner, sku, quantity_micro, tags, cost_nano, version,
-      category], ...]
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -37,7 +30,7 @@ import msgspec
 from costcore import dictionary_encode
 
 from ..events.model import AcceptedEvent, EventIn
-from ..storage.redis_store import Store
+from ..stores import Stores
 
 COLUMNS_FORMAT = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,9 +110,7 @@ class LoggedEvent(NamedTuple):
 
 
 # LZ4, not zlib: it compresses a 5,000-event entry about eight times faster (~0.03 µs an event
-# against ~0.28) for an entry about 1.5 times larger, so a worker compresses it inline; zlib
-# entries (the only kind before) are still read.
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+# against ~0.28) for an entry about 1.5 times larger, so a worker compresses it inline.
 
 
 def compress_log(data: bytes) -> bytes:
@@ -129,11 +120,9 @@ def compress_log(data: bytes) -> bytes:
 
 
 def decompress_log(blob: bytes) -> bytes:
-    """The msgpack bytes of a log entry, LZ4 or zlib."""
-    if blob[:4] == _LZ4_MAGIC:
-        data: bytes = lz4.frame.decompress(blob)
-        return data
-    return zlib.decompress(blob)
+    """The msgpack bytes of a log entry."""
+    data: bytes = lz4.frame.decompress(blob)
+    return data
 
 
 def encode_log(
@@ -176,20 +165,20 @@ def encode_log(
 
 
 def decode_log_entry(blob: bytes) -> CodedLog | None:
-    """A log entry as written, or None for an entry of rows (format 1)."""
+    """A log entry as written, or None for an entry of another format (none is written)."""
     data = decompress_log(blob)
     try:
         raw = _coded_decoder.decode(data)
-    except msgspec.ValidationError:  # rows, or an unknown format
+    except msgspec.ValidationError:  # an unknown format
         return None
     return CodedLog._make(raw[1:]) if raw[0] == COLUMNS_FORMAT else None
 
 
 def decode_log(blob: bytes) -> list[LoggedEvent]:
-    """A log entry (either format) as rows."""
+    """A log entry as rows."""
     raw: list[Any] = _decoder.decode(decompress_log(blob))
     if not (raw and raw[0] == COLUMNS_FORMAT):
-        return [LoggedEvent(*row) for row in raw]
+        raise ValueError(f"a log entry of an unknown format: {raw[:1]!r}")
     e = CodedLog._make(raw[1:])
     stages, experiments, owners, rates = e.stages, e.experiments, e.owners, e.rates
     tags: list[dict[str, str] | None] = raw[5]
@@ -215,12 +204,12 @@ def decode_log(blob: bytes) -> list[LoggedEvent]:
 
 
 async def read_log(
-    store: Store, project: str, last: str
+    store: Stores, project: str, last: str
 ) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
     """Every logged batch of the project up to entry `last`, in the order it was applied."""
     after = "-"
     while last:
-        page = await store.log_entries(project, after=after, count=200)
+        page = await store.ledger.log_entries(project, after=after, count=200)
         if not page:
             return
         for entry_id, blob in page:

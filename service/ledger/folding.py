@@ -17,11 +17,6 @@ background `trainledger serve`'s folding process folds every project every 2 sec
 run otherwise folds, in each worker, the projects it ingested into: `Folder`). Nothing
 is lost if a worker stops between the two steps: the entries stay after the cursor until some
 fold applies them, and a fold that lost the race writes nothing.
-
-Legacy: batches accepted before the totals were folded from the log queued their cell sums
-on the project's pending list (blobs of `CellSums.encode`); `settle` folds those first. Their
-log entries are rows (format 1) and are skipped by the log fold, which is also what keeps a
-worker of that version, running beside this one during an upgrade, from being counted twice.
 """
 
 from __future__ import annotations
@@ -34,12 +29,11 @@ from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-import msgspec
-from redis.exceptions import RedisError
-
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
-from ..storage.redis_store import FIELD_SEP, Keys, Store
+from ..storage.connection import StoreError
+from ..storage.keys import FIELD_SEP, Keys
+from ..stores import Stores
 from .eventlog import CodedLog, decode_log_entry
 from .rollups import rollup_increments
 
@@ -58,14 +52,8 @@ FOLD_INTERVAL_SECONDS = 2.0
 FOLD_MAX_ENTRIES = 4096
 FOLD_MAX_BYTES = 8 << 20
 FOLD_MAX_CELLS = 32768
-# Legacy pending blobs: as many per fold as before.
-FOLD_MAX_BATCHES = 4096
-LEGACY_MAX_BYTES = 32 << 20
 # A fold's sums are exact ints of any size: the store keeps every sum in two limbs and splits
 # an increment past int64 between them (service/storage/limbs.py, docs/exact-money.md).
-
-_blob_decoder = msgspec.msgpack.Decoder()
-
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -119,19 +107,6 @@ class CellSums:
 
     def __bool__(self) -> bool:
         return self.events > 0
-
-    def encode(self) -> bytes:
-        """One msgpack blob: [events, flat (day, dims, cost, quantity, events)..., flat
-        (day, field, cost)..., the hourly cells' events in the same order]."""
-        cells: list[str | int] = []
-        for (day, dims), (cost, quantity, count) in self.cells.items():
-            cells += (day, dims, cost, quantity, count)
-        hourly: list[str | int] = []
-        hourly_events: list[int] = []
-        for (day, field), (cost, count) in self.hourly.items():
-            hourly += (day, field, cost)
-            hourly_events.append(count)
-        return msgspec.msgpack.encode([self.events, cells, hourly, hourly_events])
 
     def add(self, other: CellSums) -> None:
         """Add another batch's sums."""
@@ -199,33 +174,6 @@ class CellSums:
                 have_hour[0] += cost
                 have_hour[1] += count
 
-    def add_blob(self, blob: bytes) -> None:
-        """Add the sums of an encoded `CellSums`."""
-        decoded = _blob_decoder.decode(blob)
-        events, cells, hourly = decoded[:3]
-        # Blobs written before hourly cells counted their events carry no fourth list.
-        hourly_events = decoded[3] if len(decoded) > 3 else [0] * (len(hourly) // 3)
-        self.events += events
-        into = self.cells
-        for i in range(0, len(cells), 5):
-            key = (cells[i], cells[i + 1])
-            have = into.get(key)
-            if have is None:
-                into[key] = [cells[i + 2], cells[i + 3], cells[i + 4]]
-            else:
-                have[0] += cells[i + 2]
-                have[1] += cells[i + 3]
-                have[2] += cells[i + 4]
-        hours = self.hourly
-        for i in range(0, len(hourly), 3):
-            key = (hourly[i], hourly[i + 1])
-            have_hour = hours.get(key)
-            if have_hour is None:
-                hours[key] = [hourly[i + 2], hourly_events[i // 3]]
-            else:
-                have_hour[0] += hourly[i + 2]
-                have_hour[1] += hourly_events[i // 3]
-
     def increments(self, project: str) -> list[tuple[str, str, int]]:
         """Every totals increment these sums make: finest cells (``c|``, ``q|``, ``n|``), the
         daily index, the hourly cells and the roll-ups (with their event count)."""
@@ -265,19 +213,6 @@ class CellSums:
         return out
 
 
-def _sums_of(blobs: Sequence[bytes]) -> tuple[CellSums, int]:
-    """The sums of the first blobs, as many as keep the cells within `FOLD_MAX_CELLS` (at
-    least one); and how many blobs were summed."""
-    sums = CellSums()
-    count = 0
-    for blob in blobs:
-        sums.add_blob(blob)
-        count += 1
-        if len(sums.cells) >= FOLD_MAX_CELLS:
-            break
-    return sums, count
-
-
 # A fold's decoding and summing run in the event loop itself, in slices of about this long
 # between which requests are served: in a thread they would take turns with the requests for
 # the interpreter in 1 ms slices (`trainledger serve`'s switch interval), stretching requests
@@ -295,8 +230,7 @@ def _plan_steps(
     """Steps (one entry each) of summing the first entries: all of them, or fewer when their
     cells pass `FOLD_MAX_CELLS` (sums are exact ints of any size). Returns how many entries
     were summed, and their sums."""
-    # Row entries (format 1, written before the totals were folded from the log) are left
-    # out: their sums went to the legacy pending list.
+    # An entry of an unknown format (none is written) is left out.
     coded: list[CodedLog | None] = []
     for _, blob in entries:
         coded.append(decode_log_entry(blob))
@@ -409,47 +343,22 @@ def _entry_order(entry_id: str) -> tuple[int, int]:
     return (int(ms), int(seq or 0))
 
 
-async def settle(store: Store, project: str) -> int:
+async def settle(store: Stores, project: str) -> int:
     """Fold what is pending for the project, so that a read of its totals that follows sees
     every batch accepted before this call. Returns the batches this call folded (others may
     have been folded meanwhile by another worker)."""
-    cursor, last, legacy, entries = await store.unfolded_entries(
+    cursor, last, entries = await store.ledger.unfolded_entries(
         project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
     )
-    folded = await _settle_legacy(store, project) if legacy else 0
+    folded = 0
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
         count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
-        if await store.fold_log(project, cursor, new_cursor, events, increments):
+        if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
-        cursor, _, _, entries = await store.unfolded_entries(
+        cursor, _, entries = await store.ledger.unfolded_entries(
             project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
-        )
-    return folded
-
-
-def _legacy_plan(
-    project: str, blobs: Sequence[bytes]
-) -> tuple[int, int, list[tuple[str, str, int]]]:
-    sums, count = _sums_of(blobs)
-    return count, sums.events, sums.increments(project)
-
-
-async def _settle_legacy(store: Store, project: str) -> int:
-    """Fold the legacy pending list (see the module's docstring) up to its length now."""
-    head, length, blobs = await store.pending_batches(project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES)
-    target = head + length
-    folded = 0
-    while blobs and head < target:
-        if sum(map(len, blobs)) > 16 * 1024:  # in a thread, as before the log fold
-            count, events, increments = await asyncio.to_thread(_legacy_plan, project, blobs)
-        else:
-            count, events, increments = _legacy_plan(project, blobs)
-        if await store.fold_batches(project, head, count, events, increments):
-            folded += count
-        head, length, blobs = await store.pending_batches(
-            project, FOLD_MAX_BATCHES, LEGACY_MAX_BYTES
         )
     return folded
 
@@ -459,7 +368,7 @@ class Folder:
     the folding process `trainledger serve` runs beside its workers) every project."""
 
     def __init__(
-        self, store: Store, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
+        self, store: Stores, interval: float = FOLD_INTERVAL_SECONDS, every_project: bool = False
     ) -> None:
         self.store = store
         self.interval = interval
@@ -485,12 +394,12 @@ class Folder:
             for project in projects:
                 try:
                     await settle(self.store, project)
-                except RedisError as exc:  # Redis away for a while: try again next round
+                except StoreError as exc:  # Redis away for a while: try again next round
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
 
     async def _add_every_project(self) -> None:
         try:
-            self._touched.update(await self.store.projects())
-        except RedisError as exc:
+            self._touched.update(await self.store.projects.projects())
+        except StoreError as exc:
             log.warning("fold: could not list projects: %s", exc)

@@ -22,8 +22,9 @@ from ..ingest.service import (
 )
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
+from ..storage.keys import Keys
 from ..storage.limbs import CAP_UNITS, bound_units, split_value
-from ..storage.redis_store import Keys, Store
+from ..stores import Stores
 from .eventlog import decode_log_entry, read_log
 from .folding import CellSums, settle, sums_of_log
 from .rollups import live_keys as rollup_keys
@@ -48,7 +49,7 @@ def _add(counters: dict[str, int], field: str, delta: int) -> None:
     counters[field] = counters.get(field, 0) + delta
 
 
-async def rebuild_project(store: Store, rate_cards: RateCards, project: str) -> RebuildReport:
+async def rebuild_project(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport:
     for _ in range(5):
         report = await _rebuild_once(store, rate_cards, project)
         if report is not None:
@@ -56,10 +57,10 @@ async def rebuild_project(store: Store, rate_cards: RateCards, project: str) -> 
     raise RebuildError("events kept arriving while rebuilding; try again when ingestion is quiet")
 
 
-async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> RebuildReport | None:
+async def _rebuild_once(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport | None:
     settings, catalog = await project_catalog(store, rate_cards, project)
-    last = await store.last_log_entry(project)
-    budgets = [_budget_decoder.decode(raw) for raw in await store.budgets(project)]
+    last = await store.ledger.last_log_entry(project)
+    budgets = [_budget_decoder.decode(raw) for raw in await store.budgets.budgets(project)]
     tag_keys = settings.attribution_tags
     hashes: dict[str, dict[str, int]] = {}
     tiers: dict[tuple[str, str], int] = {}
@@ -119,16 +120,18 @@ async def _rebuild_once(store: Store, rate_cards: RateCards, project: str) -> Re
             "its retention, so the totals cannot be re-derived from it"
         )
     await settle(store, project)  # the figure before includes batches still queued
-    daily_before = await store.daily_costs(project)
+    daily_before = await store.ledger.daily_costs(project)
     before = sum(daily_before.values())
-    live = await store.live_total_keys(project) + rollup_keys(project, daily_before)
+    live = await store.ledger.live_total_keys(project) + rollup_keys(project, daily_before)
     live += [Keys.high(k) for k in live if Keys.has_high(k)]
     replace = [k for k, v in hashes.items() if v]
     drop = [k for k in live if k not in hashes]
-    await store.write_staging(project, {k: hashes[k] for k in replace})
-    if not await store.swap_rebuild(project, last, replace, drop, (cost_bound, quantity_bound)):
+    await store.ledger.write_staging(project, {k: hashes[k] for k in replace})
+    if not await store.ledger.swap_rebuild(
+        project, last, replace, drop, (cost_bound, quantity_bound)
+    ):
         return None
-    after_total = sum((await store.daily_costs(project)).values())
+    after_total = sum((await store.ledger.daily_costs(project)).values())
     return RebuildReport(
         project=project,
         events=events,

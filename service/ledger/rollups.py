@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..storage.redis_store import FIELD_SEP, Keys
+from ..storage.keys import FIELD_SEP, Keys
 
 # Positions of the dimensions inside a finest cell's dims (see `ingest._dims`).
 FINE_DIMS: tuple[str, ...] = ("stage", "experiment", "category", "sku", "owner", "fixed", "tags")

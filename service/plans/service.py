@@ -26,7 +26,7 @@ from ..budgets.model import BudgetIn
 from ..budgets.service import create_budget
 from ..costs.queries import cost_report
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .estimate import estimate_plan
 from .model import PlanError, PlanEstimate, PlanIn
 
@@ -113,7 +113,7 @@ async def estimate(rate_cards: RateCards, plan: PlanIn) -> PlanEstimate:
     return estimate_plan(plan, catalog.history.priced(index), card_currency=version.currency)
 
 
-async def register(store: Store, rate_cards: RateCards, plan: PlanIn) -> PlanRecord:
+async def register(store: Stores, rate_cards: RateCards, plan: PlanIn) -> PlanRecord:
     """Save a plan and create its budgets: the whole plan, and each stage, over its window."""
     result = await estimate(rate_cards, plan)
     window = {
@@ -168,19 +168,19 @@ async def register(store: Store, rate_cards: RateCards, plan: PlanIn) -> PlanRec
         estimate=result,
         budget_ids=budget_ids,
     )
-    await store.put_plan(plan.project, plan_id, msgspec.json.encode(record))
+    await store.plans.put_plan(plan.project, plan_id, msgspec.json.encode(record))
     return record
 
 
-async def load(store: Store, project: str, plan_id: str) -> PlanRecord:
-    raw = await store.plan(project, plan_id)
+async def load(store: Stores, project: str, plan_id: str) -> PlanRecord:
+    raw = await store.plans.plan(project, plan_id)
     if raw is None:
         raise PlanNotFound(plan_id)
     return msgspec.json.decode(raw, type=PlanRecord)
 
 
-async def list_plans(store: Store, project: str) -> list[PlanRecord]:
-    return [msgspec.json.decode(raw, type=PlanRecord) for raw in await store.plans(project)]
+async def list_plans(store: Stores, project: str) -> list[PlanRecord]:
+    return [msgspec.json.decode(raw, type=PlanRecord) for raw in await store.plans.plans(project)]
 
 
 def _stage_index(record: PlanRecord, progress: ProgressIn) -> int:
@@ -201,7 +201,9 @@ def _stage_index(record: PlanRecord, progress: ProgressIn) -> int:
     return matches[0]
 
 
-async def report_progress(store: Store, record: PlanRecord, progress: ProgressIn) -> ProgressRecord:
+async def report_progress(
+    store: Stores, record: PlanRecord, progress: ProgressIn
+) -> ProgressRecord:
     index = _stage_index(record, progress)
     stage = record.plan.stages[index]
     if (progress.tokens_done is None) == (progress.fraction_done is None):
@@ -224,7 +226,7 @@ async def report_progress(store: Store, record: PlanRecord, progress: ProgressIn
         tokens_done=progress.tokens_done,
         reported_at=datetime.now(UTC),
     )
-    await store.put_progress(
+    await store.plans.put_progress(
         record.plan.project, {f"{record.id}|{index}": msgspec.json.encode(record_out)}
     )
     return record_out
@@ -235,7 +237,7 @@ def _ratio(num: int, den: int) -> str:
     return f"{scaled // 10_000}.{scaled % 10_000:04d}"
 
 
-async def plan_status(store: Store, record: PlanRecord, now: datetime | None = None) -> PlanStatus:
+async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = None) -> PlanStatus:
     now = now or datetime.now(UTC)
     plan, est = record.plan, record.estimate
     first: date = plan.window_start.astimezone(UTC).date()
@@ -251,7 +253,7 @@ async def plan_status(store: Store, record: PlanRecord, now: datetime | None = N
         actual_category[row.key["category"]] = actual_category.get(row.key["category"], 0) + cost
     progress = {
         int(k.split("|", 1)[1]): msgspec.json.decode(v, type=ProgressRecord)
-        for k, v in (await store.progress(plan.project, record.id)).items()
+        for k, v in (await store.plans.progress(plan.project, record.id)).items()
     }
     # Several plan stages may share a stage name; the ledger's actuals are per name, so a
     # name's actual cost is shared among its plan stages in proportion to their plan.
@@ -326,13 +328,13 @@ async def plan_status(store: Store, record: PlanRecord, now: datetime | None = N
     )
 
 
-async def status_of_plan(store: Store, project: str, plan_id: str) -> PlanStatus:
+async def status_of_plan(store: Stores, project: str, plan_id: str) -> PlanStatus:
     """The plan against its actual spend now. Raises PlanNotFound."""
     return await plan_status(store, await load(store, project, plan_id))
 
 
 async def report_plan_progress(
-    store: Store, project: str, plan_id: str, progress: ProgressIn
+    store: Stores, project: str, plan_id: str, progress: ProgressIn
 ) -> ProgressRecord:
     """Raises PlanNotFound, or PlanError for a report that does not fit the plan."""
     return await report_progress(store, await load(store, project, plan_id), progress)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..auth.model import Principal
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .model import ProjectIn, ProjectSettings, ProjectView, settings_fields
 
 
@@ -28,19 +28,19 @@ class NothingToChange(Exception):
     pass
 
 
-async def project_settings(store: Store, project: str) -> ProjectSettings:
-    return ProjectSettings.of(await store.project_meta(project))
+async def project_settings(store: Stores, project: str) -> ProjectSettings:
+    return ProjectSettings.of(await store.projects.project_meta(project))
 
 
 async def project_catalog(
-    store: Store, rate_cards: RateCards, project: str
+    store: Stores, rate_cards: RateCards, project: str
 ) -> tuple[ProjectSettings, PricingCatalog | None]:
     """The project's settings and the catalog of the rate card it is priced by (None: gone)."""
     settings = await project_settings(store, project)
     return settings, await rate_cards.catalog(settings.rate_card)
 
 
-async def project_currency(store: Store, rate_cards: RateCards, project: str) -> str:
+async def project_currency(store: Stores, rate_cards: RateCards, project: str) -> str:
     """The currency the project's money is shown in ("" when none is known)."""
     settings = await project_settings(store, project)
     if settings.currency:
@@ -49,16 +49,16 @@ async def project_currency(store: Store, rate_cards: RateCards, project: str) ->
     return settings.ledger_currency(catalog.currency if catalog else None)
 
 
-async def visible_projects(store: Store, principal: Principal) -> list[str]:
-    return [p for p in await store.projects() if principal.can_access(p)]
+async def visible_projects(store: Stores, principal: Principal) -> list[str]:
+    return [p for p in await store.projects.projects() if principal.can_access(p)]
 
 
-async def project_view(store: Store, project: str) -> ProjectView:
+async def project_view(store: Stores, project: str) -> ProjectView:
     return ProjectView.of(project, await project_settings(store, project))
 
 
 async def change_settings(
-    store: Store, rate_cards: RateCards, project: str, change: ProjectIn
+    store: Stores, rate_cards: RateCards, project: str, change: ProjectIn
 ) -> ProjectView:
     """Choose the rate card and/or the attribution tags. Raises UnknownRateCard,
     CurrencyConflict (a ledger keeps its currency) or NothingToChange, before any write."""
@@ -75,5 +75,5 @@ async def change_settings(
     fields = settings_fields(change.rate_card, card_currency, change.attribution_tags)
     if not fields:
         raise NothingToChange()
-    await store.set_project_fields(project, fields)
+    await store.projects.set_project_fields(project, fields)
     return await project_view(store, project)

@@ -14,7 +14,7 @@ import msgspec
 from costcore import RateTable
 from costcore.rates import RateRow
 
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .model import PricedSku, RateCardHistory, RateCardIn, RateCardVersion
 
 _version_decoder = msgspec.json.Decoder(RateCardVersion)
@@ -50,7 +50,7 @@ def build_catalog(name: str, revision: int, versions: list[RateCardVersion]) -> 
 class RateCards:
     """Reads and writes rate cards; hands out pricing catalogs, rebuilt only on a new revision."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Stores) -> None:
         self.store = store
         self._cache: dict[str, PricingCatalog] = {}
 
@@ -65,19 +65,21 @@ class RateCards:
             description=card.description,
         )
         # The store numbers versions atomically; the number is the hash field, not in the JSON.
-        version.version = await self.store.put_rate_card_version(name, msgspec.json.encode(version))
+        version.version = await self.store.ratecards.put_rate_card_version(
+            name, msgspec.json.encode(version)
+        )
         return version
 
     async def versions(self, name: str) -> list[RateCardVersion]:
         versions = []
-        for number, raw in await self.store.rate_card_versions(name):
+        for number, raw in await self.store.ratecards.rate_card_versions(name):
             version = _version_decoder.decode(raw)
             version.version = number
             versions.append(version)
         return versions
 
     async def catalog(self, name: str) -> PricingCatalog | None:
-        revision = await self.store.rate_card_revision(name)
+        revision = await self.store.ratecards.rate_card_revision(name)
         if revision == 0:
             return None
         cached = self._cache.get(name)

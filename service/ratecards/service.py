@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..auth.model import Principal
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .catalog import RateCards
 from .model import RateCardIn, RateCardVersion, RateCardView, validate_rate_card
 
@@ -20,8 +20,8 @@ class RateCardNotFound(Exception):
         self.name = name
 
 
-async def rate_card_names(store: Store) -> list[str]:
-    return await store.rate_card_names()
+async def rate_card_names(store: Stores) -> list[str]:
+    return await store.ratecards.rate_card_names()
 
 
 async def add_version(

@@ -63,7 +63,7 @@ class OrderedLane:
     @classmethod
     def for_client(cls, client: aioredis.Redis | RedisCluster) -> OrderedLane | None:
         """A lane connecting as `client`'s pool does (address, TLS, AUTH, db, timeouts, and
-        the store's large send buffer: `Store.from_url` sets the pool's connection_class);
+        the store's large send buffer: `Connection.from_url` sets the pool's connection_class);
         None for a cluster client."""
         if isinstance(client, RedisCluster):
             return None

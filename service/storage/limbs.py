@@ -6,7 +6,7 @@ field itself and a high limb ``hi`` in the same field of the key's high hash
 a thousand units of micro). Both limbs are int64 fields moved by HINCRBY (exact, atomic).
 The proof that no HINCRBY of a script fails, and so that no script stops after a partial
 write, is in docs/exact-money.md; this module is the Python reference of the rules the Lua
-scripts follow (service/storage/redis_store.py: ``_LIMBS_LUA``), held equal to them by
+scripts follow (service/storage/scripts/apply_increments.lua), held equal to them by
 tests/integration/ledger/test_exact_money.py.
 
 * An increment ``d`` with ``0 <= d <= MAX_LO_DELTA`` goes whole into the low limb (the usual

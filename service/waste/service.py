@@ -13,7 +13,7 @@ from ..projects.model import WASTE_POLICY_FIELD
 from ..projects.service import project_catalog, project_settings
 from ..ratecards.catalog import RateCards
 from ..ratecards.model import PricedSku
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .model import ProgressPoint, WastePolicy, WasteReport
 from .report import find_waste
 
@@ -30,17 +30,19 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
     time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
-async def waste_policy(store: Store, project: str) -> WastePolicy:
+async def waste_policy(store: Stores, project: str) -> WastePolicy:
     raw = (await project_settings(store, project)).waste_policy
     return msgspec.json.decode(raw, type=WastePolicy) if raw else WastePolicy()
 
 
-async def set_waste_policy(store: Store, project: str, policy: WastePolicy) -> WastePolicy:
-    await store.set_project_fields(project, {POLICY_FIELD: msgspec.json.encode(policy).decode()})
+async def set_waste_policy(store: Stores, project: str, policy: WastePolicy) -> WastePolicy:
+    await store.projects.set_project_fields(
+        project, {POLICY_FIELD: msgspec.json.encode(policy).decode()}
+    )
     return policy
 
 
-async def add_progress(store: Store, project: str, data: ExperimentProgressIn) -> ProgressPoint:
+async def add_progress(store: Stores, project: str, data: ExperimentProgressIn) -> ProgressPoint:
     point = msgspec.convert(
         {
             "time": (data.time or datetime.now(UTC)).isoformat(),
@@ -50,12 +52,12 @@ async def add_progress(store: Store, project: str, data: ExperimentProgressIn) -
         },
         ProgressPoint,
     )
-    await store.add_experiment_progress(project, data.experiment, msgspec.json.encode(point))
+    await store.waste.add_experiment_progress(project, data.experiment, msgspec.json.encode(point))
     return point
 
 
 async def waste_report(
-    store: Store,
+    store: Stores,
     rate_cards: RateCards,
     project: str,
     window_from: date | None,
@@ -69,11 +71,11 @@ async def waste_report(
         for index in range(len(catalog.history.versions)):  # later versions override
             skus.update(catalog.history.priced(index))
     events: list[LoggedEvent] = []
-    async for _, rows in read_log(store, project, await store.last_log_entry(project)):
+    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
         events.extend(rows)
     progress = {
         experiment: msgspec.json.decode(raw, type=list[ProgressPoint])
-        for experiment, raw in (await store.experiment_progress(project)).items()
+        for experiment, raw in (await store.waste.experiment_progress(project)).items()
     }
     return find_waste(
         project,

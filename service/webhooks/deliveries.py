@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..budgets.service import AlertView
-from ..storage.redis_store import Store
+from ..stores import Stores
 
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 DELIVERY_STATUSES: tuple[str, ...] = ("pending", "failed", "delivered")
@@ -112,10 +112,10 @@ def delivery_view(record: DeliveryRecord) -> DeliveryView:
 
 
 async def list_deliveries(
-    store: Store, project: str, status: DeliveryStatus | None, offset: int, limit: int
+    store: Stores, project: str, status: DeliveryStatus | None, offset: int, limit: int
 ) -> DeliveryPage:
     statuses = [status] if status is not None else list(DELIVERY_STATUSES)
-    raws, total = await store.delivery_page(project, statuses, offset, limit)
+    raws, total = await store.webhooks.delivery_page(project, statuses, offset, limit)
     items = [delivery_view(delivery_decoder.decode(r)) for r in raws]
     end = offset + limit
     return DeliveryPage(
@@ -133,12 +133,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def redeliver(store: Store, project: str, ids: Sequence[str] | None) -> RedeliverReport:
+async def redeliver(store: Stores, project: str, ids: Sequence[str] | None) -> RedeliverReport:
     """Queue failed deliveries again, with a fresh set of attempts and the same webhook-id."""
     moved: list[str] = []
     if ids is None:
         for _ in range(1000):  # each round moves up to 1000; stop when none is left
-            batch = await store.failed_delivery_ids(project, 1000)
+            batch = await store.webhooks.failed_delivery_ids(project, 1000)
             done = await _redeliver_ids(store, project, batch)
             moved += done
             if not done:
@@ -152,10 +152,10 @@ async def redeliver(store: Store, project: str, ids: Sequence[str] | None) -> Re
     )
 
 
-async def _redeliver_ids(store: Store, project: str, ids: Sequence[str]) -> list[str]:
+async def _redeliver_ids(store: Stores, project: str, ids: Sequence[str]) -> list[str]:
     now = now_ms()
     items = []
-    for did, raw in zip(ids, await store.delivery_records(project, ids), strict=True):
+    for did, raw in zip(ids, await store.webhooks.delivery_records(project, ids), strict=True):
         if raw is None:
             continue
         record = delivery_decoder.decode(raw)
@@ -170,4 +170,4 @@ async def _redeliver_ids(store: Store, project: str, ids: Sequence[str]) -> list
             redeliveries=record.redeliveries + 1,
         )
         items.append((did, raw, msgspec.json.encode(fresh)))
-    return await store.redeliver(project, now, items)
+    return await store.webhooks.redeliver(project, now, items)

@@ -12,7 +12,7 @@ from costcore.money import format_money, parse_money
 
 from ..budgets.service import AlertView, find_budget
 from ..costs.queries import cost_report
-from ..storage.redis_store import Store
+from ..stores import Stores
 from .formats import AlertMessage
 
 TOP_DRIVERS = 5
@@ -46,7 +46,7 @@ def _day_range(bounds: tuple[datetime, datetime]) -> tuple[date, date]:
 
 
 async def top_drivers(
-    store: Store, view: AlertView, days: tuple[date, date] | None
+    store: Stores, view: AlertView, days: tuple[date, date] | None
 ) -> list[dict[str, str]]:
     """The largest (SKU, stage) costs of the alert's project over its period, narrowed to
     the budget's stage, category, experiment and owner when it has them (tags are not kept
@@ -80,7 +80,7 @@ def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str 
     return format_money(parse_money(Decimal(view.spent)) * length // elapsed)
 
 
-async def alert_message(store: Store, view: AlertView, public_url: str) -> AlertMessage:
+async def alert_message(store: Stores, view: AlertView, public_url: str) -> AlertMessage:
     """The message for one alert: what crossed what and by how much, the top cost drivers over
     the alert's period, and links back to the API."""
     window: tuple[datetime, datetime] | None = None

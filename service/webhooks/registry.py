@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, Unsealable
+from ..stores import Stores
 from .formats import AlertMessage, build_request
 from .redaction import redacted_url
 from .signing import generate_secret
@@ -249,7 +249,7 @@ def created_view(record: WebhookRecord) -> WebhookCreated:
 
 
 async def create_webhook(
-    store: Store,
+    store: Stores,
     data: WebhookIn,
     allowlist: AllowList | Sequence[str] = (),
     resolver: Resolver | None = None,
@@ -269,7 +269,7 @@ async def create_webhook(
         raise WebhookError("$.url", str(exc)) from exc
     except (UnresolvedTarget, TimeoutError):
         pass
-    await store.put_webhook(record.id, seal_webhook(record, sealer))
+    await store.webhooks.put_webhook(record.id, seal_webhook(record, sealer))
     origin = f"{target.scheme}://{target.host}:{target.port}"  # never the path or query
     log.info("webhook %s registered (%s, %s)", record.id, record.format, origin)
     return record
@@ -279,11 +279,11 @@ async def create_webhook(
 _reported_unsealable: set[str] = set()
 
 
-async def load_webhooks(store: Store, sealer: Sealer) -> list[WebhookRecord]:
+async def load_webhooks(store: Stores, sealer: Sealer) -> list[WebhookRecord]:
     """Every webhook, its URL and secret opened. One the key cannot open is kept (listed,
     deletable; its deliveries fail with the reason) and logged once per process."""
     out = []
-    for webhook_id, raw in (await store.webhooks()).items():
+    for webhook_id, raw in (await store.webhooks.webhooks()).items():
         try:
             record = open_webhook(raw, sealer)
         except msgspec.DecodeError:
@@ -296,12 +296,12 @@ async def load_webhooks(store: Store, sealer: Sealer) -> list[WebhookRecord]:
     return out
 
 
-async def reseal_webhooks(store: Store, sealer: Sealer) -> tuple[int, int]:
+async def reseal_webhooks(store: Stores, sealer: Sealer) -> tuple[int, int]:
     """Seal every stored webhook still sealed with an older key again with the first one
     (key rotation). Returns (resealed, unopenable). A webhook changed or deleted meanwhile
     is left as it is now."""
     resealed = unopenable = 0
-    for webhook_id, raw in (await store.webhooks()).items():
+    for webhook_id, raw in (await store.webhooks.webhooks()).items():
         try:
             stored = _stored_decoder.decode(raw)
         except msgspec.DecodeError:
@@ -313,7 +313,7 @@ async def reseal_webhooks(store: Store, sealer: Sealer) -> tuple[int, int]:
         except Unsealable:
             unopenable += 1
             continue
-        if await store.replace_webhook(webhook_id, raw, msgspec.json.encode(fresh)):
+        if await store.webhooks.replace_webhook(webhook_id, raw, msgspec.json.encode(fresh)):
             resealed += 1
     return resealed, unopenable
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..auth.model import Principal
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer
+from ..stores import Stores
 from .registry import (
     WebhookCreated,
     WebhookError,
@@ -45,7 +45,7 @@ def visible(principal: Principal, webhook: WebhookRecord) -> bool:
 
 
 async def register_webhook(
-    store: Store,
+    store: Stores,
     sealer: Sealer,
     principal: Principal,
     data: WebhookIn,
@@ -64,16 +64,18 @@ async def register_webhook(
     return created_view(record)
 
 
-async def visible_webhooks(store: Store, sealer: Sealer, principal: Principal) -> list[WebhookView]:
+async def visible_webhooks(
+    store: Stores, sealer: Sealer, principal: Principal
+) -> list[WebhookView]:
     return [webhook_view(w) for w in await load_webhooks(store, sealer) if visible(principal, w)]
 
 
 async def remove_webhook(
-    store: Store, sealer: Sealer, principal: Principal, webhook_id: str
+    store: Stores, sealer: Sealer, principal: Principal, webhook_id: str
 ) -> None:
     """Raises WebhookNotFound (also for one the token may not see)."""
     webhooks = await load_webhooks(store, sealer)
     found = [w for w in webhooks if w.id == webhook_id]
     if not found or not visible(principal, found[0]):
         raise WebhookNotFound(webhook_id)
-    await store.delete_webhook(webhook_id)
+    await store.webhooks.delete_webhook(webhook_id)

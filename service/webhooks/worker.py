@@ -44,8 +44,8 @@ import msgspec
 from .. import __version__
 from ..budgets.service import AlertView, alert_view
 from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
-from ..storage.redis_store import Store
 from ..storage.sealing import Sealer, load_sealer
+from ..stores import Stores
 from .config import DeliveryConfig, parse_retry_after, retry_delay
 from .deliveries import DeliveryRecord, delivery_decoder, delivery_id, now_ms
 from .formats import AlertMessage, OutgoingRequest, build_request
@@ -114,7 +114,7 @@ class DeliveryWorker:
 
     def __init__(
         self,
-        store: Store,
+        store: Stores,
         config: DeliveryConfig,
         public_url: str,
         *,
@@ -208,9 +208,9 @@ class DeliveryWorker:
         webhooks = await load_webhooks(self.store, self.sealer)
         created = 0
         idle_ms = int(self.config.claim_idle_s * 1000)
-        for project in await self.store.projects():
+        for project in await self.store.projects.projects():
             while True:
-                entries = await self.store.alerts_to_dispatch(
+                entries = await self.store.webhooks.alerts_to_dispatch(
                     project, DELIVERY_GROUP, self.consumer, self.config.batch, idle_ms
                 )
                 for entry_id, fields_ in entries:
@@ -253,7 +253,9 @@ class DeliveryWorker:
                         next_at=now,
                     )
                     records.append((did, msgspec.json.encode(record)))
-        created = await self.store.dispatch_alert(project, DELIVERY_GROUP, entry_id, now, records)
+        created = await self.store.webhooks.dispatch_alert(
+            project, DELIVERY_GROUP, entry_id, now, records
+        )
         if fields_ is not None and view_kind is not None:
             ALERTS_FIRED.labels(view_kind).inc()
         return created
@@ -263,7 +265,7 @@ class DeliveryWorker:
     async def claim(self, limit: int) -> list[_Job]:
         """Lease up to `limit` due deliveries across the projects."""
         jobs: list[_Job] = []
-        projects = await self.store.projects()
+        projects = await self.store.projects.projects()
         if not projects:
             return jobs
         webhooks = {w.id: w for w in await load_webhooks(self.store, self.sealer)}
@@ -273,7 +275,7 @@ class DeliveryWorker:
                 break
             now = self._clock()
             token = now + max(int(self.config.lease_s * 1000), 1)
-            for did, raw in await self.store.claim_deliveries(
+            for did, raw in await self.store.webhooks.claim_deliveries(
                 project, now, token, limit - len(jobs)
             ):
                 webhook_id = did.rsplit("|", 1)[-1]
@@ -443,7 +445,7 @@ class DeliveryWorker:
             changes.update(status="failed", next_at=None, failed_at=now)
             score = now
         updated = msgspec.structs.replace(record, **changes)
-        kept = await self.store.settle_delivery(
+        kept = await self.store.webhooks.settle_delivery(
             job.project,
             job.delivery_id,
             job.token,

@@ -14,7 +14,9 @@ import asyncio
 
 import httpx
 from trainledger.auth.model import Principal, mint
-from trainledger.storage.redis_store import Keys, LastUnscopedAdmin, Store
+from trainledger.auth.store import LastUnscopedAdmin
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, Api, sync_client
 
@@ -193,27 +195,24 @@ async def test_two_unscoped_admins_revoking_each_other_at_once_leave_one(api: Ap
             assert [t["id"] for t in left] == [id_a]
 
 
-async def test_admins_stored_before_the_rule_still_count(clean_redis: str) -> None:
-    """Tokens stored by an earlier version (record and index only) are found when revoking."""
-    store = Store.from_url(clean_redis)
+async def test_the_store_keeps_the_last_unscoped_admin(clean_redis: str) -> None:
+    """The store itself refuses to revoke the last admin token for every project."""
+    store = Stores.from_url(clean_redis)
     try:
-        client = sync_client(clean_redis)
         ids = []
         for _ in range(2):
             _, digest, record = mint("admin", None, "old")
-            client.hset(Keys.token(digest), mapping=record)
-            client.hset(Keys.token_index(), record["id"], digest)
+            await store.tokens.put_token(digest, record["id"], record)
             ids.append(record["id"])
-        client.close()
-        assert await store.revoke_token(ids[0])
+        assert await store.tokens.revoke_token(ids[0])
         try:
-            await store.revoke_token(ids[1])
+            await store.tokens.revoke_token(ids[1])
         except LastUnscopedAdmin:
             pass
         else:
             raise AssertionError("revoked the last unscoped admin")
-        assert [r["id"] for r in await store.token_records()] == [ids[1]]
-        assert not await store.revoke_token("no-such-id")
+        assert [r["id"] for r in await store.tokens.token_records()] == [ids[1]]
+        assert not await store.tokens.revoke_token("no-such-id")
     finally:
         await store.close()
 

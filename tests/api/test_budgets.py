@@ -213,11 +213,11 @@ async def test_a_batch_priced_before_a_budget_existed_still_counts_for_it(
 ) -> None:
     """The ingest script refuses a batch priced with an old list of budgets (it is priced
     again), so a budget created between pricing and applying does not miss it."""
-    from trainledger.storage.redis_store import IngestPlan
+    from trainledger.ingest.store import IngestPlan
 
     await put_card(api)
     await post(api, [event("first", "4", time=this_month())])  # 10.00, before any budget
-    meta = await store.project_meta("llm")
+    meta = await store.projects.project_meta("llm")
     stale_rev = meta.get("budgets_rev", "0")
     await make_budget(api, thresholds=[100])
     plan = IngestPlan(
@@ -234,7 +234,7 @@ async def test_a_batch_priced_before_a_budget_existed_still_counts_for_it(
         log_min_id="",
         budgets_rev=stale_rev,
     )
-    outcome = await store.apply_batch(plan)
+    outcome = await store.ingest.apply_batch(plan)
     assert outcome.status == 3 and outcome.budgets_rev != stale_rev
     # Through the real path (the ingestor reads the budgets again on status 3): the budget
     # counts both the spend before it existed and the new batch.

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from trainledger.config import Settings
 from trainledger.ingest.service import DEAD_LETTER_EVENT_BYTES
-from trainledger.storage.redis_store import Keys
+from trainledger.storage.keys import Keys
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, ServerThread, event, make_admin_token, sync_client

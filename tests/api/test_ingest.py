@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import msgspec
-from trainledger.storage.redis_store import IngestPlan, Keys, Store
+from trainledger.ingest.store import IngestPlan
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, Api, ServerThread, event, sync_client
 
@@ -261,7 +263,7 @@ async def test_tiers_stay_exact_under_concurrent_writers(api: Api) -> None:
         await asyncio.to_thread(second.stop)
 
 
-async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store: Store) -> None:
+async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store: Stores) -> None:
     """The ingest script finds an id already seen: it must undo its own marks and write nothing."""
     await put_card(api)
     await post(api, [event("seen", "1")])
@@ -280,7 +282,7 @@ async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store
         duplicates_seen=0,
         log_min_id="",
     )
-    outcome = await store.apply_batch(plan)
+    outcome = await store.ingest.apply_batch(plan)
     assert outcome.status == 1 and outcome.duplicate_positions == (1,)
     after = {k: client.dump(k) for k in client.keys("tl:{p:llm}:*")}
     assert after == before
@@ -294,12 +296,12 @@ async def test_duplicate_inside_the_script_leaves_nothing_behind(api: Api, store
             "tier_checks": [("209901", "x", 7)],
         }
     )
-    assert (await store.apply_batch(moved)).status == 2
+    assert (await store.ingest.apply_batch(moved)).status == 2
     assert {k: client.dump(k) for k in client.keys("tl:{p:llm}:*")} == before
 
 
 def _shard(event_id: str) -> int:
-    from trainledger.storage.redis_store import seen_shard
+    from trainledger.storage.keys import seen_shard
 
     return seen_shard(event_id)
 
@@ -350,15 +352,15 @@ async def test_dropping_dead_letters(api: Api) -> None:
     assert [i["id"] for i in page["items"]] == ["d2"]
 
 
-async def test_expired_ids_are_swept_and_live_ones_kept(api: Api, store: Store) -> None:
+async def test_expired_ids_are_swept_and_live_ones_kept(api: Api, store: Stores) -> None:
     await put_card(api)
     old = (datetime.now(UTC) - timedelta(days=30)).isoformat()
     await post(api, [event("old", "1", time=old), event("new", "1")])
     today = (datetime.now(UTC) - datetime(1970, 1, 1, tzinfo=UTC)).days
     # Nothing has expired yet: both ids stay and still deduplicate.
-    assert await store.sweep_seen("llm", today) == 0
+    assert await store.ingest.sweep_seen("llm", today) == 0
     # A week on, the 30-day-old event is past the 35-day window (ids are kept one spare day).
-    assert await store.sweep_seen("llm", today + 6) == 0
-    assert await store.sweep_seen("llm", today + 7) == 1
+    assert await store.ingest.sweep_seen("llm", today + 6) == 0
+    assert await store.ingest.sweep_seen("llm", today + 7) == 1
     again = await post(api, [event("new", "1")])
     assert again["duplicates"] == 1

@@ -40,7 +40,8 @@ import pytest
 import standardwebhooks
 from litestar import Litestar
 from trainledger.config import Settings
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 from trainledger.webhooks.config import DeliveryConfig, parse_retry_after, retry_delay
 from trainledger.webhooks.redaction import redacted_url
 from trainledger.webhooks.registry import check_target
@@ -193,7 +194,7 @@ def _attach_worker(server: ServerThread, redis_url: str, config: DeliveryConfig)
             assert wired.config == config, "the app's worker must read DeliveryConfig.from_env()"
             return
         if config.enabled:
-            store = Store.from_url(redis_url)
+            store = Stores.from_url(redis_url)
             worker = DeliveryWorker(store, config, PUBLIC_URL, allowlist=LOOPBACK)
             held.update(store=store, task=asyncio.create_task(worker.run()))
 
@@ -233,8 +234,8 @@ async def ledger(
 
 
 @contextlib.asynccontextmanager
-async def store_of(redis_url: str) -> AsyncIterator[Store]:
-    store = Store.from_url(redis_url)
+async def store_of(redis_url: str) -> AsyncIterator[Stores]:
+    store = Stores.from_url(redis_url)
     try:
         yield store
     finally:
@@ -584,7 +585,9 @@ async def test_an_alert_read_by_a_worker_that_died_is_delivered_by_another(
             await post(api, [event("c1", "3", time=this_month())])
             (alert_id,) = await alert_ids(api)
             # A worker reads the alert from the group, then dies before queueing it.
-            read = await store.alerts_to_dispatch("llm", DELIVERY_GROUP, "dead", 100, 10**9)
+            read = await store.webhooks.alerts_to_dispatch(
+                "llm", DELIVERY_GROUP, "dead", 100, 10**9
+            )
             assert len(read) == 1
             survivor = DeliveryWorker(
                 store,
@@ -628,8 +631,8 @@ async def test_a_delivery_leased_by_a_dead_sender_is_sent_after_the_lease(
             now = datetime.now(UTC)
             now_ms = int(now.timestamp() * 1000)
             long_token, short_token = now_ms + 600_000, now_ms + 300
-            ((long_id, _),) = await store.claim_deliveries("llm", now_ms, long_token, 1)
-            ((short_id, short_claimed),) = await store.claim_deliveries(
+            ((long_id, _),) = await store.webhooks.claim_deliveries("llm", now_ms, long_token, 1)
+            ((short_id, short_claimed),) = await store.webhooks.claim_deliveries(
                 "llm", now_ms, short_token, 1
             )
 
@@ -641,7 +644,7 @@ async def test_a_delivery_leased_by_a_dead_sender_is_sent_after_the_lease(
             states = {d["id"]: d["status"] for d in (await deliveries(api))["items"]}
             assert states == {short_id: "delivered", long_id: "pending"}
             # The dead sender's late outcome is not recorded: its lease is gone.
-            assert not await store.settle_delivery(
+            assert not await store.webhooks.settle_delivery(
                 "llm", short_id, short_token, short_claimed, b"{}", "failed", now_ms
             )
             assert {d["id"]: d["status"] for d in (await deliveries(api))["items"]} == states

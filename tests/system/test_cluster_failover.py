@@ -28,12 +28,9 @@ from trainledger.auth.model import mint
 from trainledger.http.deadline import raised_inside_redis
 from trainledger.ledger.eventlog import decode_log
 from trainledger.ledger.folding import settle
-from trainledger.storage.redis_store import (
-    Keys,
-    Store,
-    cluster_options,
-    cluster_request_timeout_ms,
-)
+from trainledger.storage.connection import cluster_options, cluster_request_timeout_ms
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests import failover_scenario
 from tests.api.test_ingest import put_card
@@ -137,20 +134,20 @@ async def wait_for(check: object, what: str, timeout: float = 120.0) -> None:
 async def counted(url: str, project: str) -> tuple[int, list[str], int]:
     """What the store holds for the project: its accepted counter, every event id in its log
     (in log order, repeats kept), and the sum of its daily totals (nano)."""
-    store = Store.from_url(url)
+    store = Stores.from_url(url)
     try:
-        meta = await store.project_meta(project)
+        meta = await store.projects.project_meta(project)
         ids: list[str] = []
         after = "-"
         while True:
-            page = await store.log_entries(project, after=after, count=200)
+            page = await store.ledger.log_entries(project, after=after, count=200)
             if not page:
                 break
             for entry_id, blob in page:
                 after = entry_id
                 ids += [row.id for row in decode_log(blob)]
         await settle(store, project)
-        cost = sum((await store.daily_costs(project)).values())
+        cost = sum((await store.ledger.daily_costs(project)).values())
         return int(meta.get("accepted", "0")), ids, cost
     finally:
         await store.close()
@@ -349,9 +346,9 @@ async def test_projects_on_other_shards_do_not_depend_on_a_dead_master(
                 assert r.status_code == 200, r.text
         now = int(time.time())
         token, digest, record = _token_pinned_to(cluster, victim, range(now + 2, now + 6))
-        store = Store.from_url(cluster.url)
+        store = Stores.from_url(cluster.url)
         try:
-            await store.put_token(digest, record["id"], record)
+            await store.tokens.put_token(digest, record["id"], record)
         finally:
             await store.close()
         with contextlib.closing(cluster.replica_of(victim).client()) as r:

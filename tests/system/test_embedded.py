@@ -25,7 +25,7 @@ import pytest
 import redis
 from trainledger.cli.serve import ensure_admin_token
 from trainledger.storage.embedded import EmbeddedValkey, redact
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from tests.conftest import event, free_port, wait_until_ready
 from tests.system.test_restart import EVENTS, EXPECTED_TOTAL, REPO, TEST_CARD, http, snapshot
@@ -332,7 +332,7 @@ def test_data_dir_is_0700_and_its_files_0600(tmp_path: Path) -> None:
         data = Path(tempfile.mkdtemp(prefix="tl-")) / "d"
 
     async def first_start(url: str) -> None:
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         assert await ensure_admin_token(store, data) is not None
         await store.close()
 

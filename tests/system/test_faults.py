@@ -38,7 +38,7 @@ import httpx
 import pytest
 import uvicorn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 from trainledger.webhooks.config import DeliveryConfig
 
 from tests.api.test_budgets import this_month
@@ -430,10 +430,10 @@ def kill_between_apply_and_answer(
     pid = svc.proc.pid
 
     async def watch() -> int:
-        store = Store.from_url(redis_url)
+        store = Stores.from_url(redis_url)
 
         async def applied() -> int:
-            return int((await store.project_meta(project)).get("accepted", 0))
+            return int((await store.projects.project_meta(project)).get("accepted", 0))
 
         try:
             for _ in range(1_000_000):

@@ -29,7 +29,8 @@ from trainledger.ingest.service import Ingestor
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.conftest import (
     TEST_CARD,
@@ -255,7 +256,7 @@ async def test_killed_valkey_keeps_acknowledged_writes(data_dir: Path) -> None:
     url = valkey.start()
     admin = Principal("test", "admin", None)
     try:
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         cards = RateCards(store)
         await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
         ingestor = Ingestor(store, cards)
@@ -271,11 +272,11 @@ async def test_killed_valkey_keeps_acknowledged_writes(data_dir: Path) -> None:
     again = EmbeddedValkey(data)
     assert again.start() == url
     try:
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         after = await cost_report(store, "llm", None, None, ["day", "sku", "stage"], {})
         assert after == before
-        assert (await store.rejected_page("llm", 0, 10))[1] == 1
-        assert [v for v, _ in await store.rate_card_versions("default")] == [1]
+        assert (await store.rejected.rejected_page("llm", 0, 10))[1] == 1
+        assert [v for v, _ in await store.ratecards.rate_card_versions("default")] == [1]
         # Event ids were kept too: re-ingesting finds only duplicates.
         ingestor = Ingestor(store, RateCards(store))
         items, _ = decode_events(msgspec.json.encode(EVENTS[:5]), JSON)

@@ -24,7 +24,6 @@ import redis
 from cryptography.fernet import Fernet
 from trainledger.cli.serve import ensure_secret_key
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Store
 from trainledger.storage.sealing import (
     KEY_ENV,
     KEY_FILE_NAME,
@@ -33,6 +32,7 @@ from trainledger.storage.sealing import (
     Unsealable,
     load_sealer,
 )
+from trainledger.stores import Stores
 from trainledger.webhooks.registry import (
     WebhookIn,
     create_webhook,
@@ -288,7 +288,7 @@ def new_key() -> str:
 
 
 async def test_rotation_reseals_with_the_first_key_and_a_stale_key_is_refused(
-    store: Store,
+    store: Stores,
 ) -> None:
     old, new = new_key(), new_key()
     url = "https://hooks.example/in?token=query-secret-1"
@@ -309,7 +309,7 @@ async def test_rotation_reseals_with_the_first_key_and_a_stale_key_is_refused(
 
 
 async def test_serve_refuses_to_start_without_a_usable_key(
-    clean_redis: str, tmp_path: Path, store: Store
+    clean_redis: str, tmp_path: Path, store: Stores
 ) -> None:
     """An external Redis needs the key given (a server alone must not invent one that the
     others sharing the Redis do not have); a malformed key, a missing key file, or a key
@@ -361,7 +361,7 @@ def test_keys_from_the_environment_a_file_or_the_data_dir(tmp_path: Path) -> Non
     assert not (tmp_path / "empty").exists()
 
 
-async def test_a_sealed_url_copied_into_another_webhook_is_refused(store: Store) -> None:
+async def test_a_sealed_url_copied_into_another_webhook_is_refused(store: Stores) -> None:
     """Someone able to write to Redis cannot point one webhook's alerts at another's URL by
     copying the sealed value across: it carries the id of the webhook it was sealed for."""
     sealer = Sealer.generate()
@@ -374,9 +374,11 @@ async def test_a_sealed_url_copied_into_another_webhook_is_refused(store: Store)
         resolver=_public,
         sealer=sealer,
     )
-    raw = await store.webhooks()
+    raw = await store.webhooks.webhooks()
     stored_a, stored_b = json.loads(raw[a.id]), json.loads(raw[b.id])
-    await store.put_webhook(b.id, json.dumps({**stored_b, "sealed": stored_a["sealed"]}).encode())
+    await store.webhooks.put_webhook(
+        b.id, json.dumps({**stored_b, "sealed": stored_a["sealed"]}).encode()
+    )
     opened = {w.id: w for w in await load_webhooks(store, sealer)}
     assert opened[a.id].url == "https://a.example/in" and opened[a.id].unsealable is None
     assert opened[b.id].url == "" and opened[b.id].secret is None

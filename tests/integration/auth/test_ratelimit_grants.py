@@ -7,10 +7,11 @@ import asyncio
 import time
 
 from trainledger.http.ratelimit import _Grants, grant_size
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 
-async def test_a_burst_below_the_limit_is_admitted_with_few_claims(store: Store) -> None:
+async def test_a_burst_below_the_limit_is_admitted_with_few_claims(store: Stores) -> None:
     grants = _Grants()
     start = int(time.time())
     results = await asyncio.gather(*[grants.acquire(store, "tok-a", 1000) for _ in range(300)])
@@ -20,11 +21,11 @@ async def test_a_burst_below_the_limit_is_admitted_with_few_claims(store: Store)
     # taken from the shared window stays close to what was used.
     claimed = 0
     for second in range(start, end + 1):
-        claimed += int(await store.client.get(Keys.rate_window("tok-a", second)) or 0)
+        claimed += int(await store.connection.client.get(Keys.rate_window("tok-a", second)) or 0)
     assert 300 <= claimed <= 300 + grant_size(1000) * (end - start + 1)
 
 
-async def test_never_more_than_the_limit_across_workers(store: Store) -> None:
+async def test_never_more_than_the_limit_across_workers(store: Stores) -> None:
     workers = [_Grants(), _Grants(), _Grants()]  # three processes' books, one shared window
     start = int(time.time())
     results = await asyncio.gather(
@@ -36,7 +37,7 @@ async def test_never_more_than_the_limit_across_workers(store: Store) -> None:
     assert admitted >= 1 and not all(results)
 
 
-async def test_small_limits_are_counted_one_request_at_a_time(store: Store) -> None:
+async def test_small_limits_are_counted_one_request_at_a_time(store: Stores) -> None:
     grants = _Grants()
     start = int(time.time())
     results = [await grants.acquire(store, "tok-c", 5) for _ in range(12)]

@@ -19,14 +19,9 @@ from trainledger.budgets.firing import (
     threshold_checks,
 )
 from trainledger.budgets.model import Budget, BudgetIn, alert_id, new_budget
-from trainledger.storage.redis_store import (
-    BudgetCounter,
-    IngestPlan,
-    Keys,
-    LimitCheck,
-    Store,
-    seen_shard,
-)
+from trainledger.ingest.store import BudgetCounter, IngestPlan, LimitCheck
+from trainledger.storage.keys import Keys, seen_shard
+from trainledger.stores import Stores
 
 from costcore.money import format_money
 
@@ -94,7 +89,7 @@ def checks_for(
 
 
 async def start_state(
-    store: Store, budget: Budget, case: Case
+    store: Stores, budget: Budget, case: Case
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Put the case's starting spend (through the script: a batch with no checks) and fired
     set (written as the script writes it) in place; returns them."""
@@ -102,7 +97,7 @@ async def start_state(
         BudgetCounter(False, spend_field(budget.id, period), spent, [])
         for period, spent in zip(PERIODS, case.start_spend, strict=True)
     ]
-    assert (await store.apply_batch(plan(budget.project, "start", counters))).status == 0
+    assert (await store.ingest.apply_batch(plan(budget.project, "start", counters))).status == 0
     fired: dict[str, int] = {}
     for (period_index, threshold_index), spent in case.start_fired.items():
         period = PERIODS[period_index]
@@ -134,7 +129,7 @@ def plan(project: str, event_id: str, counters: list[BudgetCounter]) -> IngestPl
     )
 
 
-async def check_case(store: Store, case: Case) -> None:
+async def check_case(store: Stores, case: Case) -> None:
     budget = budget_for(f"firing-{next(_names)}", case)
     project = budget.project
     spend, fired = await start_state(store, budget, case)
@@ -150,20 +145,20 @@ async def check_case(store: Store, case: Case) -> None:
         alerts, spend, fired = fire_batch(spend, counters, fired)
         expected += alerts
 
-        outcome = await store.apply_batch(plan(project, f"e{n}", counters))
+        outcome = await store.ingest.apply_batch(plan(project, f"e{n}", counters))
         assert outcome.status == 0, outcome
 
-        entries = await store.alerts(project, count=10_000)
+        entries = await store.budgets.alerts(project, count=10_000)
         got = [(f["id"].decode(), int(f["s"]), f["a"]) for _, f in entries]
         assert got == [(a.alert_id, a.spent, json_of[a.alert_id]) for a in expected], (n, batch)
-        assert await store.fired_alerts(project) == fired
+        assert await store.budgets.fired_alerts(project) == fired
         fields = sorted(spend)
-        values, _ = await store.budget_counters(project, fields, [])
+        values, _ = await store.budgets.budget_counters(project, fields, [])
         assert dict(zip(fields, values, strict=True)) == spend
 
 
-async def test_the_ingest_script_fires_as_the_reference_says(store: Store) -> None:
-    await store.learn_features()
+async def test_the_ingest_script_fires_as_the_reference_says(store: Stores) -> None:
+    await store.ingest.learn_features()
     loop = asyncio.get_running_loop()
 
     # Hypothesis drives a plain function; each example runs on this test's loop (where the

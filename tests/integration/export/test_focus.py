@@ -47,7 +47,7 @@ from trainledger.export.focus import (
 from trainledger.ingest.service import Ingestor, IngestReport
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import PricedSku, RateCardIn
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from costcore.money import parse_price
 from tests.api.test_ingest import post, put_card
@@ -59,7 +59,7 @@ LONG_WINDOW_DAYS = 36_500
 
 
 async def ingest(
-    store: Store,
+    store: Stores,
     events: Sequence[dict[str, object]],
     card: dict[str, object] | None = TEST_CARD,
     card_name: str = "default",
@@ -75,7 +75,7 @@ async def ingest(
 
 
 async def export_text(
-    store: Store,
+    store: Stores,
     project: str = "llm",
     start: datetime | None = None,
     end: datetime | None = None,
@@ -233,7 +233,7 @@ def keyed(rows: list[dict[str, str]]) -> list[tuple[str, ...]]:
     return [tuple(r[k] for k in EXPECTED_KEYS) for r in rows]
 
 
-async def test_hand_worked_scenario(store: Store) -> None:
+async def test_hand_worked_scenario(store: Stores) -> None:
     report = await ingest(store, SCENARIO)
     rows = parse(await export_text(store))
     assert keyed(rows) == EXPECTED
@@ -288,7 +288,7 @@ async def test_hand_worked_scenario(store: Store) -> None:
     assert (m5["Tags"], m5["x_Tags"], m5["x_Experiment"], m5["x_Owner"]) == ("", "", "", "")
 
 
-async def test_window_selects_by_event_time_and_keeps_tier_prices(store: Store) -> None:
+async def test_window_selects_by_event_time_and_keeps_tier_prices(store: Stores) -> None:
     await ingest(store, SCENARIO)
     # [from, to): the event exactly at `from` is in, the one exactly at `to` is out.
     rows = parse(
@@ -306,7 +306,7 @@ async def test_window_selects_by_event_time_and_keeps_tier_prices(store: Store) 
     assert parse(await export_text(store, start=at("2030-01-01T00:00:00Z"))) == []
 
 
-async def test_each_event_is_priced_by_its_own_rate_card_version(store: Store) -> None:
+async def test_each_event_is_priced_by_its_own_rate_card_version(store: Stores) -> None:
     await ingest(store, [event("v-a", "1", time="2025-03-01T00:00:00Z")])
     june = {**TEST_CARD, "effective_from": "2025-06-01T00:00:00Z"}
     june["skus"] = [
@@ -327,15 +327,15 @@ async def test_each_event_is_priced_by_its_own_rate_card_version(store: Store) -
     ] == [("v-a", "1", "2.50", "2.50"), ("v-b", "2", "3.00", "3.00"), ("v-c", "1", "2.50", "5.00")]
 
 
-async def test_empty_project_and_missing_rate_card(store: Store) -> None:
+async def test_empty_project_and_missing_rate_card(store: Stores) -> None:
     assert parse(await export_text(store, project="nothing-here")) == []
     await ingest(store, SCENARIO[:1])
-    await store.set_project_fields("llm", {"rate_card": "gone"})
+    await store.projects.set_project_fields("llm", {"rate_card": "gone"})
     with pytest.raises(ExportError, match="gone"):
         await prepare_export(store, RateCards(store), "llm")
 
 
-async def test_large_export_streams_page_by_page(store: Store) -> None:
+async def test_large_export_streams_page_by_page(store: Stores) -> None:
     cards = RateCards(store)
     await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
     ingestor = Ingestor(store, cards)
@@ -360,14 +360,14 @@ async def test_large_export_streams_page_by_page(store: Store) -> None:
         total_cost += Decimal(report.cost_by_project["llm"])
 
     pages_read = 0
-    real_log_entries = store.log_entries
+    real_log_entries = store.ledger.log_entries
 
     async def counting_log_entries(project: str, after: str = "-", count: int = 500) -> Any:
         nonlocal pages_read
         pages_read += 1
         return await real_log_entries(project, after, count)
 
-    store.log_entries = counting_log_entries  # type: ignore[method-assign]
+    store.ledger.log_entries = counting_log_entries  # type: ignore[method-assign]
     export = await prepare_export(store, cards, "llm")
     chunk_bytes = 8192
     chunks: list[bytes] = []
@@ -664,10 +664,10 @@ def _example_events() -> list[dict[str, object]]:
 
 @pytest.mark.slow
 async def test_export_passes_the_focus_validator(
-    store: Store, focus_validator: Path, tmp_path: Path
+    store: Stores, focus_validator: Path, tmp_path: Path
 ) -> None:
     await ingest(store, SCENARIO)
-    await store.set_project_fields("ex", {"rate_card": "example"})
+    await store.projects.set_project_fields("ex", {"rate_card": "example"})
     example = json.loads(EXAMPLE_CARD.read_text())
     await ingest(store, _example_events(), example, "example")
     # Both projects in one file (one header): two billing accounts, two rate cards.
@@ -733,7 +733,7 @@ def test_largest_list_cost_is_written_exactly() -> None:
 FORMULAS = ("=1+2", "+1", "-1", "@SUM", "=A1+A2", "-2+3")
 
 
-async def test_formula_leading_text_cells_are_neutralised(store: Store) -> None:
+async def test_formula_leading_text_cells_are_neutralised(store: Stores) -> None:
     """Text a caller chose (experiment, owner, a rate card's unit) that a spreadsheet would run
     as a formula is written with a leading "'"; numeric columns and FOCUS's own values are
     not touched."""

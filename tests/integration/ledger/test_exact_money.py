@@ -26,14 +26,11 @@ from trainledger.ledger.rebuild import rebuild_project
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage import limbs
+from trainledger.storage.increments import increment_args as _increment_args
+from trainledger.storage.keys import Keys, seen_shard
 from trainledger.storage.limbs import CAP_UNITS, INT64_MAX, LIMB, MAX_LO_DELTA
-from trainledger.storage.redis_store import (
-    _APPLY_INCREMENTS_LUA,
-    Keys,
-    Store,
-    _increment_args,
-    seen_shard,
-)
+from trainledger.storage.scripts import APPLY_INCREMENTS as _APPLY_INCREMENTS_LUA
+from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event, sync_client
@@ -209,7 +206,7 @@ async def test_what_the_project_cannot_hold_is_refused_before_any_write(
 # --- the fold path ----------------------------------------------------------------------------
 
 
-async def _ingestor(store: Store, folder: Folder | None = None) -> Ingestor:
+async def _ingestor(store: Stores, folder: Folder | None = None) -> Ingestor:
     cards = RateCards(store)
     await cards.put("default", msgspec.convert(KRW_CARD, RateCardIn))
     return Ingestor(store, cards, folder=folder)
@@ -235,7 +232,7 @@ def _month_cell(url: str) -> tuple[int, int]:
     return int(both.get(b"c|", b"0")), int(both.get(b"n|", b"0"))
 
 
-async def test_a_fold_past_int64_applies_exactly_once(store: Store, clean_redis: str) -> None:
+async def test_a_fold_past_int64_applies_exactly_once(store: Stores, clean_redis: str) -> None:
     """Batches on different days of one month, each fine alone: the month cells pass int64
     nano in the fold. It folds them once, exactly (before: it failed every round and
     re-applied what it had written before failing)."""
@@ -249,7 +246,7 @@ async def test_a_fold_past_int64_applies_exactly_once(store: Store, clean_redis:
     task = asyncio.create_task(folder.run())
     try:
         for _ in range(400):  # a bound on waiting, not an assertion about speed
-            _, accepted, _ = await store.totals_state("llm", "v1")
+            _, accepted, _ = await store.ledger.totals_state("llm", "v1")
             if accepted == 4:
                 break
             await asyncio.sleep(0.025)
@@ -259,7 +256,7 @@ async def test_a_fold_past_int64_applies_exactly_once(store: Store, clean_redis:
         await asyncio.wait([task], timeout=10)
     assert _month_cell(clean_redis) == (12 * 10**18, 4)
     assert await settle(store, "llm") == 0
-    daily = await store.daily_costs("llm")
+    daily = await store.ledger.daily_costs("llm")
     assert sum(daily.values()) == 12 * 10**18
     assert _month_cell(clean_redis) == (12 * 10**18, 4)
     # A rebuild derives the same totals from the log, limbs and all.
@@ -278,7 +275,7 @@ def _hashes(client: redis.Redis) -> dict[bytes, dict[bytes, bytes]]:
     return {k: client.hgetall(k) for k in client.keys("*") if client.type(k) == b"hash"}
 
 
-async def test_a_fold_that_cannot_apply_writes_nothing(store: Store, clean_redis: str) -> None:
+async def test_a_fold_that_cannot_apply_writes_nothing(store: Stores, clean_redis: str) -> None:
     """A cell the fold cannot increment (here: a value that is no integer): the fold writes
     nothing, moves no cursor, and the next round does not re-apply anything either."""
     ingestor = await _ingestor(store)
@@ -305,13 +302,13 @@ async def test_a_fold_that_cannot_apply_writes_nothing(store: Store, clean_redis
     finally:
         client.close()
     assert await settle(store, "llm") == 2
-    report = await store.daily_costs("llm")
+    report = await store.ledger.daily_costs("llm")
     assert sum(report.values()) == (3 + 40_000) * LIMB
     assert _month_cell(clean_redis) == ((3 + 40_000) * LIMB, 2)
 
 
 async def test_an_ingest_whose_counter_cannot_move_leaves_nothing(
-    store: Store, clean_redis: str
+    store: Stores, clean_redis: str
 ) -> None:
     """A budget counter the ingest script cannot increment: every write it made is undone (the
     tier counter, the ids marked seen), so a retry is not taken for a duplicate."""
@@ -332,7 +329,7 @@ async def test_an_ingest_whose_counter_cannot_move_leaves_nothing(
     finally:
         client.close()
     assert await _ingest(ingestor, [event("u1", "2", sku="one")]) == 1
-    (spent,), _ = await store.budget_counters("llm", [f"{budget.id}|{period}"], [])
+    (spent,), _ = await store.budgets.budget_counters("llm", [f"{budget.id}|{period}"], [])
     assert spent == 2 * LIMB
 
 

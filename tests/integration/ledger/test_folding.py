@@ -12,7 +12,6 @@ import dataclasses
 import random
 import shutil
 import tempfile
-import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +28,6 @@ from trainledger.ledger.folding import (
     CellSums,
     Folder,
     _log_plan,
-    _sums_of,
     settle,
 )
 from trainledger.ledger.rebuild import rebuild_project
@@ -37,7 +35,8 @@ from trainledger.ledger.rollups import ROLLUP_VERSION
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
 from trainledger.storage.embedded import EmbeddedValkey
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, sync_client
 from tests.integration.ingest.test_dedup import ingest_plan
@@ -47,7 +46,7 @@ ADMIN = Principal("test", "admin", None)
 _NOON = datetime(2026, 9, 21, 12, tzinfo=UTC)
 
 
-async def _ingest_batches(store: Store, n_batches: int, size: int = 40, seed: int = 3) -> int:
+async def _ingest_batches(store: Stores, n_batches: int, size: int = 40, seed: int = 3) -> int:
     """Ingest random batches with no folder (nothing is folded); returns events accepted."""
     cards = RateCards(store)
     await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
@@ -64,11 +63,11 @@ async def _ingest_batches(store: Store, n_batches: int, size: int = 40, seed: in
     return accepted
 
 
-async def _logged_cost(store: Store, project: str = "llm") -> int:
+async def _logged_cost(store: Stores, project: str = "llm") -> int:
     """The sum of every logged event's cost: what the totals must add up to."""
     total = 0
     after = "-"
-    while page := await store.log_entries(project, after=after):
+    while page := await store.ledger.log_entries(project, after=after):
         for entry_id, blob in page:
             after = entry_id
             total += sum(row.cost_nano for row in decode_log(blob))
@@ -81,7 +80,7 @@ def _pending(url: str, project: str = "llm") -> tuple[str, dict[bytes, bytes]]:
     try:
         last = client.xrevrange(Keys.log(project), count=1)
         meta = client.hgetall(Keys.meta(project))
-        fields = (b"fold_cursor", b"pend_events", b"pend_head")
+        fields = (b"fold_cursor", b"pend_events")
         return (last[0][0].decode() if last else ""), {k: v for k, v in meta.items() if k in fields}
     finally:
         client.close()
@@ -92,7 +91,7 @@ def _folded(url: str, project: str = "llm") -> bool:
     return meta.get(b"fold_cursor", b"").decode() == last and meta.get(b"pend_events") == b"0"
 
 
-async def test_batches_wait_in_the_log_until_a_fold(store: Store, clean_redis: str) -> None:
+async def test_batches_wait_in_the_log_until_a_fold(store: Stores, clean_redis: str) -> None:
     accepted = await _ingest_batches(store, 5)
     last, meta = _pending(clean_redis)
     assert meta == {b"fold_cursor": b"0-0", b"pend_events": str(accepted).encode()}
@@ -101,13 +100,13 @@ async def test_batches_wait_in_the_log_until_a_fold(store: Store, clean_redis: s
     }
     assert await settle(store, "llm") == 5
     assert _pending(clean_redis) == (last, {b"fold_cursor": last.encode(), b"pend_events": b"0"})
-    daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    daily, folded, covered = await store.ledger.totals_state("llm", ROLLUP_VERSION)
     assert folded == covered == accepted == 200
     assert sum(daily.values()) == await _logged_cost(store) > 0
     assert await settle(store, "llm") == 0  # nothing left: folding again changes nothing
 
 
-async def test_racing_folds_count_every_batch_once(store: Store, clean_redis: str) -> None:
+async def test_racing_folds_count_every_batch_once(store: Stores, clean_redis: str) -> None:
     await _ingest_batches(store, 12)
     folded = await asyncio.gather(*(settle(store, "llm") for _ in range(6)))
     assert sum(folded) == 12
@@ -121,7 +120,7 @@ async def test_racing_folds_count_every_batch_once(store: Store, clean_redis: st
 
 
 async def test_racing_folds_one_entry_at_a_time(
-    store: Store, clean_redis: str, monkeypatch: pytest.MonkeyPatch
+    store: Stores, clean_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Folds of one entry each interleave at many cursors; still every batch once."""
     from trainledger.ledger import folding
@@ -130,27 +129,27 @@ async def test_racing_folds_one_entry_at_a_time(
     monkeypatch.setattr(folding, "FOLD_MAX_ENTRIES", 1)
     folded = await asyncio.gather(*(settle(store, "llm") for _ in range(4)))
     assert sum(folded) == 10 and _folded(clean_redis)
-    assert sum((await store.daily_costs("llm")).values()) == await _logged_cost(store)
+    assert sum((await store.ledger.daily_costs("llm")).values()) == await _logged_cost(store)
 
 
-async def test_a_fold_that_lost_the_race_writes_nothing(store: Store, clean_redis: str) -> None:
+async def test_a_fold_that_lost_the_race_writes_nothing(store: Stores, clean_redis: str) -> None:
     await _ingest_batches(store, 3)
-    cursor, last, legacy, entries = await store.unfolded_entries("llm", 10, 1 << 30)
-    assert (cursor, legacy, len(entries), entries[-1][0]) == ("0-0", 0, 3, last)
+    cursor, last, entries = await store.ledger.unfolded_entries("llm", 10, 1 << 30)
+    assert (cursor, len(entries), entries[-1][0]) == ("0-0", 3, last)
     count, new_cursor, events, increments = _log_plan("llm", entries)
     assert (count, new_cursor, events) == (3, last, 120)
     assert await settle(store, "llm") == 3  # another worker folded them first
     settled = snapshot(clean_redis)
-    assert await store.fold_log("llm", cursor, new_cursor, events, increments) is False
+    assert await store.ledger.fold_log("llm", cursor, new_cursor, events, increments) is False
     assert snapshot(clean_redis) == settled
     assert _folded(clean_redis)
 
 
 async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
-    store: Store, clean_redis: str
+    store: Stores, clean_redis: str
 ) -> None:
     await _ingest_batches(store, 4)
-    stale = await store.unfolded_entries("llm", 10, 1 << 30)
+    stale = await store.ledger.unfolded_entries("llm", 10, 1 << 30)
     report = await rebuild_project(store, RateCards(store), "llm")  # folds, then rebuilds
     assert report.events == 160 and report.changed is False
     assert _folded(clean_redis)
@@ -159,15 +158,15 @@ async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
     await _ingest_batches(store, 1, seed=9)
     assert not _folded(clean_redis)
     # A fold that read the log before the rebuild cannot apply it afterwards.
-    _, new_cursor, events, increments = _log_plan("llm", stale[3])
-    assert not await store.fold_log("llm", stale[0], new_cursor, events, increments)
+    _, new_cursor, events, increments = _log_plan("llm", stale[2])
+    assert not await store.ledger.fold_log("llm", stale[0], new_cursor, events, increments)
     assert await settle(store, "llm") == 1
-    assert sum((await store.daily_costs("llm")).values()) == await _logged_cost(store)
+    assert sum((await store.ledger.daily_costs("llm")).values()) == await _logged_cost(store)
     assert snapshot(clean_redis) != rebuilt
 
 
 async def test_a_rebuild_with_batches_not_yet_folded_counts_them_once(
-    store: Store, clean_redis: str, monkeypatch: pytest.MonkeyPatch
+    store: Stores, clean_redis: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Batches not folded when the rebuild swaps (say, another worker's fold is slow) are in
     the log the rebuild priced: the swap moves the cursor past them, so no fold adds them."""
@@ -175,7 +174,7 @@ async def test_a_rebuild_with_batches_not_yet_folded_counts_them_once(
 
     accepted = await _ingest_batches(store, 4)
 
-    async def no_fold(s: Store, project: str) -> int:
+    async def no_fold(s: Stores, project: str) -> int:
         return 0
 
     monkeypatch.setattr(rebuild_module, "settle", no_fold)
@@ -183,7 +182,7 @@ async def test_a_rebuild_with_batches_not_yet_folded_counts_them_once(
     assert report.events == accepted
     assert _folded(clean_redis)
     assert await settle(store, "llm") == 0
-    daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    daily, folded, covered = await store.ledger.totals_state("llm", ROLLUP_VERSION)
     assert folded == covered == accepted
     assert sum(daily.values()) == await _logged_cost(store)
 
@@ -230,8 +229,9 @@ def test_one_fold_writes_a_bounded_number_of_cells() -> None:
     assert (count, cursor, events) == (4, "4-0", 4 * half)
 
 
-def test_cell_sums_survive_their_encoding() -> None:
-    """The legacy pending blobs (see test_legacy_pending_sums_are_folded_once)."""
+def test_cell_sums_add_up_and_make_their_increments() -> None:
+    """Sums of several batches merge cell by cell, exactly past int64; an hour whose events
+    cost nothing still counts them."""
     sums = CellSums()
     sums.cells[("20261130", "a\x1fb")] = [10, 2, 1]
     sums.cells[("20261201", "c")] = [7, 0, 3]
@@ -239,75 +239,32 @@ def test_cell_sums_survive_their_encoding() -> None:
     sums.hourly[("20261130", "c|06|eval")] = [0, 2]  # events that cost nothing
     sums.events = 4
     again = CellSums()
-    again.add_blob(sums.encode())
-    again.add_blob(sums.encode())
+    again.add(sums)
+    again.add(sums)
     assert again.events == 8
     assert again.cells == {("20261130", "a\x1fb"): [20, 4, 2], ("20261201", "c"): [14, 0, 6]}
     assert again.hourly == {
         ("20261130", "c|05|pretrain"): [20, 2],
         ("20261130", "c|06|eval"): [0, 4],
     }
-    # A blob of the version before hourly cells counted events: its hours count none.
-    old = CellSums()
-    old.add_blob(msgspec.msgpack.encode([1, [], ["20261130", "c|05|pretrain", 7]]))
-    assert old.hourly == {("20261130", "c|05|pretrain"): [7, 0]}
     increments = again.increments("llm")
     assert (Keys.hourly("llm", "20261130"), "n|06|eval", 4) in increments
     assert not any(field == "c|06|eval" for _, field, _ in increments)
     big = CellSums()
     big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]
     big.events = 1
-    # Sums past int64 are exact (the store keeps them in two limbs): one fold takes them all.
-    sums, count = _sums_of([big.encode(), big.encode(), sums.encode()])
-    assert count == 3 and sums.cells[("20261130", "c")] == [2**63 + 2, 2, 2]
+    # Sums past int64 are exact (the store keeps them in two limbs).
+    total = CellSums()
+    for one in (big, big, sums):
+        total.add(one)
+    assert total.events == 6 and total.cells[("20261130", "c")] == [2**63 + 2, 2, 2]
 
 
-async def test_legacy_pending_sums_are_folded_once(store: Store, clean_redis: str) -> None:
-    """A project from before the log fold: entries in rows, sums queued on the pending list
-    (as that version's ingest script left them). The queued sums are folded once, the row
-    entries are not summed again, and batches accepted since go through the log."""
-    client = sync_client(clean_redis)
-    try:
-        legacy = CellSums()
-        legacy.cells[("20261130", "pretrain\x1f\x1fcompute\x1fgpu\x1f\x1fe\x1f")] = [70, 3, 2]
-        legacy.hourly[("20261130", "c|05|pretrain\x1fcompute\x1fe")] = [70, 2]
-        legacy.events = 2
-        rows = [["a", 1, "pretrain", "", "", "gpu", 1, None, 30, 1, "compute"]] * 2
-        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
-        client.rpush(Keys.pending("llm"), legacy.encode())
-        client.hset(Keys.meta("llm"), mapping={"accepted": 2, "pend_events": 2})
-    finally:
-        client.close()
-    # A batch of this version: the cursor starts after the legacy entry.
-    accepted = await _ingest_batches(store, 1)
-    assert _pending(clean_redis)[1][b"fold_cursor"] != b"0-0"
-    assert await settle(store, "llm") == 2  # the legacy blob, then the new entry
-    assert _folded(clean_redis)
-    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
-    assert folded == accepted + 2
-    assert sum(daily.values()) == await _logged_cost(store) + 70 - 60
-    # A worker of that version still running during an upgrade: its batch is a row entry after
-    # the cursor, its sums a blob. Folded once, from the blob; the log fold passes over it.
-    client = sync_client(clean_redis)
-    try:
-        client.xadd(Keys.log("llm"), {"b": zlib.compress(msgspec.msgpack.encode(rows))})
-        client.rpush(Keys.pending("llm"), legacy.encode())
-        client.hincrby(Keys.meta("llm"), "accepted", 2)
-        client.hincrby(Keys.meta("llm"), "pend_events", 2)
-    finally:
-        client.close()
-    assert await settle(store, "llm") == 2  # the blob, and the row entry passed over
-    assert _folded(clean_redis)
-    daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
-    assert folded == accepted + 4
-    assert sum(daily.values()) == await _logged_cost(store) + 2 * (70 - 60)
-
-
-async def test_retention_never_trims_what_was_not_folded(store: Store, clean_redis: str) -> None:
+async def test_retention_never_trims_what_was_not_folded(store: Stores, clean_redis: str) -> None:
     """The log keeps every entry after the cursor, whatever the retention asks for."""
     await _ingest_batches(store, 2)
-    entries = (await store.unfolded_entries("llm", 10, 1 << 30))[3]
-    meta = await store.project_meta("llm")
+    entries = (await store.ledger.unfolded_entries("llm", 10, 1 << 30))[2]
+    meta = await store.projects.project_meta("llm")
     # A batch asking to trim everything older than the far future.
     plan = dataclasses.replace(
         ingest_plan(["late-1"]),
@@ -315,15 +272,17 @@ async def test_retention_never_trims_what_was_not_folded(store: Store, clean_red
         log_min_id="99999999999999-0",
         expected_meta=(meta.get("rate_card"), meta.get("currency"), None),
     )
-    assert (await store.apply_batch(plan)).status == 0
-    kept = [entry_id for entry_id, _ in await store.log_entries("llm")]
+    assert (await store.ingest.apply_batch(plan)).status == 0
+    kept = [entry_id for entry_id, _ in await store.ledger.log_entries("llm")]
     assert kept[:2] == [entry_id for entry_id, _ in entries] and len(kept) == 3
     assert await settle(store, "llm") == 3
     assert _folded(clean_redis)
     # Once folded, the same retention trims them (the approximate MINID trims whole nodes,
     # so at least: nothing after the cursor is gone, and the fold's totals stay).
-    assert (await store.apply_batch(dataclasses.replace(plan, event_ids=["late-2"]))).status == 0
-    assert len(await store.log_entries("llm")) >= 1
+    assert (
+        await store.ingest.apply_batch(dataclasses.replace(plan, event_ids=["late-2"]))
+    ).status == 0
+    assert len(await store.ledger.log_entries("llm")) >= 1
     assert await settle(store, "llm") == 1
 
 
@@ -341,7 +300,7 @@ async def test_queued_totals_survive_a_killed_valkey(data_dir: Path) -> None:
     valkey = EmbeddedValkey(data_dir)
     url = valkey.start()
     try:
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         accepted = await _ingest_batches(store, 3)
         assert not _folded(url)
         await store.close()
@@ -350,19 +309,19 @@ async def test_queued_totals_survive_a_killed_valkey(data_dir: Path) -> None:
     again = EmbeddedValkey(data_dir)
     assert again.start() == url
     try:
-        store = Store.from_url(url)
+        store = Stores.from_url(url)
         assert _pending(url)[1][b"pend_events"] == str(accepted).encode()
         report = await cost_report(store, "llm", None, None, ["day"], {})  # folds first
         assert _folded(url)
         assert report.total_events == accepted
-        daily, folded, _ = await store.totals_state("llm", ROLLUP_VERSION)
+        daily, folded, _ = await store.ledger.totals_state("llm", ROLLUP_VERSION)
         assert folded == accepted and sum(daily.values()) == await _logged_cost(store)
         await store.close()
     finally:
         again.stop()
 
 
-async def test_a_read_right_after_an_answer_sees_the_batch(store: Store) -> None:
+async def test_a_read_right_after_an_answer_sees_the_batch(store: Stores) -> None:
     """No background fold in this test: the read folds what is queued before it answers."""
     accepted = await _ingest_batches(store, 2)
     report = await cost_report(store, "llm", None, None, ["stage"], {})
@@ -377,7 +336,9 @@ async def _until_folded(url: str, project: str = "llm") -> None:
     raise AssertionError("the background fold did not run")
 
 
-async def test_the_background_folder_folds_without_any_read(store: Store, clean_redis: str) -> None:
+async def test_the_background_folder_folds_without_any_read(
+    store: Stores, clean_redis: str
+) -> None:
     # Queued before the folder starts (as if left by a stopped worker): folded at start-up.
     left = await _ingest_batches(store, 2, seed=5)
     folder = Folder(store, interval=0.02)
@@ -396,16 +357,16 @@ async def test_the_background_folder_folds_without_any_read(store: Store, clean_
     finally:
         task.cancel()
         await asyncio.wait([task], timeout=10)
-    daily, folded, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    daily, folded, covered = await store.ledger.totals_state("llm", ROLLUP_VERSION)
     assert folded == covered == left + 80
     assert sum(daily.values()) == await _logged_cost(store)
 
 
-async def test_a_fold_reads_a_bounded_number_of_bytes(store: Store) -> None:
+async def test_a_fold_reads_a_bounded_number_of_bytes(store: Stores) -> None:
     await _ingest_batches(store, 3)
-    cursor, last, _, everything = await store.unfolded_entries("llm", 10, 1 << 30)
+    cursor, last, everything = await store.ledger.unfolded_entries("llm", 10, 1 << 30)
     assert len(everything) == 3 and everything[-1][0] == last
-    assert (await store.unfolded_entries("llm", 10, 1))[3] == everything[:1]
-    two = await store.unfolded_entries("llm", 10, len(everything[0][1]) + 1)
-    assert two == (cursor, last, 0, everything[:2])
-    assert (await store.unfolded_entries("llm", 2, 1 << 30))[3] == everything[:2]
+    assert (await store.ledger.unfolded_entries("llm", 10, 1))[2] == everything[:1]
+    two = await store.ledger.unfolded_entries("llm", 10, len(everything[0][1]) + 1)
+    assert two == (cursor, last, everything[:2])
+    assert (await store.ledger.unfolded_entries("llm", 2, 1 << 30))[2] == everything[:2]

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from trainledger.ledger.eventlog import decode_log
 from trainledger.ledger.folding import settle
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card, total
 from tests.conftest import TEST_CARD, Api, event, sync_client
@@ -55,7 +55,7 @@ def random_events(rng: random.Random, n: int) -> list[dict[str, object]]:
     return out
 
 
-async def test_rebuild_reproduces_incremental_totals_exactly(api: Api, store: Store) -> None:
+async def test_rebuild_reproduces_incremental_totals_exactly(api: Api, store: Stores) -> None:
     await put_card(api)
     rng = random.Random(7)
     events = random_events(rng, 600)
@@ -74,11 +74,11 @@ async def test_rebuild_reproduces_incremental_totals_exactly(api: Api, store: St
     # Each logged event carries its cost: their sum is the running total.
     logged = 0
     after = "-"
-    while page := await store.log_entries("llm", after=after):
+    while page := await store.ledger.log_entries("llm", after=after):
         for entry_id, blob in page:
             after = entry_id
             logged += sum(row[8] for row in decode_log(blob))
-    daily_total = sum((await store.daily_costs("llm")).values())
+    daily_total = sum((await store.ledger.daily_costs("llm")).values())
     assert logged == daily_total
 
     async with api.client() as c:

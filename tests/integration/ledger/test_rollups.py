@@ -12,7 +12,8 @@ from trainledger.costs import queries as costs
 from trainledger.costs.queries import CostQuery, _grouped, _in_range, cost_report, plan_reads
 from trainledger.ledger.folding import settle
 from trainledger.ledger.rollups import ROLLUP_VERSION, ROLLUPS, covering
-from trainledger.storage.redis_store import Keys, Store
+from trainledger.storage.keys import Keys
+from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event, sync_client
@@ -29,10 +30,10 @@ def tagged_events(rng: random.Random, n: int) -> list[dict[str, object]]:
     return events
 
 
-async def both_ways(store: Store, query: CostQuery) -> tuple[dict[object, list[int]], str]:
+async def both_ways(store: Stores, query: CostQuery) -> tuple[dict[object, list[int]], str]:
     """The query's sums from the roll-ups the planner picks and from the finest totals."""
     await settle(store, query.project)
-    daily, accepted, covered = await store.totals_state(query.project, ROLLUP_VERSION)
+    daily, accepted, covered = await store.ledger.totals_state(query.project, ROLLUP_VERSION)
     assert covered == accepted > 0
     days = _in_range(daily, query)
     fast = await _grouped(store, query, days, True)
@@ -44,7 +45,9 @@ async def both_ways(store: Store, query: CostQuery) -> tuple[dict[object, list[i
     return fast, plan_reads(query, days, True).source  # type: ignore[return-value]
 
 
-async def test_rollups_answer_exactly_what_the_finest_totals_answer(api: Api, store: Store) -> None:
+async def test_rollups_answer_exactly_what_the_finest_totals_answer(
+    api: Api, store: Stores
+) -> None:
     await put_card(api)
     events = tagged_events(random.Random(11), 800)
     for i in range(0, len(events), 50):
@@ -91,13 +94,13 @@ async def test_rollups_answer_exactly_what_the_finest_totals_answer(api: Api, st
 
 
 async def test_queries_fall_back_until_a_rebuild_completes_the_rollups(
-    api: Api, store: Store
+    api: Api, store: Stores
 ) -> None:
     await put_card(api)
     await post(api, [event(f"e{i}", "2", stage="eval", experiment="x") for i in range(5)])
     query = CostQuery("llm", None, None, ("stage",))
     await settle(store, "llm")
-    daily, accepted, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    daily, accepted, covered = await store.ledger.totals_state("llm", ROLLUP_VERSION)
     assert (accepted, covered) == (5, 5)
     assert plan_reads(query, sorted(daily), covered == accepted).source == "sku"
     # As if the data had been written before roll-ups existed: their keys are missing.
@@ -110,10 +113,10 @@ async def test_queries_fall_back_until_a_rebuild_completes_the_rollups(
     async with api.client() as c:
         r = await c.get("/v1/costs", params={"project": "llm", "group_by": "stage"})
         assert r.json()["total_cost"] == "25.00"  # from the finest totals: 5 × 2 h × 2.50
-        assert (await store.totals_state("llm", ROLLUP_VERSION))[2] == 0
+        assert (await store.ledger.totals_state("llm", ROLLUP_VERSION))[2] == 0
         assert (await c.post("/v1/projects/llm/rebuild")).status_code == 200
     assert snapshot(api.redis_url) == before  # the rebuild wrote them all again, exactly
-    daily, accepted, covered = await store.totals_state("llm", ROLLUP_VERSION)
+    daily, accepted, covered = await store.ledger.totals_state("llm", ROLLUP_VERSION)
     assert accepted == covered == 5
 
 
@@ -149,7 +152,7 @@ def test_planner_reads_whole_months_from_month_rollups_and_the_rest_by_day() -> 
 
 
 async def test_quantities_read_for_the_page_only_equal_the_full_sums(
-    api: Api, store: Store, monkeypatch: pytest.MonkeyPatch
+    api: Api, store: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Big sources (`xsku`, the finest totals) leave `q|` fields on the server and read the
     quantities of the page's rows afterwards: the reports equal those summing everything."""

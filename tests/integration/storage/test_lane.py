@@ -23,7 +23,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.storage.lane import LaneNoScript, OrderedLane
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from tests.conftest import is_cluster_url
 
@@ -32,17 +32,17 @@ BLPOP_FOREVER = ("BLPOP", "gate", 0)  # holds every command behind it until "gat
 
 
 @pytest.fixture
-async def store(clean_redis: str) -> AsyncIterator[Store]:
+async def store(clean_redis: str) -> AsyncIterator[Stores]:
     if is_cluster_url(clean_redis):
         pytest.skip("the lane is for one server; a cluster gets none")
-    s = Store.from_url(clean_redis)
+    s = Stores.from_url(clean_redis)
     yield s
     await s.close()
 
 
 @pytest.fixture
-async def lane(store: Store) -> AsyncIterator[OrderedLane]:
-    lane = OrderedLane.for_client(store.client)
+async def lane(store: Stores) -> AsyncIterator[OrderedLane]:
+    lane = OrderedLane.for_client(store.connection.client)
     assert lane is not None
     yield lane
     await lane.close()
@@ -52,9 +52,11 @@ def _client_info(line: bytes) -> dict[str, str]:
     return dict(field.split("=", 1) for field in line.decode().split() if "=" in field)
 
 
-async def _server_view(store: Store, client_id: int) -> dict[str, str]:
+async def _server_view(store: Stores, client_id: int) -> dict[str, str]:
     """The server's CLIENT LIST line for one connection, as a dict."""
-    return _client_info(await store.client.execute_command("CLIENT", "LIST", "ID", client_id))
+    return _client_info(
+        await store.connection.client.execute_command("CLIENT", "LIST", "ID", client_id)
+    )
 
 
 async def _until(condition: Any, what: str) -> None:
@@ -66,9 +68,9 @@ async def _until(condition: Any, what: str) -> None:
 
 
 async def test_commands_from_many_tasks_execute_and_answer_in_submit_order(
-    store: Store, lane: OrderedLane
+    store: Stores, lane: OrderedLane
 ) -> None:
-    push = store.client.register_script(PUSH_LUA)
+    push = store.connection.client.register_script(PUSH_LUA)
     order: list[str] = []  # tags in submit order: the list must end up in this order
     mismatches: list[tuple[str, int, Any]] = []
 
@@ -96,10 +98,10 @@ async def test_commands_from_many_tasks_execute_and_answer_in_submit_order(
     await asyncio.gather(*(producer(n) for n in range(20)))
     assert mismatches == []
     assert len(order) == 2000
-    assert await store.client.lrange("list", 0, -1) == [t.encode() for t in order]
+    assert await store.connection.client.lrange("list", 0, -1) == [t.encode() for t in order]
 
 
-async def test_many_commands_are_outstanding_at_once(store: Store, lane: OrderedLane) -> None:
+async def test_many_commands_are_outstanding_at_once(store: Stores, lane: OrderedLane) -> None:
     client_id = int(await lane.submit("CLIENT", "ID"))
     before = await _server_view(store, client_id)
     blocker = lane.submit(*BLPOP_FOREVER)
@@ -114,15 +116,17 @@ async def test_many_commands_are_outstanding_at_once(store: Store, lane: Ordered
         return now["cmd"] == "blpop" and max(int(now["qbuf"]), received) >= sent
 
     await _until(all_received, "the INCRs reach the server")
-    assert await store.client.get("n") is None  # none has run: they wait behind the BLPOP
+    assert (
+        await store.connection.client.get("n") is None
+    )  # none has run: they wait behind the BLPOP
     assert not blocker.done() and not any(f.done() for f in incrs)
-    await store.client.lpush("gate", "open")
+    await store.connection.client.lpush("gate", "open")
     assert await blocker == [b"gate", b"open"]
     assert await asyncio.gather(*incrs) == list(range(1, 101))
 
 
-async def test_an_error_reply_fails_only_its_own_future(store: Store, lane: OrderedLane) -> None:
-    failing = store.client.register_script("return redis.error_reply('ERR nope')")
+async def test_an_error_reply_fails_only_its_own_future(store: Stores, lane: OrderedLane) -> None:
+    failing = store.connection.client.register_script("return redis.error_reply('ERR nope')")
     futures = [
         lane.submit("SET", "s", "text"),
         lane.submit("INCR", "s"),  # not an integer
@@ -140,7 +144,7 @@ async def test_an_error_reply_fails_only_its_own_future(store: Store, lane: Orde
 
 
 async def test_a_lost_connection_fails_what_is_outstanding_and_the_lane_reconnects(
-    store: Store, lane: OrderedLane
+    store: Stores, lane: OrderedLane
 ) -> None:
     first_id = int(await lane.submit("CLIENT", "ID"))
     blocker = lane.submit(*BLPOP_FOREVER)
@@ -150,20 +154,22 @@ async def test_a_lost_connection_fails_what_is_outstanding_and_the_lane_reconnec
         return (await _server_view(store, first_id)).get("cmd") == "blpop"
 
     await _until(blocked, "the lane's BLPOP blocks")
-    assert await store.client.execute_command("CLIENT", "KILL", "ID", first_id) == 1
+    assert await store.connection.client.execute_command("CLIENT", "KILL", "ID", first_id) == 1
     for future in [blocker, *outstanding]:
         with pytest.raises(ConnectionError):
             await future
     # Submitted in one go while the lane reconnects: queued, then written in this order.
     pushes = [lane.submit("RPUSH", "after", str(i)) for i in range(50)]
     assert await asyncio.gather(*pushes) == list(range(1, 51))
-    assert await store.client.lrange("after", 0, -1) == [str(i).encode() for i in range(50)]
+    assert await store.connection.client.lrange("after", 0, -1) == [
+        str(i).encode() for i in range(50)
+    ]
     assert int(await lane.submit("CLIENT", "ID")) != first_id
-    assert await store.client.get("n") is None  # the killed INCRs never ran
+    assert await store.connection.client.get("n") is None  # the killed INCRs never ran
 
 
 async def test_a_submit_on_a_connection_closed_under_it_fails_its_future_not_the_caller(
-    store: Store, lane: OrderedLane, monkeypatch: pytest.MonkeyPatch
+    store: Stores, lane: OrderedLane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The transport closes before the reader has noticed: asyncio's drops the write, uvloop's
     (the server's loop) raises RuntimeError. Either way `submit` returns, its future fails
@@ -184,7 +190,7 @@ async def test_a_submit_on_a_connection_closed_under_it_fails_its_future_not_the
 
 
 async def test_a_cancelled_waiter_does_not_desync_later_replies(
-    store: Store, lane: OrderedLane
+    store: Stores, lane: OrderedLane
 ) -> None:
     blocker = lane.submit(*BLPOP_FOREVER)
 
@@ -197,20 +203,20 @@ async def test_a_cancelled_waiter_does_not_desync_later_replies(
     with pytest.raises(asyncio.CancelledError):
         await waiter
     later = [lane.submit("INCR", "n"), lane.submit("GET", "n"), lane.submit("ECHO", "x")]
-    await store.client.lpush("gate", "open")
+    await store.connection.client.lpush("gate", "open")
     assert await blocker == [b"gate", b"open"]
     # The cancelled INCR ran (its reply was read and dropped): each later reply is its own.
     assert await asyncio.gather(*later) == [2, b"2", b"x"]
 
 
-async def test_the_lane_connects_as_the_pool_does(store: Store, lane: OrderedLane) -> None:
-    assert isinstance(store.client, aioredis.Redis)
-    pool = store.client.connection_pool
+async def test_the_lane_connects_as_the_pool_does(store: Stores, lane: OrderedLane) -> None:
+    assert isinstance(store.connection.client, aioredis.Redis)
+    pool = store.connection.client.connection_pool
     info = _client_info(await lane.submit("CLIENT", "INFO"))
     kwargs = pool.connection_kwargs
     assert int(info["db"]) == int(kwargs.get("db", 0))
     await lane.submit("SET", "where", "lane")
-    assert await store.client.get("where") == b"lane"  # the pool's database
+    assert await store.connection.client.get("where") == b"lane"  # the pool's database
     # The same large send buffer as the store's pooled connections.
     pooled = await pool.get_connection()  # type: ignore[no-untyped-call]
     try:
@@ -223,8 +229,8 @@ async def test_the_lane_connects_as_the_pool_does(store: Store, lane: OrderedLan
         await pool.release(pooled)
 
 
-async def test_close_fails_what_is_outstanding(store: Store) -> None:
-    lane = OrderedLane.for_client(store.client)
+async def test_close_fails_what_is_outstanding(store: Stores) -> None:
+    lane = OrderedLane.for_client(store.connection.client)
     assert lane is not None
     blocker = lane.submit(*BLPOP_FOREVER)
     await lane.close()
@@ -264,13 +270,13 @@ def own_valkey(data_dir: Path) -> Iterator[tuple[EmbeddedValkey, str]]:
 async def test_noscript_after_a_flush_fails_once_then_the_lane_loads_again(
     own_valkey: tuple[EmbeddedValkey, str],
 ) -> None:
-    store = Store.from_url(own_valkey[1])
-    lane = OrderedLane.for_client(store.client)
+    store = Stores.from_url(own_valkey[1])
+    lane = OrderedLane.for_client(store.connection.client)
     assert lane is not None
-    push = store.client.register_script(PUSH_LUA)
+    push = store.connection.client.register_script(PUSH_LUA)
     try:
         assert await lane.submit_script(push, ["l"], ["a"]) == 1
-        await store.client.script_flush()
+        await store.connection.client.script_flush()
         # Both were on the wire before the first NOSCRIPT came back: both fail, neither runs.
         flushed = [lane.submit_script(push, ["l"], ["b"]), lane.submit_script(push, ["l"], ["c"])]
         for future in flushed:
@@ -278,7 +284,7 @@ async def test_noscript_after_a_flush_fails_once_then_the_lane_loads_again(
                 await future
             assert isinstance(caught.value, NoScriptError)  # what redis-py callers catch
         assert await lane.submit_script(push, ["l"], ["d"]) == 2  # loaded again first
-        assert await store.client.lrange("l", 0, -1) == [b"a", b"d"]
+        assert await store.connection.client.lrange("l", 0, -1) == [b"a", b"d"]
     finally:
         await lane.close()
         await store.close()
@@ -289,10 +295,10 @@ async def test_a_restarted_server_fails_outstanding_commands_then_serves_again(
 ) -> None:
     valkey = EmbeddedValkey(data_dir, appendfsync="always")
     url = valkey.start()
-    store = Store.from_url(url)
-    lane = OrderedLane.for_client(store.client)
+    store = Stores.from_url(url)
+    lane = OrderedLane.for_client(store.connection.client)
     assert lane is not None
-    push = store.client.register_script(PUSH_LUA)
+    push = store.connection.client.register_script(PUSH_LUA)
     again: EmbeddedValkey | None = None
     try:
         assert await lane.submit_script(push, ["l"], ["before"]) == 1
@@ -322,8 +328,8 @@ async def test_auth_and_database_are_those_of_the_pool(
     admin.acl_setuser("default", enabled=False)  # from here on, only "lane" gets in
     admin.close()
     path = valkey.socket_path  # the URL's own carries the embedded server's password
-    store = Store.from_url(f"unix://lane:s3cret@{path}?db=3")
-    lane = OrderedLane.for_client(store.client)
+    store = Stores.from_url(f"unix://lane:s3cret@{path}?db=3")
+    lane = OrderedLane.for_client(store.connection.client)
     assert lane is not None
     try:
         info = _client_info(await lane.submit("CLIENT", "INFO"))
@@ -332,7 +338,7 @@ async def test_auth_and_database_are_those_of_the_pool(
         other = aioredis.Redis.from_url(f"unix://lane:s3cret@{path}?db=0")
         try:
             assert await other.get("k") is None
-            assert await store.client.get("k") == b"lane"
+            assert await store.connection.client.get("k") == b"lane"
         finally:
             await other.aclose()
         wrong = OrderedLane.for_client(aioredis.Redis.from_url(f"unix://lane:nope@{path}"))

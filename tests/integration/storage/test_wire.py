@@ -26,7 +26,7 @@ from trainledger.ingest.service import ForbiddenProject, Ingestor, IngestReport,
 from trainledger.ledger.eventlog import read_log
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
-from trainledger.storage.redis_store import Store
+from trainledger.stores import Stores
 
 from costcore.columns import parse_time_reference
 from costcore.money import JSON_NUMBER_PATTERN, decimal_text_problem, parse_quantity
@@ -201,15 +201,15 @@ def normalized(report: IngestReport, project: str) -> Any:
     return raw
 
 
-async def logged(store: Store, project: str) -> list[Any]:
+async def logged(store: Stores, project: str) -> list[Any]:
     rows = []
-    async for _, batch in read_log(store, project, await store.last_log_entry(project)):
+    async for _, batch in read_log(store, project, await store.ledger.last_log_entry(project)):
         rows += [row._replace(id=row.id) for row in batch]
     return rows
 
 
 @pytest.mark.parametrize("media", [JSON, MSGPACK])
-async def test_fast_and_exact_paths_answer_and_log_alike(store: Store, media: str) -> None:
+async def test_fast_and_exact_paths_answer_and_log_alike(store: Stores, media: str) -> None:
     cards = RateCards(store)
     await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
     fast, exact = Ingestor(store, cards), Ingestor(store, cards)
@@ -239,7 +239,7 @@ async def test_fast_and_exact_paths_answer_and_log_alike(store: Store, media: st
     assert ("time forms", 0) not in answered_fast  # "lower-z" and "nanos" are msgspec's
 
 
-async def test_fast_path_refuses_a_project_outside_the_token_first(store: Store) -> None:
+async def test_fast_path_refuses_a_project_outside_the_token_first(store: Stores) -> None:
     cards = RateCards(store)
     await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
     ingestor = Ingestor(store, cards)
@@ -252,7 +252,7 @@ async def test_fast_path_refuses_a_project_outside_the_token_first(store: Store)
     with pytest.raises(ForbiddenProject) as exact:
         await post_exactly(ingestor, data, JSON, limited)
     assert (fast.value.project, fast.value.index) == (exact.value.project, exact.value.index)
-    assert await store.last_log_entry("pa") == ""  # nothing written
+    assert await store.ledger.last_log_entry("pa") == ""  # nothing written
 
 
 def test_only_arrays_of_json_or_msgpack_events_go_the_fast_way() -> None:

@@ -4,7 +4,7 @@ tests/integration/budgets/test_firing_reference.py checks the ingest script agai
 from __future__ import annotations
 
 from trainledger.budgets.firing import FiredAlert, fire_batch, fire_limits
-from trainledger.storage.redis_store import BudgetCounter, LimitCheck
+from trainledger.ingest.store import BudgetCounter, LimitCheck
 
 
 def crossing(limit: int, ident: str) -> LimitCheck:

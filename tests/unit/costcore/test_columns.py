@@ -182,6 +182,7 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     from trainledger.ledger.folding import sums_of_log
     from trainledger.ratecards.catalog import build_catalog
     from trainledger.ratecards.model import RateCardIn, RateCardVersion
+    from trainledger.storage.keys import Keys
 
     from bench.common import BENCH_CARD, EventFactory, Workload
 
@@ -216,7 +217,8 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
             entry = decode_log_entry(priced.log_entry())  # summed as a fold sums it
             assert entry is not None
             cells = sums_of_log([entry])
-            for key, field, delta in [*priced.increments, *cells.increments("p")]:
+            tiers_moved = [(Keys.tier("p", m), sku, d) for m, sku, d in priced.tier_increments]
+            for key, field, delta in [*tiers_moved, *cells.increments("p")]:
                 sums[(key, field)] = sums.get((key, field), 0) + delta
         return sums, costs
 

@@ -1,15 +1,11 @@
-"""The accepted-event log's entries: written in coded columns, read back as the same events;
-entries of rows (written before the totals were folded from the log) still read."""
+"""The accepted-event log's entries: written in coded columns, read back as the same events."""
 
 from __future__ import annotations
 
 import random
-import zlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import lz4.frame
-import msgspec
 from trainledger.events.model import EventIn
 from trainledger.ledger.eventlog import (
     LoggedEvent,
@@ -83,28 +79,8 @@ def test_an_entry_reads_back_as_the_events_it_was_written_from() -> None:
     assert sorted(coded.stages) == ["eval", "pretrain"] and len(coded.experiments) == 3
 
 
-def test_entries_of_rows_still_read() -> None:
-    row: list[Any] = [
-        "a",
-        1_790_000_000_000_000,
-        "pretrain",
-        "exp",
-        "",
-        "gpu",
-        5,
-        None,
-        30,
-        1,
-        "compute",
-    ]
-    blob = zlib.compress(msgspec.msgpack.encode([row, row]))
-    assert decode_log(blob) == [LoggedEvent(*row)] * 2
-    assert decode_log_entry(blob) is None  # its totals were queued when it was accepted
-
-
-def test_entries_are_lz4_frames_and_zlib_entries_are_still_read() -> None:
-    """New entries are LZ4 frames of the msgpack columns; an entry of the same columns
-    written as a zlib stream (every entry before LZ4) decodes to the same events."""
+def test_entries_are_lz4_frames() -> None:
+    """Entries are LZ4 frames of the msgpack columns."""
     rng = random.Random(5)
     for n in (3, 5_000):
         events, epoch_us = _events(rng, n)
@@ -112,7 +88,6 @@ def test_entries_are_lz4_frames_and_zlib_entries_are_still_read() -> None:
         raw = encode_log(*args, compress=False)  # type: ignore[arg-type]
         blob = encode_log(*args)  # type: ignore[arg-type]
         assert blob == compress_log(raw) and lz4.frame.decompress(blob) == raw
-        assert decompress_log(blob) == raw == decompress_log(zlib.compress(raw, 1))
-        assert decode_log(zlib.compress(raw)) == decode_log(blob)
-        assert decode_log_entry(zlib.compress(raw)) == decode_log_entry(blob) is not None
+        assert decompress_log(blob) == raw
+        assert decode_log_entry(blob) is not None
         assert [row.id for row in decode_log(blob)] == [ev.id for ev in events]

@@ -1,0 +1,288 @@
+"""The ledger's Redis access: the accepted-event log, the fold, the totals and roll-ups, and a
+rebuild's staging keys."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+import msgspec
+
+from ..storage import scripts
+from ..storage.connection import Connection
+from ..storage.increments import increment_args
+from ..storage.keys import FIELD_SEP, TAG_SEP, Keys
+from ..storage.limbs import LIMB, combined_fields
+from ..storage.replies import as_bytes, as_text, with_high
+
+# A fold reads the log in pages of about this many bytes (see `LedgerStore.unfolded_entries`).
+_READ_PAGE_BYTES = 256 << 10
+
+
+def _fold_args(
+    fixed_keys: list[str], head: Any, events: int, increments: Iterable[tuple[str, str, int]]
+) -> tuple[list[str], bytes]:
+    """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor])."""
+    keys = list(fixed_keys)
+    key_index: dict[str, int] = {}
+
+    def ref(key: str) -> int:
+        i = key_index.get(key)
+        if i is None:
+            keys.append(key)
+            i = key_index[key] = len(keys)
+        return i
+
+    inc, his = increment_args(ref, increments)
+    return keys, msgspec.msgpack.encode([*head, str(events), inc, his])
+
+
+async def _encoded(
+    fixed_keys: list[str], head: list[Any], events: int, increments: Sequence[tuple[str, str, int]]
+) -> tuple[list[str], bytes]:
+    if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
+        return await asyncio.to_thread(_fold_args, fixed_keys, head, events, increments)
+    return _fold_args(fixed_keys, head, events, increments)
+
+
+# --- the totals' fields ----------------------------------------------------------------
+# A totals field is a kind (``c|`` cost, ``q|`` quantity, ``n|`` events) and the cell's dims
+# joined by FIELD_SEP; the dims element of the attributed tags joins ``k=v`` pairs by TAG_SEP
+# (the layout: service/storage/keys.py). Only these functions read or write that text.
+
+
+def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
+    """The event's tags that the project attributes costs by, canonically ordered."""
+    if not tags or not keys:
+        return ""
+    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
+
+
+def tags_of(text: str) -> dict[str, str]:
+    """The tags of an attributed-tags dims element."""
+    if not text:
+        return {}
+    return dict(pair.split("=", 1) for pair in text.split(TAG_SEP))
+
+
+def dims_of(text: str) -> list[str]:
+    """The dims of a totals field (after its kind), as stored."""
+    return text.split(FIELD_SEP)
+
+
+def joined_dims(dims: Iterable[str]) -> str:
+    """A totals field's dims text (`dims_of` reversed)."""
+    return FIELD_SEP.join(dims)
+
+
+class LedgerStore:
+    """The log a fold reads, the totals it writes, and what a query or a rebuild reads."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.client = conn.client
+        self._swap = conn.client.register_script(scripts.SWAP_REBUILD)
+        self._fold_log = conn.client.register_script(scripts.FOLD_LOG)
+        self._read_unfolded = conn.client.register_script(scripts.READ_UNFOLDED)
+        self._totals_state = conn.client.register_script(scripts.TOTALS_STATE)
+
+    # --- the fold -----------------------------------------------------------------------
+
+    async def unfolded_entries(
+        self, project: str, limit: int, max_bytes: int
+    ) -> tuple[str, str, list[tuple[str, bytes]]]:
+        """The fold's cursor ("" when the project has none yet), the log's last entry id ("" if
+        empty), and the log entries after the cursor (at most `limit`, and no more once they
+        hold `max_bytes`).
+
+        The entries are read in pages of about `_READ_PAGE_BYTES`, one command each, so a
+        fold never holds the server for long (one script reading them all held it for
+        milliseconds, and every request waited); a fold that another moved the cursor under
+        writes nothing (`fold_log`)."""
+        log_key = Keys.log(project)
+        cursor, last = await self._read_unfolded(keys=[Keys.meta(project), log_key])
+        cursor, last = as_text(cursor), as_text(last)
+        entries: list[tuple[str, bytes]] = []
+        size, page, after = 0, 16, cursor
+        while cursor and len(entries) < limit and size < max_bytes:
+            want = min(page, limit - len(entries))
+            raw = await self.client.xrange(log_key, min="(" + after, max="+", count=want)
+            for entry_id, fields in raw or []:
+                if len(entries) >= limit or size >= max_bytes:
+                    break
+                blob = as_bytes((fields or {})[b"b"])
+                entries.append((as_text(entry_id), blob))
+                size += len(blob)
+            if len(raw or []) < want:
+                break
+            after = entries[-1][0]
+            page = max(1, min(256, _READ_PAGE_BYTES * len(entries) // max(size, 1)))
+        return cursor, last, entries
+
+    async def fold_log(
+        self,
+        project: str,
+        cursor: str,
+        new_cursor: str,
+        events: int,
+        increments: Sequence[tuple[str, str, int]],
+    ) -> bool:
+        """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
+        and move the cursor there. False (nothing written) when another fold moved it first."""
+        keys, payload = await _encoded(
+            [Keys.meta(project)], [cursor, new_cursor], events, increments
+        )
+        return bool(await self._fold_log(keys=keys, args=[payload]))
+
+    # --- totals -------------------------------------------------------------------------
+
+    async def _hashes(self, keys: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """HGETALL of each key, the high limbs of its sums folded in (service/storage/limbs.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+            pipe.hgetall(Keys.high(key))
+        replies = await pipe.execute()
+        return [
+            combined_fields(replies[i], replies[i + 1]) if replies[i + 1] else replies[i]
+            for i in range(0, len(replies), 2)
+        ]
+
+    async def daily_costs(self, project: str) -> dict[str, int]:
+        (raw,) = await self._hashes([Keys.daily(project)])
+        return {as_text(k): int(v) for k, v in raw.items()}
+
+    async def hour_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
+        return await self._hashes([Keys.hourly(project, day) for day in days])
+
+    async def day_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
+        return await self._hashes([Keys.totals(project, day) for day in days])
+
+    async def totals_state(
+        self, project: str, rollup_field: str
+    ) -> tuple[dict[str, int], int, int]:
+        """The daily index, the accepted counter and the events the roll-ups hold.
+
+        `accepted` counts the events the totals hold: accepted, less those still pending a fold.
+        Read in one script, so a fold or a batch landing meanwhile cannot make them differ.
+        """
+        daily_key = Keys.daily(project)
+        covered, accepted, pending, flat, high = await self._totals_state(
+            keys=[Keys.rollup_count(project), Keys.meta(project), daily_key, Keys.high(daily_key)],
+            args=[rollup_field],
+        )
+        daily = {as_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        for i in range(0, len(high), 2):
+            day = as_text(high[i])
+            if day in daily:
+                daily[day] += int(high[i + 1]) * LIMB
+        return daily, int(accepted) - int(pending), int(covered)
+
+    def _totals_key(self, project: str, source: str, period: str) -> str:
+        if source == "tot":
+            return Keys.totals(project, period)
+        return Keys.rollup(project, source, period)
+
+    async def totals_hashes(
+        self, project: str, source: str, periods: Sequence[str], kinds: str = "cqn"
+    ) -> list[dict[bytes, bytes]]:
+        """The hashes of the finest totals (`source` "tot", days) or of roll-up `source` (days
+        yyyymmdd or months yyyymm). With `kinds` short of "cqn", only the fields of those kinds
+        (``c|``, ``q|``, ``n|``): HSCAN with MATCH, one call per hash as a rule; should a scan
+        take several calls, a field returned twice is taken once."""
+        keys = [self._totals_key(project, source, p) for p in periods]
+        if kinds == "cqn":
+            return await self._hashes(keys)
+        pipe = self.client.pipeline(transaction=False)
+        match = f"[{kinds}]|*"
+        for key in keys:
+            pipe.hscan(key, 0, match=match, count=1_000_000)
+        for key in keys:
+            pipe.hgetall(Keys.high(key))
+        replies = await pipe.execute()
+        out: list[dict[bytes, bytes]] = []
+        scans, highs = replies[: len(keys)], replies[len(keys) :]
+        for key, (cursor, fields), high in zip(keys, scans, highs, strict=True):
+            while int(cursor):
+                cursor, more = await self.client.hscan(key, cursor, match=match, count=1_000_000)
+                fields.update(more)
+            fields = cast(dict[bytes, bytes], fields)
+            out.append(combined_fields(fields, high) if high else fields)
+        return out
+
+    async def totals_fields(
+        self, project: str, source: str, reads: Sequence[tuple[str, Sequence[bytes]]]
+    ) -> list[list[bytes | None]]:
+        """HMGET of the given fields, per (period, fields) of `source` (as `totals_hashes`)."""
+        pipe = self.client.pipeline(transaction=False)
+        for period, fields in reads:
+            key = self._totals_key(project, source, period)
+            pipe.hmget(key, list(fields))
+            pipe.hmget(Keys.high(key), list(fields))
+        replies = await pipe.execute()
+        return [with_high(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
+
+    # --- log and rebuild ----------------------------------------------------------------
+
+    async def log_entries(
+        self, project: str, after: str = "-", count: int = 500
+    ) -> list[tuple[str, bytes]]:
+        start = after if after == "-" else "(" + after
+        raw = await self.client.xrange(Keys.log(project), min=start, max="+", count=count)
+        return [
+            (as_text(entry_id), as_bytes((fields or {})[b"b"])) for entry_id, fields in raw or []
+        ]
+
+    async def last_log_entry(self, project: str) -> str:
+        raw = await self.client.xrevrange(Keys.log(project), max="+", min="-", count=1)
+        return as_text(raw[0][0]) if raw else ""
+
+    async def first_log_entry(self, project: str) -> str:
+        raw = await self.client.xrange(Keys.log(project), min="-", max="+", count=1)
+        return as_text(raw[0][0]) if raw else ""
+
+    async def write_staging(self, project: str, hashes: dict[str, dict[str, int]]) -> None:
+        """Write a rebuild's totals into staging copies of the given live keys."""
+        pipe = self.client.pipeline(transaction=False)
+        for live_key, mapping in hashes.items():
+            staging = Keys.staging(project, live_key)
+            pipe.delete(staging)
+            items = list(mapping.items())
+            for start in range(0, len(items), 1000):
+                pipe.hset(staging, mapping=dict(items[start : start + 1000]))
+        await pipe.execute()
+
+    async def live_total_keys(self, project: str) -> list[str]:
+        """Every live key a rebuild replaces: per-day totals, the daily index, tier counters,
+        budget counters."""
+        days = await self.daily_costs(project)
+        months = sorted({d[:6] for d in days})
+        return (
+            [Keys.totals(project, d) for d in sorted(days)]
+            + [Keys.hourly(project, d) for d in sorted(days)]
+            + [Keys.tier(project, m) for m in months]
+            + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
+        )
+
+    async def swap_rebuild(
+        self,
+        project: str,
+        last_seen_entry: str,
+        replace: Sequence[str],
+        drop: Sequence[str],
+        bounds: tuple[int, int] = (0, 0),
+    ) -> bool:
+        """Swap the staging keys in; `bounds` become meta bound_c and bound_q (the lifetime
+        cost and quantity of the rebuilt totals in LIMBs, rounded up)."""
+        keys = [Keys.log(project), Keys.meta(project)]
+        for live in replace:
+            keys += [Keys.staging(project, live), live]
+        keys += list(drop)
+        args: list[str | int] = [last_seen_entry, len(replace), str(bounds[0]), str(bounds[1])]
+        done = await self._swap(keys=keys, args=args)
+        if not done:
+            with contextlib.suppress(Exception):
+                await self.client.delete(*[Keys.staging(project, k) for k in replace])
+        return bool(done)

@@ -1,0 +1,248 @@
+"""The key schema: every Redis key of trainledger is spelled here, and nowhere else.
+
+Layout (``P`` is the project's hash tag ``{p:<project>}``, so every key of one
+project lands in one cluster slot and one Lua script can change them together):
+
+==============================  ======  =====================================================
+key                             type    holds
+==============================  ======  =====================================================
+tl:P:meta                       hash    rate_card, currency, accepted/duplicate counters,
+                                        ``fold_cursor`` (the last log entry whose totals are
+                                        in tot/hr/daily/ru) and ``pend_events`` (accepted
+                                        events not yet folded);
+                                        ``bound_c``/``bound_q``: lifetime cost/quantity in
+                                        10**9 nano/micro, rounded up per batch
+tl:P:seen:<shard>               hash    event id -> expiry day (days since 1970-01-01)
+tl:P:tot:<yyyymmdd>             hash    ``c|dims`` cost nano, ``q|dims`` quantity micro,
+                                        ``n|dims`` events, dims = stage,experiment,category,
+                                        sku,owner,fixed,tags joined by \\x1f (tags: the
+                                        project's attribution tags, ``k=v`` joined by \\x1e)
+tl:P:hr:<yyyymmdd>              hash    ``c|HH|stage,category,fixed`` -> cost nano of that hour,
+                                        ``n|HH|...`` -> its events (cost 0 included)
+tl:P:daily                      hash    yyyymmdd -> cost nano of that day (index of tot keys)
+tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (graduated tiers)
+tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
+                                        (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
+                                        + the projected dims (service/ledger/rollups.py)
+tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
+                                        use them only when it equals meta ``accepted`` less
+                                        ``pend_events``)
+tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
+                                        columns)), service/ledger/eventlog.py; the totals
+                                        are folded from it
+tl:P:rej                        hash    rejected event id -> JSON record (dead letters)
+tl:P:rejidx                     zset    rejected event id scored by rejection time (ms)
+tl:P:budgets                    hash    budget id -> JSON
+tl:P:bspend                     hash    ``<budget>|<period>`` -> spend nano in that period
+tl:P:bday                       hash    ``<budget>|<yyyymmdd>`` -> spend nano that day (growth)
+tl:P:bfired                     hash    alert id -> spend when it fired (once per limit and period)
+tl:P:hi:<key>                   hash    the high limbs of the sums of tl:P:<key> (tot, hr, daily,
+                                        ru, bspend, bday): a sum is ``hi * 10**9 + lo``
+                                        (service/storage/limbs.py, docs/exact-money.md)
+tl:P:alerts                     stream  alerts as decided by the ingest script
+                                        (consumer group ``deliverers``: the webhook outbox)
+tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
+tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
+tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
+tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
+tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
+tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
+                                        lease moves the score ahead while a sender holds one
+tl:P:dlvdone                    zset    delivered delivery ids scored by delivery time (ms)
+tl:P:dlvdead                    zset    failed delivery ids (dead letters) by failure time (ms)
+tl:ratecards                    set     rate-card names
+tl:ratecard:<name>              hash    version number -> JSON of that version (its length,
+                                        the number of versions, is the card's revision: a
+                                        cached card is stale when it moved)
+tl:projects                     set     project names that have data or settings
+tl:webhooks                     hash    webhook id -> JSON (filters; url and secret sealed,
+                                        service/storage/sealing.py)
+tl:sealing                      hash    ``check`` -> a known text sealed with the secret key
+tl:token:<sha256>               hash    bearer token record (the token itself is never stored)
+tl:rl:<token>:<second>          string  requests of a token in that second (rate limit)
+tl:tokens                       hash    token id -> sha256, for listing and revoking
+{tl:tokens}:unscoped-admins      set     ids of admin tokens for every project (same slot as
+                                        tl:tokens: the last one is never revoked)
+==============================  ======  =====================================================
+
+Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
+all the keys it touches in KEYS, and those are one project's keys (one slot), or one global
+key alone (a rate card, a rate-limit window). Transactions and scripts never span two
+slots; the few multi-key steps on global keys (a token and the token index) are plain
+pipelines, split by node. A project's data is all on one shard, so one very busy project is
+served by one master. An acknowledged ingest write has reached ``wait_replicas`` replicas
+(WAIT on the write's own connection; ``Connection.replicated``), so a failover keeps it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+NAMESPACE = "tl"
+SEEN_SHARDS = 64
+FIELD_SEP = "\x1f"
+TAG_SEP = "\x1e"  # between the attributed tags inside one dims element
+
+# Key kinds (after the project's tag) whose sums are kept in two limbs.
+_LIMBED = ("tot:", "hr:", "daily", "ru:", "bspend", "bday")
+
+
+def project_tag(project: str) -> str:
+    return "{p:" + project + "}"
+
+
+class Keys:
+    """Key builders. Nothing outside this module spells a key."""
+
+    @staticmethod
+    def meta(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:meta"
+
+    @staticmethod
+    def seen(project: str, shard: int) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:seen:{shard}"
+
+    @staticmethod
+    def totals(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:tot:{day}"
+
+    @staticmethod
+    def hourly(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:hr:{day}"
+
+    @staticmethod
+    def daily(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:daily"
+
+    @staticmethod
+    def tier(project: str, month: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:tier:{month}"
+
+    @staticmethod
+    def rollup(project: str, name: str, period: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:ru:{name}:{period}"
+
+    @staticmethod
+    def rollup_count(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:ru:events"
+
+    @staticmethod
+    def log(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:log"
+
+    @staticmethod
+    def rejected(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:rej"
+
+    @staticmethod
+    def rejected_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:rejidx"
+
+    @staticmethod
+    def budgets(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:budgets"
+
+    @staticmethod
+    def budget_spend(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bspend"
+
+    @staticmethod
+    def budget_daily(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bday"
+
+    @staticmethod
+    def budget_fired(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bfired"
+
+    @staticmethod
+    def alerts(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:alerts"
+
+    @staticmethod
+    def plans(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:plans"
+
+    @staticmethod
+    def progress(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:progress"
+
+    @staticmethod
+    def experiment_progress(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:xprog"
+
+    @staticmethod
+    def high(live_key: str) -> str:
+        """The hash of the high limbs of a key's sums (service/storage/limbs.py)."""
+        tag, suffix = live_key.split("}:", 1)
+        return f"{tag}}}:hi:{suffix}"
+
+    @staticmethod
+    def has_high(live_key: str) -> bool:
+        """Whether the key holds sums kept in two limbs: totals, hours, the daily index,
+        roll-ups (not their event counter) and budget counters."""
+        suffix = live_key.split("}:", 1)[1]
+        return suffix.startswith(_LIMBED) and suffix != "ru:events"
+
+    @staticmethod
+    def staging(project: str, live_key: str) -> str:
+        suffix = live_key.split("}:", 1)[1]
+        return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
+
+    @staticmethod
+    def rate_card_names() -> str:
+        return f"{NAMESPACE}:ratecards"
+
+    @staticmethod
+    def rate_card(name: str) -> str:
+        return f"{NAMESPACE}:ratecard:{name}"
+
+    @staticmethod
+    def projects() -> str:
+        return f"{NAMESPACE}:projects"
+
+    @staticmethod
+    def token(digest: str) -> str:
+        return f"{NAMESPACE}:token:{digest}"
+
+    @staticmethod
+    def rate_window(token_id: str, second: int) -> str:
+        return f"{NAMESPACE}:rl:{token_id}:{second}"
+
+    @staticmethod
+    def token_index() -> str:
+        return f"{NAMESPACE}:tokens"
+
+    @staticmethod
+    def unscoped_admins() -> str:
+        """Ids of the admin tokens for every project; the hash tag puts it in the slot of
+        `token_index`, so one script sees both."""
+        return f"{{{NAMESPACE}:tokens}}:unscoped-admins"
+
+    @staticmethod
+    def webhooks() -> str:
+        return f"{NAMESPACE}:webhooks"
+
+    @staticmethod
+    def sealing() -> str:
+        return f"{NAMESPACE}:sealing"
+
+    @staticmethod
+    def deliveries(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlv"
+
+    @staticmethod
+    def delivery_queue(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvq"
+
+    @staticmethod
+    def delivery_dead(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvdead"
+
+    @staticmethod
+    def delivery_done(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
+
+
+def seen_shard(event_id: str) -> int:
+    # CRC-32 (in C): stable across processes and versions, unlike hash().
+    return zlib.crc32(event_id.encode()) % SEEN_SHARDS

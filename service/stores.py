@@ -1,0 +1,61 @@
+"""Every feature's store, built on one shared connection: the wiring, not a store itself.
+
+A use case that spans features (ingest reads the project's settings and budgets, and
+writes dead letters) receives `Stores` and asks each feature's store for its part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .auth.store import TokenStore
+from .budgets.store import BudgetStore
+from .events.store import RejectedStore
+from .ingest.store import IngestStore
+from .ledger.store import LedgerStore
+from .plans.store import PlanStore
+from .projects.store import ProjectStore
+from .ratecards.store import RateCardStore
+from .storage.connection import Connection
+from .waste.store import WasteStore
+from .webhooks.store import WebhookStore
+
+
+@dataclass(frozen=True)
+class Stores:
+    connection: Connection
+    projects: ProjectStore
+    ratecards: RateCardStore
+    tokens: TokenStore
+    ingest: IngestStore
+    ledger: LedgerStore
+    budgets: BudgetStore
+    plans: PlanStore
+    waste: WasteStore
+    rejected: RejectedStore
+    webhooks: WebhookStore
+
+    @classmethod
+    def on(cls, connection: Connection) -> Stores:
+        projects = ProjectStore(connection)
+        ratecards = RateCardStore(connection)
+        return cls(
+            connection=connection,
+            projects=projects,
+            ratecards=ratecards,
+            tokens=TokenStore(connection),
+            ingest=IngestStore(connection, ratecards),
+            ledger=LedgerStore(connection),
+            budgets=BudgetStore(connection, projects),
+            plans=PlanStore(connection, projects),
+            waste=WasteStore(connection, projects),
+            rejected=RejectedStore(connection, projects),
+            webhooks=WebhookStore(connection),
+        )
+
+    @classmethod
+    def from_url(cls, url: str, max_connections: int = 64) -> Stores:
+        return cls.on(Connection.from_url(url, max_connections))
+
+    async def close(self) -> None:
+        await self.connection.close()
