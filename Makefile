@@ -1,9 +1,11 @@
 # Thin aliases for dev.py, which needs nothing but Python.
-.PHONY: run test check openapi bench
+.PHONY: run test test-unit check openapi bench
 run:
 	python3 dev.py run
 test:
 	python3 dev.py test
+test-unit:
+	python3 dev.py test-unit
 check:
 	python3 dev.py check
 openapi:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Developer entry point that needs nothing but Python 3.11+.
 
-    python3 dev.py run      # start the service on the embedded Valkey
-    python3 dev.py demo     # replay a simulated 7B training run and show what the ledger finds
-    python3 dev.py test     # run the whole test suite
-    python3 dev.py check    # ruff, mypy and the OpenAPI freshness check
-    python3 dev.py openapi  # regenerate openapi/openapi.json
+    python3 dev.py run        # start the service on the embedded Valkey
+    python3 dev.py demo       # replay a simulated 7B training run and show what the ledger finds
+    python3 dev.py test       # run the whole test suite (extra arguments go to pytest)
+    python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
+    python3 dev.py check      # ruff, mypy and the OpenAPI freshness check
+    python3 dev.py openapi    # regenerate openapi/openapi.json
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
 and again whenever pyproject.toml, setup.py or the kernel source change.
@@ -73,6 +74,12 @@ def test(argv: list[str]) -> int:
     return code
 
 
+def test_unit(argv: list[str]) -> int:
+    """The fast loop: tests/unit never starts or reaches a Redis or a server
+    (tests/unit/conftest.py fails a unit test that asks for one)."""
+    return test(["tests/unit", *argv])
+
+
 def check(argv: list[str]) -> int:
     steps = [
         [str(BIN / "ruff"), "check", "."],
@@ -97,7 +104,14 @@ def openapi(argv: list[str]) -> int:
     )
 
 
-COMMANDS = {"run": run, "demo": demo, "test": test, "check": check, "openapi": openapi}
+COMMANDS = {
+    "run": run,
+    "demo": demo,
+    "test": test,
+    "test-unit": test_unit,
+    "check": check,
+    "openapi": openapi,
+}
 
 
 def main() -> int:

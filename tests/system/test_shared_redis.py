@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import uuid
@@ -49,16 +50,21 @@ def test_a_database_holding_somebody_elses_keys_is_not_taken(
     reachable: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TRAINLEDGER_TEST_SYSTEM_REDIS", raising=False)
-    # Somebody else's key in a database no test run has used (no lock file for it).
-    db = 1
+    # Somebody else's key in a database no test run has used (no lock file for it). The
+    # database is one this run claimed first, never a fixed number: no other run is writing
+    # there, and the key is put in before the claim is given up.
+    url = shared_redis.claim_database()
+    if url is None:
+        pytest.skip("no database of the system Redis is free")
+    db = int(url.rsplit("/", 1)[-1])
     lock = shared_redis.LOCK_DIR / f"6379-db{db}.lock"
-    if lock.exists():
-        pytest.skip(f"database {db} was used by a test run before")
-    client = redis.Redis.from_url(f"{shared_redis.BASE_URL}/{db}")
-    if client.dbsize() != 0:
-        pytest.skip(f"database {db} is in use")
+    client = redis.Redis.from_url(url)
     key = f"someone-else:{uuid.uuid4().hex}"
     client.set(key, "theirs", ex=60)
+    handle = shared_redis._held.pop()  # the claim just made: give it up, lock file and all
+    lock.unlink()
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
     try:
         assert shared_redis.claim_database(databases=range(db, db - 1, -1)) is None
         assert client.get(key) == b"theirs"

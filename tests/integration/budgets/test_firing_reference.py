@@ -106,7 +106,7 @@ async def start_state(
         else:
             fired[threshold_checks(budget, period, "USD")[threshold_index].alert_id] = spent
     if fired:
-        await store.client.hset(Keys.budget_fired(budget.project), mapping=fired)
+        await store.connection.client.hset(Keys.budget_fired(budget.project), mapping=fired)
     spend = {spend_field(budget.id, p): s for p, s in zip(PERIODS, case.start_spend, strict=True)}
     return spend, fired
 
