@@ -118,7 +118,7 @@ def apply_increments(
     `high`: (high key, field, increment), applied after them. Returns False when an increment
     cannot be applied; then every increment made is undone (carries stay: they keep each
     value), as the script leaves it."""
-    done: list[tuple[_Field, int]] = []
+    done: list[tuple[_Field, int, _Field | None]] = []  # (field, increment, its high field)
     failed = False
     for key, high_key, name, delta in low:
         at = (key, name)
@@ -133,22 +133,36 @@ def apply_increments(
             ):
                 store[at] = moved[1]
                 if _hincrby(store, at, delta):
-                    done.append((at, delta))
+                    done.append((at, delta, (high_key, name)))
                     continue
             failed = True
             break
-        done.append((at, delta))
+        done.append((at, delta, (high_key, name) if high_key is not None else None))
     if not failed:
         for key, name, delta in high:
             if not _hincrby(store, (key, name), delta):
                 failed = True
                 break
-            done.append(((key, name), delta))
+            done.append(((key, name), delta, None))
     if failed:
-        for at, delta in reversed(done):
-            store[at] -= delta
+        for at, delta, high_at in done:  # the script's order: the low ones, then the high
+            _undo(store, at, high_at, delta)
         return False
     return True
+
+
+def _undo(store: dict[_Field, int], at: _Field, high_at: _Field | None, delta: int) -> None:
+    """Reference of the Lua ``undo``: take `delta` back; when a carry since left the low
+    limb unable to take it whole, the high limb takes its units and the low limb the rest."""
+    if high_at is None or abs(delta) < LIMB:
+        store[at] = store.get(at, 0) - delta
+        return
+    if _hincrby(store, at, -delta):
+        return
+    units, rest = divmod(abs(delta), LIMB)
+    sign = 1 if delta > 0 else -1
+    store[high_at] = store.get(high_at, 0) - sign * units
+    store[at] = store.get(at, 0) - sign * rest
 
 
 def combined_fields(low: Mapping[bytes, bytes], high: Mapping[bytes, bytes]) -> dict[bytes, bytes]:

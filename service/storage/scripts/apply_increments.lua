@@ -38,10 +38,23 @@ local function carry(key, hkey, f)  -- lo = u * 10^9 + r: u to the high limb, ex
   return true
 end
 
-local function undo(key, f, d)
+local function undo(key, hkey, f, d)
   if d == '0' then return end  -- "-0" is not an integer to HINCRBY
-  if string.sub(d, 1, 1) == '-' then d = string.sub(d, 2) else d = '-' .. d end
-  redis.call('HINCRBY', key, f, d)
+  local negative = string.sub(d, 1, 1) == '-'
+  local digits = negative and string.sub(d, 2) or d
+  local back = (negative and '' or '-') .. digits
+  if not hkey or #digits <= 9 then
+    redis.call('HINCRBY', key, f, back)
+    return
+  end
+  if type(redis.pcall('HINCRBY', key, f, back)) ~= 'table' then return end
+  -- A carry since the increment left the low limb too small to take the whole undo (it
+  -- would leave int64): the high limb takes its units, the low limb the rest; the value
+  -- (high * 10^9 + low) is restored all the same.
+  local units, rest = string.sub(digits, 1, #digits - 9), string.sub(digits, #digits - 8)
+  rest = string.match(rest, '^0*(%d-)$')
+  redis.call('HINCRBY', hkey, f, (negative and '' or '-') .. units)
+  if rest ~= '' then redis.call('HINCRBY', key, f, (negative and '' or '-') .. rest) end
 end
 
 local function apply_increments(inc, his)
@@ -78,15 +91,15 @@ local function apply_increments(inc, his)
   -- Undo: every increment made, back out exactly (carries keep each value: they stay).
   l = 1
   while l <= #inc do
-    local key, n = KEYS[inc[l]], inc[l + 2]
+    local key, hk, n = KEYS[inc[l]], inc[l + 1], inc[l + 2]
     for j = l + 3, l + 2 + 2 * n, 2 do
       if j >= stop then break end
-      undo(key, inc[j], inc[j + 1])
+      undo(key, hk > 0 and KEYS[hk] or nil, inc[j], inc[j + 1])
     end
     l = l + 3 + 2 * n
   end
   for j = 1, his_done, 3 do
-    undo(KEYS[his[j]], his[j + 1], his[j + 2])
+    undo(KEYS[his[j]], nil, his[j + 1], his[j + 2])
   end
   return err
 end
