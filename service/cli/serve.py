@@ -185,18 +185,89 @@ def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
     return process
 
 
-def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+def _cannot_start(reason: object) -> int:
+    ui.err.print(f"[bold red]cannot start:[/] {reason}", highlight=False)
+    return 2
+
+
+async def _bootstrap(url: str, sealer: Sealer, data_dir: Path) -> tuple[str | None, str | None]:
+    """(the local admin token minted on first start, why the server must not start)."""
+    async with open_store(url) as store:
+        refused = await ensure_secret_key(store, sealer)
+        if refused is not None:
+            return None, refused
+        return await ensure_admin_token(store, data_dir), None
+
+
+def _tell_workers(args: argparse.Namespace, settings: Settings, url: str) -> str:
+    """Set the environment the worker processes start from; returns the log level."""
+    os.environ["TRAINLEDGER_REDIS_URL"] = url
+    os.environ["TRAINLEDGER_DATA_DIR"] = str(settings.data_dir)
+    # Every worker process sets up its logging from these (see create_app).
+    os.environ["TRAINLEDGER_LOG_FORMAT"] = args.log_format or settings.log_format or "json"
+    log_level: str = args.log_level or settings.log_level
+    os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level
+    if args.workers > 1:
+        _share_metrics_between_workers(settings.data_dir)
+    os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
+    os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
+    return log_level
+
+
+def _run_workers(args: argparse.Namespace, log_level: str) -> None:
     import uvicorn
 
-    from ..http.protocol import TimedHttpToolsProtocol, read_timeouts
+    from ..http.protocol import TimedHttpToolsProtocol
+
+    uvicorn.run(
+        "trainledger.http.app:serve_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=log_level,
+        log_config=None,  # the app configures logging (JSON by default)
+        access_log=False,
+        loop="uvloop",
+        # httptools, with read timeouts for the request head and body (slow clients):
+        # TRAINLEDGER_HEADER_TIMEOUT_S and TRAINLEDGER_BODY_TIMEOUT_S.
+        http=TimedHttpToolsProtocol,
+        # Longer than a load balancer's usual idle timeout (60 s), so that it, not the
+        # server, closes idle connections: a client never sends on a connection the server
+        # is closing (uvicorn's 5 s default did that to bursty schedulers).
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
+
+
+def _serve(args: argparse.Namespace, settings: Settings, url: str, sealer: Sealer) -> int:
+    """Serve on the running store at `url` until stopped: check the key, mint the first admin
+    token, then the folding process and the workers."""
+    token, refused = asyncio.run(_bootstrap(url, sealer, settings.data_dir))
+    if refused is not None:
+        return _cannot_start(refused)
+    if token:
+        saved = settings.data_dir / ADMIN_TOKEN_FILE
+        ui.err.print(f"[bold yellow]local admin token[/] (saved in {saved}):")
+        ui.err.print(token, markup=False, highlight=False)
+    log_level = _tell_workers(args, settings, url)
+    folder = _start_folder(url)
+    try:
+        ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
+        _run_workers(args, log_level)
+    finally:
+        folder.terminate()
+        folder.join(timeout=5)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from ..http.protocol import read_timeouts
 
     settings = replace(
         settings,
         redis_url=args.redis_url or settings.redis_url,
         data_dir=Path(args.data_dir) if args.data_dir else settings.data_dir,
     )
-    embedded: EmbeddedValkey | None = None
-    folder: multiprocessing.process.BaseProcess | None = None
     url = settings.redis_url
     # uvicorn shuts down on SIGTERM and then raises the signal again; with the default
     # disposition that kills the process before the `finally` below stops the embedded
@@ -205,77 +276,26 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         read_timeouts()  # the workers read them too: refuse bad values here, once
     except ValueError as exc:
-        ui.err.print(f"[bold red]cannot start:[/] {exc}", highlight=False)
-        return 2
+        return _cannot_start(exc)
     try:
         # With the embedded Valkey the data dir is this server's own: a key is made there on
         # first start. An external Redis may be shared by several servers, which must all
         # use one key: it has to be given.
         sealer = load_sealer(settings.data_dir, create=url is None)
     except SecretKeyError as exc:
-        ui.err.print(f"[bold red]cannot start:[/] {exc}", highlight=False)
-        return 2
-    if url is None:
-        embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
-        url = embedded.start()
-        # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
-        ui.err.print(
-            f"[green]embedded Valkey[/] on {redact(url)} (data in {settings.data_dir.resolve()})"
-        )
+        return _cannot_start(exc)
+    if url is not None:
+        return _serve(args, settings, url, sealer)
+    embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
+    url = embedded.start()
+    # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
+    ui.err.print(
+        f"[green]embedded Valkey[/] on {redact(url)} (data in {settings.data_dir.resolve()})"
+    )
     try:
-
-        async def bootstrap() -> tuple[str | None, str | None]:
-            async with open_store(url) as store:
-                refused = await ensure_secret_key(store, sealer)
-                if refused is not None:
-                    return None, refused
-                return await ensure_admin_token(store, settings.data_dir), None
-
-        token, refused = asyncio.run(bootstrap())
-        if refused is not None:
-            ui.err.print(f"[bold red]cannot start:[/] {refused}", highlight=False)
-            return 2
-        if token:
-            saved = settings.data_dir / ADMIN_TOKEN_FILE
-            ui.err.print(f"[bold yellow]local admin token[/] (saved in {saved}):")
-            ui.err.print(token, markup=False, highlight=False)
-        os.environ["TRAINLEDGER_REDIS_URL"] = url
-        os.environ["TRAINLEDGER_DATA_DIR"] = str(settings.data_dir)
-        # Every worker process sets up its logging from these (see create_app).
-        os.environ["TRAINLEDGER_LOG_FORMAT"] = args.log_format or settings.log_format or "json"
-        log_level = args.log_level or settings.log_level
-        os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level
-        if args.workers > 1:
-            _share_metrics_between_workers(settings.data_dir)
-        os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
-        os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
-        folder = _start_folder(url)
-        ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
-        uvicorn.run(
-            "trainledger.http.app:serve_app",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level=log_level,
-            log_config=None,  # the app configures logging (JSON by default)
-            access_log=False,
-            loop="uvloop",
-            # httptools, with read timeouts for the request head and body (slow clients):
-            # TRAINLEDGER_HEADER_TIMEOUT_S and TRAINLEDGER_BODY_TIMEOUT_S.
-            http=TimedHttpToolsProtocol,
-            # Longer than a load balancer's usual idle timeout (60 s), so that it, not the
-            # server, closes idle connections: a client never sends on a connection the server
-            # is closing (uvicorn's 5 s default did that to bursty schedulers).
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        )
+        return _serve(args, settings, url, sealer)
     finally:
-        if folder is not None:
-            folder.terminate()
-            folder.join(timeout=5)
-        if embedded is not None:
-            embedded.stop()
-    return 0
+        embedded.stop()
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

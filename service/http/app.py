@@ -7,8 +7,8 @@ import logging
 import os
 import random
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 
 from litestar import Litestar
@@ -19,7 +19,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
-from litestar.types import Empty
+from litestar.types import ControllerRouterHandler, Empty
 
 from .. import __version__
 from ..analysis.routes import AnalysisController
@@ -100,12 +100,73 @@ async def sweep_forever(store: Stores) -> None:
             log.warning("expired-id sweep failed: %s", exc)
 
 
-def create_app(settings: Settings | None = None, redis_url: str | None = None) -> Litestar:
-    """The ASGI app. `redis_url` (or `settings.redis_url`) must point at a running server;
-    the CLI starts the embedded Valkey first when none is configured."""
-    settings = settings or Settings.from_env()
-    url = redis_url or settings.redis_url
+# In the order the OpenAPI document lists their operations.
+_ROUTE_HANDLERS: list[ControllerRouterHandler] = [
+    healthz,
+    readyz,
+    MetricsController,
+    RateCardController,
+    EventsController,
+    CostsController,
+    ProjectController,
+    TokenController,
+    BudgetController,
+    AlertController,
+    PlanController,
+    AnalysisController,
+    ReportController,
+    ExperimentController,
+    ExportController,
+    WebhookController,
+    DashboardController,
+]
 
+
+def _start_background(
+    app: Litestar, settings: Settings, store: Stores, sealer: Sealer
+) -> list[asyncio.Task[None]]:
+    """Wire the app's state on `store` and start its background tasks: the expired-id sweep,
+    the webhook deliveries, the store's reachability and (when workers fold) the folder."""
+    services = app.state.services = build_services(settings, store, sealer)
+    app.state.store = store
+    app.state.settings = settings
+    worker = DeliveryWorker(
+        store,
+        DeliveryConfig.from_env(),
+        settings.public_url,
+        allowlist=settings.webhook_allowlist,
+        sealer=sealer,
+    )
+    app.state.delivery_worker = worker
+    reach = app.state.store_reachability = StoreReachability(
+        store, settings.healthz_unreachable_seconds
+    )
+    background = [
+        asyncio.create_task(sweep_forever(store)),
+        asyncio.create_task(worker.run()),
+        asyncio.create_task(reach.run()),
+    ]
+    if services.folder is not None:
+        background.append(asyncio.create_task(services.folder.run()))
+    return background
+
+
+async def _stop_background(background: list[asyncio.Task[None]]) -> None:
+    for task in background:
+        task.cancel()
+    # Bounded: a task whose Redis call swallows the cancellation must not hold up the
+    # shutdown (what it was doing is safe to abandon: folds and deliveries are atomic).
+    done, stuck = await asyncio.wait(background, timeout=5)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background task failed: %r", task.exception())
+    for task in stuck:
+        log.warning("background task %s did not stop in time", task.get_coro())
+
+
+def _lifespan(
+    settings: Settings, url: str | None
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if url is None:
@@ -115,74 +176,61 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         sealer = load_sealer(settings.data_dir)  # `trainledger serve` made sure there is one
         store = Stores.from_url(url)
         time_redis_commands(store)
-        services = app.state.services = build_services(settings, store, sealer)
-        app.state.store = store
-        app.state.settings = settings
-        worker = DeliveryWorker(
-            store,
-            DeliveryConfig.from_env(),
-            settings.public_url,
-            allowlist=settings.webhook_allowlist,
-            sealer=sealer,
-        )
-        app.state.delivery_worker = worker
-        reach = app.state.store_reachability = StoreReachability(
-            store, settings.healthz_unreachable_seconds
-        )
-        background = [
-            asyncio.create_task(sweep_forever(store)),
-            asyncio.create_task(worker.run()),
-            asyncio.create_task(reach.run()),
-        ]
-        if services.folder is not None:
-            background.append(asyncio.create_task(services.folder.run()))
+        background = _start_background(app, settings, store, sealer)
         try:
             yield
         finally:
-            for task in background:
-                task.cancel()
-            # Bounded: a task whose Redis call swallows the cancellation must not hold up the
-            # shutdown (what it was doing is safe to abandon: folds and deliveries are atomic).
-            done, stuck = await asyncio.wait(background, timeout=5)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    log.warning("background task failed: %r", task.exception())
-            for task in stuck:
-                log.warning("background task %s did not stop in time", task.get_coro())
+            await _stop_background(background)
             await store.close()
 
-    def provide_services(state: State) -> Services:
-        services: Services = state.services
-        return services
+    return lifespan
 
+
+def _provide_services(state: State) -> Services:
+    services: Services = state.services
+    return services
+
+
+def _problem_details() -> ProblemDetailsPlugin:
+    return ProblemDetailsPlugin(
+        ProblemDetailsConfig(
+            enable_for_all_http_exceptions=True,
+            exception_to_problem_detail_map={
+                ValidationException: from_validation,
+                ClientException: from_client_error,
+                # Redis away, or a cluster shard failing over: outcome unknown; retry.
+                **dict.fromkeys(STORE_UNAVAILABLE, redis_unavailable),
+            },
+        )
+    )
+
+
+def _openapi_config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="trainledger",
+        version=__version__,
+        description="Cost ledger for foundation-model training.",
+        path="/docs",
+        render_plugins=[ScalarRenderPlugin()],
+        security=[{"bearer": []}],
+        components=security_components(),
+    )
+
+
+def create_app(settings: Settings | None = None, redis_url: str | None = None) -> Litestar:
+    """The ASGI app. `redis_url` (or `settings.redis_url`) must point at a running server;
+    the CLI starts the embedded Valkey first when none is configured."""
+    settings = settings or Settings.from_env()
     app = Litestar(
-        route_handlers=[
-            healthz,
-            readyz,
-            MetricsController,
-            RateCardController,
-            EventsController,
-            CostsController,
-            ProjectController,
-            TokenController,
-            BudgetController,
-            AlertController,
-            PlanController,
-            AnalysisController,
-            ReportController,
-            ExperimentController,
-            ExportController,
-            WebhookController,
-            DashboardController,
-        ],
-        lifespan=[lifespan],
+        route_handlers=list(_ROUTE_HANDLERS),
+        lifespan=[_lifespan(settings, redis_url or settings.redis_url)],
         before_send=[answer_started],
         logging_config=(
             logging_config(settings.log_format, settings.log_level)
             if settings.log_format
             else Empty
         ),
-        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
+        dependencies={"services": Provide(_provide_services, sync_to_thread=False)},
         # The API reference and the metrics are public; everything else needs a token.
         middleware=[
             RequestIdMiddleware(),
@@ -191,28 +239,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             DefineMiddleware(BearerTokenMiddleware, exclude=["^/docs", "^/metrics"]),
             TokenRateLimitMiddleware(),
         ],
-        plugins=[
-            ProblemDetailsPlugin(
-                ProblemDetailsConfig(
-                    enable_for_all_http_exceptions=True,
-                    exception_to_problem_detail_map={
-                        ValidationException: from_validation,
-                        ClientException: from_client_error,
-                        # Redis away, or a cluster shard failing over: outcome unknown; retry.
-                        **dict.fromkeys(STORE_UNAVAILABLE, redis_unavailable),
-                    },
-                )
-            )
-        ],
-        openapi_config=OpenAPIConfig(
-            title="trainledger",
-            version=__version__,
-            description="Cost ledger for foundation-model training.",
-            path="/docs",
-            render_plugins=[ScalarRenderPlugin()],
-            security=[{"bearer": []}],
-            components=security_components(),
-        ),
+        plugins=[_problem_details()],
+        openapi_config=_openapi_config(),
         # Every route's but the ingest route's (service/http/bodies.py).
         request_max_body_size=settings.max_json_body_bytes,
         request_class=BoundedRequest,

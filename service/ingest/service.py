@@ -46,7 +46,7 @@ from ..events.model import (
     known_valid,
     valid_project,
 )
-from ..ingest.store import BudgetCounter, IngestAnswer, IngestPlan
+from ..ingest.store import SEEN_SHARDS, BudgetCounter, IngestAnswer, IngestPlan, seen_shard
 from ..ledger.eventlog import LoggedEvent, encode_log
 from ..ledger.folding import Folder, day_name
 from ..ledger.store import attributed_tags
@@ -54,7 +54,6 @@ from ..metrics import DEAD_LETTERS_DROPPED
 from ..projects.model import DEFAULT_ATTRIBUTION_TAGS, ProjectSettings
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..ratecards.model import SKU_PATTERN, is_valid_sku
-from ..storage.keys import SEEN_SHARDS, seen_shard
 from ..storage.limbs import CAP_UNITS, bound_units
 from ..stores import Stores
 

@@ -22,7 +22,9 @@ from ..ratecards.store import CARD_REVISION_SECONDS, RateCardStore
 from ..storage import scripts
 from ..storage.connection import Connection, ConnectionLost, ServerError, StoreError
 from ..storage.increments import increment_args
-from ..storage.keys import SEEN_SHARDS, Keys
+from ..storage.keys import SEEN_SHARDS as SEEN_SHARDS  # re-exported: ingest/service.py
+from ..storage.keys import Keys
+from ..storage.keys import seen_shard as seen_shard  # reckons each event's seen-id shard
 from ..storage.lane import LaneNoScript
 from ..storage.limbs import CAP_UNITS, bound_units
 from ..storage.replies import as_text

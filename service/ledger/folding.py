@@ -32,10 +32,11 @@ from typing import Any, TypeVar, cast
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
 from ..storage.connection import StoreError
-from ..storage.keys import FIELD_SEP, Keys
 from ..stores import Stores
 from .eventlog import CodedLog, decode_log_entry
+from .hashes import DAILY, HOURLY, TOTALS, SumsHash
 from .rollups import rollup_increments
+from .store import joined_dims
 
 log = logging.getLogger("trainledger")
 
@@ -75,7 +76,7 @@ def _cell_of(key: tuple[int, str, str, str, str, str, str, str]) -> tuple[str, s
     if len(_cell_memo) >= _MEMO_LIMIT:
         _cell_memo.clear()
     day, *dims = key
-    cell = _cell_memo[key] = (day_name(day), FIELD_SEP.join(dims))
+    cell = _cell_memo[key] = (day_name(day), joined_dims(dims))
     return cell
 
 
@@ -84,7 +85,7 @@ def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
     if len(_hour_memo) >= _MEMO_LIMIT:
         _hour_memo.clear()
     hours, stage, category, fixed = key
-    field = f"c|{hours % 24:02d}|{stage}{FIELD_SEP}{category}{FIELD_SEP}{fixed}"
+    field = f"c|{hours % 24:02d}|" + joined_dims((stage, category, fixed))
     cell = _hour_memo[key] = (day_name(hours // 24), field)
     return cell
 
@@ -94,7 +95,7 @@ class CellSums:
     hourly cell.
 
     `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
-    them (see `Keys.totals`); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
+    them (service/storage/keys.py); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
     (the events go to the ``n|HH|...`` field).
     """
 
@@ -174,12 +175,13 @@ class CellSums:
                 have_hour[0] += cost
                 have_hour[1] += count
 
-    def increments(self, project: str) -> list[tuple[str, str, int]]:
-        """Every totals increment these sums make: finest cells (``c|``, ``q|``, ``n|``), the
-        daily index, the hourly cells and the roll-ups (with their event count)."""
-        out: list[tuple[str, str, int]] = []
+    def increments(self) -> list[tuple[SumsHash, str, int]]:
+        """Every totals increment these sums make, as (hash, field, delta): finest cells (``c|``,
+        ``q|``, ``n|``), the daily index, the hourly cells and the roll-ups (with their event
+        count)."""
+        out: list[tuple[SumsHash, str, int]] = []
         daily: dict[str, int] = {}
-        totals_key: dict[str, str] = {}
+        totals_key: dict[str, SumsHash] = {}
         cell_keys: list[tuple[str, str]] = []
         costs: list[int] = []
         quantities: list[int] = []
@@ -188,7 +190,7 @@ class CellSums:
             day, dims = cell
             key = totals_key.get(day)
             if key is None:
-                key = totals_key[day] = Keys.totals(project, day)
+                key = totals_key[day] = SumsHash(TOTALS, day)
             out.append((key, "c|" + dims, cost))
             out.append((key, "q|" + dims, quantity))
             out.append((key, "n|" + dims, count))
@@ -197,19 +199,19 @@ class CellSums:
             costs.append(cost)
             quantities.append(quantity)
             counts.append(count)
-        daily_key = Keys.daily(project)
+        daily_key = SumsHash(DAILY)
         out += [(daily_key, day, cost) for day, cost in daily.items()]
-        hourly_key: dict[str, str] = {}
+        hourly_key: dict[str, SumsHash] = {}
         for (day, field), (cost, count) in self.hourly.items():
             key = hourly_key.get(day)
             if key is None:
-                key = hourly_key[day] = Keys.hourly(project, day)
+                key = hourly_key[day] = SumsHash(HOURLY, day)
             # An hour whose events cost nothing still has them: its events field says so.
             if cost:
                 out.append((key, field, cost))
             if count:
                 out.append((key, "n" + field[1:], count))
-        out += rollup_increments(project, cell_keys, costs, quantities, counts)
+        out += rollup_increments(cell_keys, costs, quantities, counts)
         return out
 
 
@@ -220,7 +222,7 @@ class CellSums:
 _SLICE_SECONDS = 0.0005
 _THREAD_ABOVE_CELLS = 2000
 
-_LogPlan = tuple[int, str, int, list[tuple[str, str, int]]]
+_LogPlan = tuple[int, str, int, list[tuple[SumsHash, str, int]]]
 _T = TypeVar("_T")
 
 
@@ -266,20 +268,20 @@ async def _run_sliced(steps: Generator[None, None, _T]) -> _T:
         return cast(_T, done.value)
 
 
-def _log_plan(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+def _log_plan(entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
     """(entries summed, the last one's id, events, increments) for a fold of the first
     entries (see `_plan_steps`), at once."""
     take, sums = _run(_plan_steps(entries))
-    return take, entries[take - 1][0], sums.events, sums.increments(project)
+    return take, entries[take - 1][0], sums.events, sums.increments()
 
 
-async def _log_plan_sliced(project: str, entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
+async def _log_plan_sliced(entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
     """`_log_plan`, sliced between the event loop's other tasks."""
     take, sums = await _run_sliced(_plan_steps(entries))
     if len(sums.cells) > _THREAD_ABOVE_CELLS:
-        increments = await asyncio.to_thread(sums.increments, project)
+        increments = await asyncio.to_thread(sums.increments)
     else:
-        increments = sums.increments(project)
+        increments = sums.increments()
     return take, entries[take - 1][0], sums.events, increments
 
 
@@ -354,7 +356,7 @@ async def settle(store: Stores, project: str) -> int:
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
-        count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
+        count, new_cursor, events, increments = await _log_plan_sliced(entries)
         if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
         cursor, _, entries = await store.ledger.unfolded_entries(

@@ -10,7 +10,7 @@ How they stay exact and re-derivable: `rollup_increments` turns the increments o
 priced batch (already aggregated per finest cell by `price_events`) into the roll-up
 increments of that batch. Both ingestion and rebuild go through `price_events`, so a
 rebuild writes roll-ups equal to the incrementally kept ones
-(tests/integration/ledger/test_rebuild.py).
+(tests/integration/rebuild/test_rebuild.py).
 The roll-up increments ride in the same ingest script as the finest ones, so a batch
 lands in both at once or in neither.
 
@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..storage.keys import FIELD_SEP, Keys
+from .hashes import ROLLUP_EVENTS, SumsHash, rollup_hash
+from .store import dims_of, joined_dims
 
 # Positions of the dimensions inside a finest cell's dims (see `ingest._dims`).
 FINE_DIMS: tuple[str, ...] = ("stage", "experiment", "category", "sku", "owner", "fixed", "tags")
@@ -100,11 +101,11 @@ _canonical: dict[str, str] = {}
 
 
 def _project(text: str, source: str, target: str) -> str:
-    parts = text.split(FIELD_SEP)
+    parts = dims_of(text)
     names = _DIMS[source]
     if len(parts) < len(names):  # finest dims written before tags existed
         parts += [""] * (len(names) - len(parts))
-    out = FIELD_SEP.join(parts[names.index(d)] for d in _DIMS[target])
+    out = joined_dims(parts[names.index(d)] for d in _DIMS[target])
     return _canonical.setdefault(out, out)
 
 
@@ -136,12 +137,11 @@ def covering(needed: Iterable[str], quantity: bool) -> Rollup | None:
 
 
 def rollup_increments(
-    project: str,
     cells: Sequence[tuple[str, str]],
     costs: Sequence[int],
     quantities: Sequence[int],
     counts: Sequence[int],
-) -> list[tuple[str, str, int]]:
+) -> list[tuple[SumsHash, str, int]]:
     """The roll-up increments of one priced batch, from its finest cells.
 
     `cells[g]` is (day, dims) of finest cell g, with its sums `costs[g]`, `quantities[g]`,
@@ -192,10 +192,10 @@ def rollup_increments(
                 _add(into, projected_text, sums)
     # Sum the days of one month for the month grain (a batch usually spans one day).
     by_month: dict[str, dict[str, dict[str, list[int]]]] = {}
-    out: list[tuple[str, str, int]] = []
+    out: list[tuple[SumsHash, str, int]] = []
     for day, groupings in by_day.items():
         for r in ROLLUPS:
-            _emit(out, Keys.rollup(project, r.name, day), r, groupings[r.name])
+            _emit(out, rollup_hash(r.name, day), r, groupings[r.name])
         month = by_month.get(day[:6])
         if month is None:
             # The first day's sums serve as the month's: later days of the month add into
@@ -210,21 +210,23 @@ def rollup_increments(
     for month_name, groupings in by_month.items():
         for r in ROLLUPS:
             if r.monthly:
-                _emit(out, Keys.rollup(project, r.name, month_name), r, groupings[r.name])
-    out.append((Keys.rollup_count(project), ROLLUP_VERSION, events))
+                _emit(out, rollup_hash(r.name, month_name), r, groupings[r.name])
+    out.append((SumsHash(ROLLUP_EVENTS), ROLLUP_VERSION, events))
     return out
 
 
-def _emit(out: list[tuple[str, str, int]], key: str, r: Rollup, acc: dict[str, list[int]]) -> None:
+def _emit(
+    out: list[tuple[SumsHash, str, int]], key: SumsHash, r: Rollup, acc: dict[str, list[int]]
+) -> None:
     for i in _KIND_INDEX[r.name]:
         head = "cqn"[i] + "|"
         out += [(key, head + text, sums[i]) for text, sums in acc.items()]
 
 
-def live_keys(project: str, days: Iterable[str]) -> list[str]:
-    """Every roll-up key of a project whose finest totals hold these days (for a rebuild)."""
+def live_rollups(days: Iterable[str]) -> list[SumsHash]:
+    """Every roll-up hash of a project whose finest totals hold these days (for a rebuild)."""
     days = sorted(days)
     months = sorted({d[:6] for d in days})
-    keys = [Keys.rollup(project, r.name, d) for r in ROLLUPS for d in days]
-    keys += [Keys.rollup(project, r.name, m) for r in ROLLUPS if r.monthly for m in months]
-    return [*keys, Keys.rollup_count(project)]
+    hashes = [rollup_hash(r.name, d) for r in ROLLUPS for d in days]
+    hashes += [rollup_hash(r.name, m) for r in ROLLUPS if r.monthly for m in months]
+    return [*hashes, SumsHash(ROLLUP_EVENTS)]

@@ -14,18 +14,52 @@ from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.increments import increment_args
 from ..storage.keys import FIELD_SEP, TAG_SEP, Keys
-from ..storage.limbs import LIMB, combined_fields
+from ..storage.limbs import LIMB, combined_fields, split_value
 from ..storage.replies import as_bytes, as_text, with_high
+from .hashes import (
+    BUDGET_DAILY,
+    BUDGET_SPEND,
+    DAILY,
+    HOURLY,
+    ROLLUP_EVENTS,
+    TIER,
+    TOTALS,
+    SumsHash,
+    rollup_name,
+)
 
 # A fold reads the log in pages of about this many bytes (see `LedgerStore.unfolded_entries`).
 _READ_PAGE_BYTES = 256 << 10
 
 
+def sums_key(project: str, address: SumsHash) -> str:
+    """The key of one of the project's hashes of sums (service/ledger/hashes.py)."""
+    kind, period = address
+    if kind == TOTALS:
+        return Keys.totals(project, period)
+    if kind == HOURLY:
+        return Keys.hourly(project, period)
+    if kind == DAILY:
+        return Keys.daily(project)
+    if kind == ROLLUP_EVENTS:
+        return Keys.rollup_count(project)
+    if kind == TIER:
+        return Keys.tier(project, period)
+    if kind == BUDGET_SPEND:
+        return Keys.budget_spend(project)
+    if kind == BUDGET_DAILY:
+        return Keys.budget_daily(project)
+    name = rollup_name(kind)
+    if name is None:
+        raise ValueError(f"no hash of sums is of kind {kind!r}")
+    return Keys.rollup(project, name, period)
+
+
 def _fold_args(
-    fixed_keys: list[str], head: Any, events: int, increments: Iterable[tuple[str, str, int]]
+    project: str, head: Any, events: int, increments: Sequence[tuple[SumsHash, str, int]]
 ) -> tuple[list[str], bytes]:
     """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor])."""
-    keys = list(fixed_keys)
+    keys = [Keys.meta(project)]
     key_index: dict[str, int] = {}
 
     def ref(key: str) -> int:
@@ -35,16 +69,20 @@ def _fold_args(
             i = key_index[key] = len(keys)
         return i
 
-    inc, his = increment_args(ref, increments)
+    # Each hash's key spelled once (a fold addresses a few hundred hashes with many thousand
+    # increments), then the increments as increment_args takes them, in their order.
+    key_of = {a: sums_key(project, a) for a in {a for a, _, _ in increments}}
+    keyed = [(key_of[address], field, delta) for address, field, delta in increments]
+    inc, his = increment_args(ref, keyed)
     return keys, msgspec.msgpack.encode([*head, str(events), inc, his])
 
 
 async def _encoded(
-    fixed_keys: list[str], head: list[Any], events: int, increments: Sequence[tuple[str, str, int]]
+    project: str, head: list[Any], events: int, increments: Sequence[tuple[SumsHash, str, int]]
 ) -> tuple[list[str], bytes]:
     if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
-        return await asyncio.to_thread(_fold_args, fixed_keys, head, events, increments)
-    return _fold_args(fixed_keys, head, events, increments)
+        return await asyncio.to_thread(_fold_args, project, head, events, increments)
+    return _fold_args(project, head, events, increments)
 
 
 # --- the totals' fields ----------------------------------------------------------------
@@ -127,13 +165,11 @@ class LedgerStore:
         cursor: str,
         new_cursor: str,
         events: int,
-        increments: Sequence[tuple[str, str, int]],
+        increments: Sequence[tuple[SumsHash, str, int]],
     ) -> bool:
         """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
         and move the cursor there. False (nothing written) when another fold moved it first."""
-        keys, payload = await _encoded(
-            [Keys.meta(project)], [cursor, new_cursor], events, increments
-        )
+        keys, payload = await _encoded(project, [cursor, new_cursor], events, increments)
         return bool(await self._fold_log(keys=keys, args=[payload]))
 
     # --- totals -------------------------------------------------------------------------
@@ -265,6 +301,31 @@ class LedgerStore:
             + [Keys.tier(project, m) for m in months]
             + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
         )
+
+    async def replace_sums(
+        self,
+        project: str,
+        last_seen_entry: str,
+        hashes: dict[SumsHash, dict[str, int]],
+        rollups: Sequence[SumsHash],
+        bounds: tuple[int, int],
+    ) -> bool:
+        """A rebuild's last step: its sums (whole values) become the project's, in place of
+        every live hash of sums (`live_total_keys` and the given roll-ups), unless a batch was
+        logged after `last_seen_entry` (False: nothing changed)."""
+        by_key = {sums_key(project, address): fields for address, fields in hashes.items()}
+        # Sums past int64 in two limbs (service/storage/limbs.py): the high ones in their own keys.
+        for key in [k for k in by_key if Keys.has_high(k)]:
+            high = {f: split_value(v)[1] for f, v in by_key[key].items()}
+            if any(high.values()):
+                by_key[key] = {f: split_value(v)[0] for f, v in by_key[key].items()}
+                by_key[Keys.high(key)] = {f: h for f, h in high.items() if h}
+        live = await self.live_total_keys(project) + [sums_key(project, h) for h in rollups]
+        live += [Keys.high(k) for k in live if Keys.has_high(k)]
+        replace = [k for k, v in by_key.items() if v]
+        drop = [k for k in live if k not in by_key]
+        await self.write_staging(project, {k: by_key[k] for k in replace})
+        return await self.swap_rebuild(project, last_seen_entry, replace, drop, bounds)
 
     async def swap_rebuild(
         self,

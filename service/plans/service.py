@@ -28,7 +28,7 @@ from ..costs.queries import cost_report
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..stores import Stores
 from .estimate import estimate_plan
-from .model import PlanError, PlanEstimate, PlanIn
+from .model import PlanError, PlanEstimate, PlanIn, StageEstimate
 
 
 class PlanRecord(msgspec.Struct, kw_only=True):
@@ -237,9 +237,8 @@ def _ratio(num: int, den: int) -> str:
     return f"{scaled // 10_000}.{scaled % 10_000:04d}"
 
 
-async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = None) -> PlanStatus:
-    now = now or datetime.now(UTC)
-    plan, est = record.plan, record.estimate
+async def _actuals(store: Stores, plan: PlanIn) -> tuple[dict[str, int], dict[str, int]]:
+    """The cost (nano) the ledger holds within the plan's window, by stage and by category."""
     first: date = plan.window_start.astimezone(UTC).date()
     last: date = (plan.window_end.astimezone(UTC) - timedelta(microseconds=1)).date()
     report = await cost_report(
@@ -251,6 +250,47 @@ async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = 
         cost = _nano(row.cost)
         actual_stage[row.key["stage"]] = actual_stage.get(row.key["stage"], 0) + cost
         actual_category[row.key["category"]] = actual_category.get(row.key["category"], 0) + cost
+    return actual_stage, actual_category
+
+
+def _stage_status(
+    s: StageEstimate, name_plan: int, name_actual: int, done: ProgressRecord | None
+) -> tuple[StageStatus, int]:
+    """One plan stage against its share of its name's actual cost; and its EAC (nano)."""
+    bac = _nano(s.total)
+    ac = round_half_even_div(name_actual * bac, name_plan) if name_plan else name_actual
+    fraction = Fraction(Decimal(done.fraction)) if done else None
+    if fraction is None or fraction == 0:
+        eac = max(bac, ac)
+        ev = cpi = None
+    else:
+        ev_exact = bac * fraction
+        eac = round_half_even_div(ac * fraction.denominator, fraction.numerator)
+        ev = round_half_even_div(ev_exact.numerator, ev_exact.denominator)
+        cpi = _ratio(ev, ac) if ac else None
+    by_category: dict[str, int] = {}
+    for line in s.lines:
+        by_category[line.category] = by_category.get(line.category, 0) + _nano(line.cost)
+    status = StageStatus(
+        index=s.index,
+        stage=s.stage,
+        label=s.label,
+        planned=s.total,
+        actual=format_money(ac),
+        fraction_done=done.fraction if done else None,
+        earned_value=format_money(ev) if ev is not None else None,
+        cpi=cpi,
+        forecast_at_completion=format_money(eac),
+        variance=format_money(bac - eac),
+        planned_by_category={k: format_money(v) for k, v in sorted(by_category.items())},
+    )
+    return status, eac
+
+
+async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = None) -> PlanStatus:
+    now = now or datetime.now(UTC)
+    plan, est = record.plan, record.estimate
+    actual_stage, actual_category = await _actuals(store, plan)
     progress = {
         int(k.split("|", 1)[1]): msgspec.json.decode(v, type=ProgressRecord)
         for k, v in (await store.plans.progress(plan.project, record.id)).items()
@@ -263,39 +303,11 @@ async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = 
     stages: list[StageStatus] = []
     total_eac = 0
     for s in est.stages:
-        bac = _nano(s.total)
-        name_plan = planned_by_name[s.stage]
-        name_actual = actual_stage.get(s.stage, 0)
-        ac = round_half_even_div(name_actual * bac, name_plan) if name_plan else name_actual
-        done = progress.get(s.index)
-        fraction = Fraction(Decimal(done.fraction)) if done else None
-        if fraction is None or fraction == 0:
-            eac = max(bac, ac)
-            ev = cpi = None
-        else:
-            ev_exact = bac * fraction
-            eac = round_half_even_div(ac * fraction.denominator, fraction.numerator)
-            ev = round_half_even_div(ev_exact.numerator, ev_exact.denominator)
-            cpi = _ratio(ev, ac) if ac else None
-        total_eac += eac
-        by_category: dict[str, int] = {}
-        for line in s.lines:
-            by_category[line.category] = by_category.get(line.category, 0) + _nano(line.cost)
-        stages.append(
-            StageStatus(
-                index=s.index,
-                stage=s.stage,
-                label=s.label,
-                planned=s.total,
-                actual=format_money(ac),
-                fraction_done=done.fraction if done else None,
-                earned_value=format_money(ev) if ev is not None else None,
-                cpi=cpi,
-                forecast_at_completion=format_money(eac),
-                variance=format_money(bac - eac),
-                planned_by_category={k: format_money(v) for k, v in sorted(by_category.items())},
-            )
+        status, eac = _stage_status(
+            s, planned_by_name[s.stage], actual_stage.get(s.stage, 0), progress.get(s.index)
         )
+        stages.append(status)
+        total_eac += eac
     actual_total = sum(actual_stage.values())
     outside = sum(v for k, v in actual_stage.items() if k not in planned_by_name)
     total_eac += outside

@@ -10,7 +10,7 @@ from ..http.deps import Services
 from ..http.params import PathProject
 from ..http.problems import invalid, problem
 from ..http.security import requires
-from ..ledger.rebuild import RebuildError, RebuildReport, rebuild_project
+from ..rebuild.service import RebuildError, RebuildReport, rebuild_project
 from .model import ProjectIn, ProjectView
 from .service import (
     CurrencyConflict,

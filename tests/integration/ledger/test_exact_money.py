@@ -22,9 +22,9 @@ from trainledger.budgets.service import create_budget
 from trainledger.events.model import JSON, decode_events
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.folding import Folder, settle
-from trainledger.ledger.rebuild import rebuild_project
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
+from trainledger.rebuild.service import rebuild_project
 from trainledger.storage import limbs
 from trainledger.storage.increments import increment_args as _increment_args
 from trainledger.storage.keys import Keys, seen_shard

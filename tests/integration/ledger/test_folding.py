@@ -30,17 +30,18 @@ from trainledger.ledger.folding import (
     _log_plan,
     settle,
 )
-from trainledger.ledger.rebuild import rebuild_project
+from trainledger.ledger.hashes import HOURLY, SumsHash
 from trainledger.ledger.rollups import ROLLUP_VERSION
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
+from trainledger.rebuild.service import rebuild_project
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.storage.keys import Keys
 from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, sync_client
 from tests.integration.ingest.test_dedup import ingest_plan
-from tests.integration.ledger.test_rebuild import random_events, snapshot
+from tests.integration.rebuild.test_rebuild import random_events, snapshot
 
 ADMIN = Principal("test", "admin", None)
 _NOON = datetime(2026, 9, 21, 12, tzinfo=UTC)
@@ -136,7 +137,7 @@ async def test_a_fold_that_lost_the_race_writes_nothing(store: Stores, clean_red
     await _ingest_batches(store, 3)
     cursor, last, entries = await store.ledger.unfolded_entries("llm", 10, 1 << 30)
     assert (cursor, len(entries), entries[-1][0]) == ("0-0", 3, last)
-    count, new_cursor, events, increments = _log_plan("llm", entries)
+    count, new_cursor, events, increments = _log_plan(entries)
     assert (count, new_cursor, events) == (3, last, 120)
     assert await settle(store, "llm") == 3  # another worker folded them first
     settled = snapshot(clean_redis)
@@ -158,7 +159,7 @@ async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
     await _ingest_batches(store, 1, seed=9)
     assert not _folded(clean_redis)
     # A fold that read the log before the rebuild cannot apply it afterwards.
-    _, new_cursor, events, increments = _log_plan("llm", stale[2])
+    _, new_cursor, events, increments = _log_plan(stale[2])
     assert not await store.ledger.fold_log("llm", stale[0], new_cursor, events, increments)
     assert await settle(store, "llm") == 1
     assert sum((await store.ledger.daily_costs("llm")).values()) == await _logged_cost(store)
@@ -170,7 +171,7 @@ async def test_a_rebuild_with_batches_not_yet_folded_counts_them_once(
 ) -> None:
     """Batches not folded when the rebuild swaps (say, another worker's fold is slow) are in
     the log the rebuild priced: the swap moves the cursor past them, so no fold adds them."""
-    from trainledger.ledger import rebuild as rebuild_module
+    from trainledger.rebuild import service as rebuild_module
 
     accepted = await _ingest_batches(store, 4)
 
@@ -208,7 +209,7 @@ def test_a_fold_sums_entries_past_int64_exactly() -> None:
     """No sum limits a fold (the store splits an increment past int64 between two limbs)."""
     big = 2**63 - 1
     entries = [("1-0", _entry([big, big])), ("2-0", _entry([big])), ("3-0", _entry([5]))]
-    count, cursor, events, increments = _log_plan("llm", entries)
+    count, cursor, events, increments = _log_plan(entries)
     assert (count, cursor, events) == (3, "3-0", 4)
     assert max(delta for _, _, delta in increments) == 3 * big + 5
 
@@ -221,11 +222,11 @@ def test_one_fold_writes_a_bounded_number_of_cells() -> None:
         return _entry([1] * half, [f"e{i}" for i in range(first, first + half)])
 
     entries = [(f"{k + 1}-0", entry(k * half)) for k in range(4)]
-    count, cursor, events, _ = _log_plan("llm", entries)
+    count, cursor, events, _ = _log_plan(entries)
     assert (count, cursor, events) == (1, "1-0", half)  # halved until it fits
     # Entries over the same cells merge: all of them fit in one fold.
     same = [(f"{k + 1}-0", entry(0)) for k in range(4)]
-    count, cursor, events, _ = _log_plan("llm", same)
+    count, cursor, events, _ = _log_plan(same)
     assert (count, cursor, events) == (4, "4-0", 4 * half)
 
 
@@ -247,8 +248,8 @@ def test_cell_sums_add_up_and_make_their_increments() -> None:
         ("20261130", "c|05|pretrain"): [20, 2],
         ("20261130", "c|06|eval"): [0, 4],
     }
-    increments = again.increments("llm")
-    assert (Keys.hourly("llm", "20261130"), "n|06|eval", 4) in increments
+    increments = again.increments()
+    assert (SumsHash(HOURLY, "20261130"), "n|06|eval", 4) in increments
     assert not any(field == "c|06|eval" for _, field, _ in increments)
     big = CellSums()
     big.cells[("20261130", "c")] = [2**62 + 1, 1, 1]

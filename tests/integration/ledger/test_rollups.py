@@ -17,7 +17,7 @@ from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event, sync_client
-from tests.integration.ledger.test_rebuild import random_events, snapshot
+from tests.integration.rebuild.test_rebuild import random_events, snapshot
 
 DIMS = ("stage", "experiment", "category", "sku", "owner", "fixed")
 

@@ -180,6 +180,7 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     from trainledger.ingest.service import Ingestor, price_events, resolve_rows, tier_keys_needed
     from trainledger.ledger.eventlog import decode_log_entry
     from trainledger.ledger.folding import sums_of_log
+    from trainledger.ledger.store import sums_key
     from trainledger.ratecards.catalog import build_catalog
     from trainledger.ratecards.model import RateCardIn, RateCardVersion
     from trainledger.storage.keys import Keys
@@ -218,7 +219,8 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
             assert entry is not None
             cells = sums_of_log([entry])
             tiers_moved = [(Keys.tier("p", m), sku, d) for m, sku, d in priced.tier_increments]
-            for key, field, delta in [*tiers_moved, *cells.increments("p")]:
+            folded = [(sums_key("p", h), f, d) for h, f, d in cells.increments()]
+            for key, field, delta in [*tiers_moved, *folded]:
                 sums[(key, field)] = sums.get((key, field), 0) + delta
         return sums, costs
 

@@ -1,0 +1,182 @@
+"""Rebuild a project's totals from its accepted-event log.
+
+The log holds every accepted batch in the order it was applied; pricing it again
+in that order with the current rate cards reproduces the incrementally kept totals
+exactly (or applies a retroactive rate-card fix). The new totals are written to
+staging keys and swapped in by one Lua script that first checks no batch was
+accepted meanwhile.
+
+A use case above ingest and budgets: it prices with ingest's pricing and counts with the
+budgets' counters, and the ledger's store writes what it derives.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from costcore.money import format_money
+
+from ..budgets.firing import day_field, spend_field
+from ..budgets.model import Budget, counters_for, daily_for
+from ..ingest.service import (
+    PendingEvent,
+    PricedBatch,
+    price_events,
+    tier_keys_needed,
+)
+from ..ledger.eventlog import LoggedEvent, decode_log_entry, read_log
+from ..ledger.folding import CellSums, settle, sums_of_log
+from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash
+from ..ledger.rollups import live_rollups
+from ..projects.model import ProjectSettings
+from ..projects.service import project_catalog
+from ..ratecards.catalog import PricingCatalog, RateCards
+from ..storage.limbs import CAP_UNITS, bound_units
+from ..stores import Stores
+
+_budget_decoder = msgspec.json.Decoder(Budget)
+
+
+class RebuildReport(msgspec.Struct):
+    project: str
+    events: int
+    batches: int
+    cost_before: str
+    cost_after: str
+    changed: bool
+
+
+class RebuildError(Exception):
+    pass
+
+
+def _add(counters: dict[str, int], field: str, delta: int) -> None:
+    counters[field] = counters.get(field, 0) + delta
+
+
+class _Replay:
+    """What pricing the log again adds up, batch after batch: the hashes of sums a rebuild
+    writes (budget and tier counters, then the totals), and the events, batches, cost and
+    quantity it priced."""
+
+    def __init__(
+        self,
+        project: str,
+        catalog: PricingCatalog | None,
+        budgets: list[Budget],
+        tag_keys: frozenset[str],
+    ) -> None:
+        self.project = project
+        self.catalog = catalog
+        self.budgets = budgets
+        self.tag_keys = tag_keys
+        self.hashes: dict[SumsHash, dict[str, int]] = {}
+        self.tiers: dict[tuple[str, str], int] = {}
+        self.sums = CellSums()
+        self.events = self.batches = self.cost_total = self.quantity_total = 0
+
+    def add_batch(self, rows: list[LoggedEvent]) -> None:
+        """Price one logged batch again, in order, and add what it makes."""
+        project, catalog = self.project, self.catalog
+        assert catalog is not None  # a log with entries and no catalog is refused first
+        batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
+        for row in rows:
+            if (catalog.history.index_at(row.event(project).time), row.sku) not in catalog.row_of:
+                raise RebuildError(
+                    f"event {row.id!r} can no longer be priced: SKU {row.sku!r} "
+                    "has no price in effect at its time"
+                )
+        for tier_key in tier_keys_needed(batch, catalog):
+            self.tiers.setdefault(tier_key, 0)
+        priced = price_events(project, batch, catalog, self.tiers, self.tag_keys)
+        if priced.overflowed:
+            raise RebuildError(f"{len(priced.overflowed)} events overflow when priced again")
+        self.tiers.update(priced.tier_after)
+        entry = decode_log_entry(priced.log_entry())
+        assert entry is not None
+        self.sums.add(sums_of_log([entry]))
+        self._add_budget_counters(priced)
+        self.events += len(batch)
+        self.batches += 1
+        self.cost_total += priced.total_cost
+        self.quantity_total += priced.total_quantity
+
+    def _add_budget_counters(self, priced: PricedBatch) -> None:
+        b = priced.batch
+        costed = list(zip(b.events, b.epoch_us, priced.categories, priced.costs, strict=True))
+        spend = self.hashes.setdefault(SumsHash(BUDGET_SPEND), {})
+        for (budget_id, period), (_, _, delta) in counters_for(self.budgets, costed).items():
+            _add(spend, spend_field(budget_id, period), delta)
+        daily = self.hashes.setdefault(SumsHash(BUDGET_DAILY), {})
+        for (budget_id, day_number), delta in daily_for(self.budgets, costed).items():
+            _add(daily, day_field(budget_id, day_number), delta)
+
+    def finished(self) -> dict[SumsHash, dict[str, int]]:
+        """Every hash of sums the log makes: the tier counters as they stand after the last
+        batch, the totals from every batch's sums."""
+        hashes = self.hashes
+        for (month, sku), cumulative in self.tiers.items():
+            if cumulative:
+                _add(hashes.setdefault(SumsHash(TIER, month), {}), sku, cumulative)
+        for address, field, delta in self.sums.increments():
+            _add(hashes.setdefault(address, {}), field, delta)
+        return hashes
+
+
+async def rebuild_project(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport:
+    for _ in range(5):
+        report = await _rebuild_once(store, rate_cards, project)
+        if report is not None:
+            return report
+    raise RebuildError("events kept arriving while rebuilding; try again when ingestion is quiet")
+
+
+async def _replay_log(
+    store: Stores,
+    project: str,
+    last: str,
+    catalog: PricingCatalog | None,
+    settings: ProjectSettings,
+) -> _Replay:
+    """The log up to entry `last`, priced again."""
+    budgets = [_budget_decoder.decode(raw) for raw in await store.budgets.budgets(project)]
+    if last and catalog is None:
+        raise RebuildError("the project's rate card no longer exists")
+    replay = _Replay(project, catalog, budgets, settings.attribution_tags)
+    async for _, rows in read_log(store, project, last):
+        replay.add_batch(rows)
+    return replay
+
+
+async def _rebuild_once(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport | None:
+    settings, catalog = await project_catalog(store, rate_cards, project)
+    last = await store.ledger.last_log_entry(project)
+    replay = await _replay_log(store, project, last, catalog, settings)
+    hashes = replay.finished()
+    events = replay.events
+    cost_bound, quantity_bound = bound_units(replay.cost_total), bound_units(replay.quantity_total)
+    if max(cost_bound, quantity_bound) > CAP_UNITS:
+        raise RebuildError("the rebuilt totals exceed what a project's sums may hold")
+    accepted = settings.accepted
+    if events != accepted:
+        raise RebuildError(
+            f"the log holds {events} events but {accepted} were accepted: it was trimmed by "
+            "its retention, so the totals cannot be re-derived from it"
+        )
+    await settle(store, project)  # the figure before includes batches still queued
+    daily_before = await store.ledger.daily_costs(project)
+    before = sum(daily_before.values())
+    rollups = live_rollups(daily_before)
+    if not await store.ledger.replace_sums(
+        project, last, hashes, rollups, (cost_bound, quantity_bound)
+    ):
+        return None
+    after_total = sum((await store.ledger.daily_costs(project)).values())
+    return RebuildReport(
+        project=project,
+        events=events,
+        batches=replay.batches,
+        cost_before=format_money(before),
+        cost_after=format_money(after_total),
+        changed=before != after_total,
+    )
