@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
 from ..auth.store import LastUnscopedAdmin
 from ..events.model import PROJECT_PATTERN
-from ..stores import Stores
 from .model import Principal, TokenIn, TokenView, digest, mint, principal_from_record, view_of
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 __all__ = [
     "LastUnscopedAdmin",

@@ -21,7 +21,7 @@ are its Python reference: the same rule, written to be read and checked
   every one of them with the same *after*.
 
 A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
-through `Stores.init_budget_counters`): there each threshold its period's spend has already
+through `BudgetStore.init_budget_counters`): there each threshold its period's spend has already
 reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
 not part of this reference.
 """
@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..ingest.store import BudgetCounter, LimitCheck
-from ..stores import Stores
 from .model import (
     AlertRecord,
     Budget,
@@ -51,6 +51,9 @@ from .model import (
     scope_labels,
     threshold_limit,
 )
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 @dataclass(frozen=True)

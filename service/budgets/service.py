@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -13,7 +13,6 @@ from costcore.money import format_money
 from ..ledger.eventlog import read_log
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
-from ..stores import Stores
 from .firing import day_field, spend_field, threshold_checks
 from .model import (
     AlertRecord,
@@ -26,6 +25,9 @@ from .model import (
     new_budget,
     period_of,
 )
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _budget_decoder = msgspec.json.Decoder(Budget)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from ..budgets.service import budget_status, list_budgets
 from ..costs.queries import QueryError, cost_report, cost_summary
@@ -11,10 +12,12 @@ from ..ledger.eventlog import read_log
 from ..plans.service import list_plans, plan_status
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
-from ..stores import Stores
 from ..waste.service import waste_report
 from .page import BudgetPanel, DashboardData, PlanPanel
 from .series import burn_down_points
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import lz4.frame
 import msgspec
@@ -30,7 +30,9 @@ import msgspec
 from costcore import dictionary_encode
 
 from ..events.model import AcceptedEvent, EventIn
-from ..stores import Stores
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 COLUMNS_FORMAT = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -27,16 +27,18 @@ import logging
 import time
 from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
 from ..storage.connection import StoreError
-from ..stores import Stores
 from .eventlog import CodedLog, decode_log_entry
 from .hashes import DAILY, HOURLY, TOTALS, SumsHash
 from .rollups import rollup_increments
 from .store import joined_dims
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 log = logging.getLogger("trainledger")
 

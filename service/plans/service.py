@@ -15,7 +15,7 @@ import secrets
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -26,9 +26,11 @@ from ..budgets.model import BudgetIn
 from ..budgets.service import create_budget
 from ..costs.queries import cost_report
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..stores import Stores
 from .estimate import estimate_plan
 from .model import PlanError, PlanEstimate, PlanIn, StageEstimate
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class PlanRecord(msgspec.Struct, kw_only=True):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..auth.model import Principal
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..stores import Stores
 from .model import ProjectIn, ProjectSettings, ProjectView, settings_fields
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class UnknownRateCard(Exception):

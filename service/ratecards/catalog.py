@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from costcore import RateTable
 from costcore.rates import RateRow
 
-from ..stores import Stores
 from .model import PricedSku, RateCardHistory, RateCardIn, RateCardVersion
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 _version_decoder = msgspec.json.Decoder(RateCardVersion)
 

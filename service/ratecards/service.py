@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..auth.model import Principal
-from ..stores import Stores
 from .catalog import RateCards
 from .model import RateCardIn, RateCardVersion, RateCardView, validate_rate_card
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class SharedCardForbidden(Exception):

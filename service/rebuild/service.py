@@ -12,6 +12,8 @@ budgets' counters, and the ledger's store writes what it derives.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from costcore.money import format_money
@@ -32,7 +34,9 @@ from ..projects.model import ProjectSettings
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..storage.limbs import CAP_UNITS, bound_units
-from ..stores import Stores
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 _budget_decoder = msgspec.json.Decoder(Budget)
 

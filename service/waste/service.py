@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -13,9 +13,11 @@ from ..projects.model import WASTE_POLICY_FIELD
 from ..projects.service import project_catalog, project_settings
 from ..ratecards.catalog import RateCards
 from ..ratecards.model import PricedSku
-from ..stores import Stores
 from .model import ProgressPoint, WastePolicy, WasteReport
 from .report import find_waste
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 POLICY_FIELD = WASTE_POLICY_FIELD
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
 from ..budgets.service import AlertView
-from ..stores import Stores
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 DELIVERY_STATUSES: tuple[str, ...] = ("pending", "failed", "delivered")

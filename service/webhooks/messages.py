@@ -6,14 +6,17 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from costcore.money import format_money, parse_money
 
 from ..budgets.service import AlertView, find_budget
 from ..costs.queries import cost_report
-from ..stores import Stores
 from .formats import AlertMessage
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 TOP_DRIVERS = 5
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")

@@ -8,13 +8,12 @@ import logging
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
 from ..storage.sealing import Sealer, Unsealable
-from ..stores import Stores
 from .formats import AlertMessage, build_request
 from .redaction import redacted_url
 from .signing import generate_secret
@@ -28,6 +27,9 @@ from .targets import (
     resolve_target,
 )
 from .targets import check_target as _check_target
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 

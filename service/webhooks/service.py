@@ -4,10 +4,10 @@ projects. A token limited to some projects sees only webhooks limited to those p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..auth.model import Principal
 from ..storage.sealing import Sealer
-from ..stores import Stores
 from .registry import (
     WebhookCreated,
     WebhookError,
@@ -20,6 +20,9 @@ from .registry import (
     webhook_view,
 )
 from .targets import AllowList
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class WebhookForbidden(Exception):

@@ -36,7 +36,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import msgspec
@@ -45,7 +45,6 @@ from .. import __version__
 from ..budgets.service import AlertView, alert_view
 from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from ..storage.sealing import Sealer, load_sealer
-from ..stores import Stores
 from .config import DeliveryConfig, parse_retry_after, retry_delay
 from .deliveries import DeliveryRecord, delivery_decoder, delivery_id, now_ms
 from .formats import AlertMessage, OutgoingRequest, build_request
@@ -61,6 +60,9 @@ from .targets import (
     UnsafeTarget,
     resolve_target,
 )
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 
