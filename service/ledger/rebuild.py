@@ -15,11 +15,8 @@ from costcore.money import format_money
 
 from ..budgets.firing import day_field, spend_field
 from ..budgets.model import Budget, counters_for, daily_for
-from ..ingest.service import (
-    PendingEvent,
-    price_events,
-    tier_keys_needed,
-)
+from ..ingest.batches import PendingEvent
+from ..ingest.pricing import price_events, tier_keys_needed
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from ..storage.keys import Keys
