@@ -1,7 +1,7 @@
 """1. Core: events per second through the Cython kernel against the plain-Python reference.
 
 One batch (default 100,000 events, 20 SKUs of which 4 graduated, 100 experiments x 6
-stages) is turned into the kernel's columns exactly as `service.ingest.service.price_events`
+stages) is turned into the kernel's columns exactly as `trainledger.ingest.pricing.price_events`
 does (rate row per (version, SKU), one group per (day, dims) cell, one tier slot per
 (month, tiered SKU)), against the catalog the service builds from the same rate card
 (`service.ratecards.catalog.build_catalog`). Then `costcore.price_batch` (compiled) and

@@ -3,7 +3,7 @@
 Posting 10 million events over HTTP would take most of an hour on a 2-core machine, so the
 queries and memory benchmarks load their data by calling what the HTTP handler calls, minus
 the HTTP layer: `service.events.model.decode_events` on a msgpack body, then
-`service.ingest.service.Ingestor.ingest` with `Stores` on an embedded Valkey, in
+`trainledger.ingest.service.Ingestor.ingest` with `Stores` on an embedded Valkey, in
 batches. Pricing, deduplication state, totals, the log: all of it is written
 by the service's own code and Lua script, exactly as a `POST /v1/events` would. Batches are
 of 5,000 events, the HTTP benchmark's size, so the log entries are those HTTP makes. A batch

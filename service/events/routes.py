@@ -43,12 +43,8 @@ from ..ingest.rejected import (
 from ..ingest.rejected import (
     drop_rejected as drop_dead_letters,
 )
-from ..ingest.service import (
-    CHECK_IN_THREAD_EVENTS,
-    ForbiddenProject,
-    IngestConflict,
-    IngestReport,
-)
+from ..ingest.report import ForbiddenProject, IngestConflict, IngestReport
+from ..ingest.service import CHECK_IN_THREAD_EVENTS
 from ..metrics import count_ingest
 from .model import (
     CONTENT_TYPES,

@@ -18,7 +18,8 @@ from ..events.model import (
     decode_wire_batch,
     may_exceed,
 )
-from .service import CHECK_IN_THREAD_EVENTS, Ingestor, IngestReport
+from .report import IngestReport
+from .service import CHECK_IN_THREAD_EVENTS, Ingestor
 
 # Bodies larger than this that take the exact path (`decode_events`: every item decoded on
 # its own, with its reason) are decoded in a worker thread; the usual batch (the fast path)

@@ -10,7 +10,8 @@ import msgspec
 from ..auth.model import Principal
 from ..events.model import DecodedItem, EventIn
 from ..stores import Stores
-from .service import Ingestor, IngestReport, RejectedEvent
+from .report import IngestReport, RejectedEvent
+from .service import Ingestor
 
 
 class RejectedRecord(msgspec.Struct):

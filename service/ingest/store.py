@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, cast
@@ -254,53 +254,15 @@ class IngestStore:
                 i = key_index[key] = len(keys)  # Lua KEYS are 1-based
             return i
 
-        # Events grouped by `seen` shard, increments by key: the script issues one command
-        # per hash. `order` maps the script's event positions back to the plan's.
-        ids = plan.event_ids
-        if len(set(ids)) != len(ids):
-            raise ValueError("an ingest plan holds an event id twice")
-        if not len(ids) == len(plan.seen_shards) == len(plan.expiry_days):
-            raise ValueError("an ingest plan's columns differ in length")
-        positions, counts = group_positions(plan.seen_shards, SEEN_SHARDS)
-        pairs: list[Any] = [None] * (2 * len(ids))  # id1, expiry day1, id2, ...
-        pairs[0::2] = take(ids, positions)
-        pairs[1::2] = take(plan.expiry_days, positions)
-        events: list[Any] = []
-        start = 0
-        for shard, count in enumerate(counts):
-            if count:
-                events += (ref(Keys.seen(p, shard)), count)
-                events += pairs[2 * start : 2 * (start + count)]
-                start += count
-        order = positions.tolist()
+        events, order = _seen_args(plan, ref)
         tiers: list[Any] = []
         for month, sku, expected in plan.tier_checks:
             tiers += (ref(Keys.tier(p, month)), sku, str(expected))
         card_key = 0
         if plan.rate_card_revision and card_in_script:
             card_key = ref(Keys.rate_card(plan.rate_card))
-        counters: list[Any] = []
-        moved = [(Keys.tier(p, month), sku, delta) for month, sku, delta in plan.tier_increments]
-        moved += plan.increments
-        for counter in plan.counters:
-            key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
-            checks = [
-                [c.mode, str(c.limit), ref(Keys.budget_fired(p)), c.alert_id, c.alert_json.decode()]
-                for c in counter.checks
-            ]
-            counters.append(
-                [ref(key), ref(Keys.high(key)), counter.field, str(counter.delta), checks]
-            )
-            moved.append((key, counter.field, counter.delta))
+        counters, moved = _counter_args(plan, ref)
         increments, his = increment_args(ref, moved)
-        cost_units = bound_units(plan.cost_nano)
-        quantity_units = bound_units(plan.quantity_micro)
-        bounds = [
-            str(cost_units),
-            str(CAP_UNITS - cost_units),
-            str(quantity_units),
-            str(CAP_UNITS - quantity_units),
-        ]
         payload = msgspec.msgpack.encode(
             [
                 events,
@@ -318,7 +280,7 @@ class IngestStore:
                 plan.rate_card_revision,
                 1 if self._hsetex else 0,
                 his,
-                bounds,
+                _bounds_args(plan),
             ]
         )
         return keys, [payload, plan.log_blob], order
@@ -348,3 +310,59 @@ class IngestStore:
             # Replicated before the duplicates are acknowledged: this write follows, on the
             # same master, any earlier write of these events whose answer was lost.
             await self.conn.replicated(self._count_dups, [Keys.meta(project)], [count])
+
+
+def _seen_args(plan: IngestPlan, ref: Callable[[str], int]) -> tuple[list[Any], list[int]]:
+    """The script's events, grouped by `seen` shard (one command per hash): per shard its key,
+    its count, then (id, expiry day) of each; and `order`, the script's event positions back
+    to the plan's."""
+    ids = plan.event_ids
+    if len(set(ids)) != len(ids):
+        raise ValueError("an ingest plan holds an event id twice")
+    if not len(ids) == len(plan.seen_shards) == len(plan.expiry_days):
+        raise ValueError("an ingest plan's columns differ in length")
+    positions, counts = group_positions(plan.seen_shards, SEEN_SHARDS)
+    pairs: list[Any] = [None] * (2 * len(ids))  # id1, expiry day1, id2, ...
+    pairs[0::2] = take(ids, positions)
+    pairs[1::2] = take(plan.expiry_days, positions)
+    events: list[Any] = []
+    start = 0
+    p = plan.project
+    for shard, count in enumerate(counts):
+        if count:
+            events += (ref(Keys.seen(p, shard)), count)
+            events += pairs[2 * start : 2 * (start + count)]
+            start += count
+    return events, positions.tolist()
+
+
+def _counter_args(
+    plan: IngestPlan, ref: Callable[[str], int]
+) -> tuple[list[Any], list[tuple[str, str, int]]]:
+    """The budget counters' arguments (key, high key, field, delta, limit checks), and every
+    increment the batch makes: tiers first, then the plan's others, then the budgets'."""
+    p = plan.project
+    counters: list[Any] = []
+    moved = [(Keys.tier(p, month), sku, delta) for month, sku, delta in plan.tier_increments]
+    moved += plan.increments
+    for counter in plan.counters:
+        key = Keys.budget_daily(p) if counter.daily else Keys.budget_spend(p)
+        checks = [
+            [c.mode, str(c.limit), ref(Keys.budget_fired(p)), c.alert_id, c.alert_json.decode()]
+            for c in counter.checks
+        ]
+        counters.append([ref(key), ref(Keys.high(key)), counter.field, str(counter.delta), checks])
+        moved.append((key, counter.field, counter.delta))
+    return counters, moved
+
+
+def _bounds_args(plan: IngestPlan) -> list[str]:
+    """What the batch adds to the project's lifetime bounds, and the room it needs in each."""
+    cost_units = bound_units(plan.cost_nano)
+    quantity_units = bound_units(plan.quantity_micro)
+    return [
+        str(cost_units),
+        str(CAP_UNITS - cost_units),
+        str(quantity_units),
+        str(CAP_UNITS - quantity_units),
+    ]

@@ -20,12 +20,8 @@ from costcore.money import format_money
 
 from ..budgets.firing import day_field, spend_field
 from ..budgets.model import Budget, counters_for, daily_for
-from ..ingest.service import (
-    PendingEvent,
-    PricedBatch,
-    price_events,
-    tier_keys_needed,
-)
+from ..ingest.batches import PendingEvent, PricedBatch
+from ..ingest.pricing import price_events, tier_keys_needed
 from ..ledger.eventlog import LoggedEvent, decode_log_entry, read_log
 from ..ledger.folding import CellSums, settle, sums_of_log
 from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash

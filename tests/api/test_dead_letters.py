@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 from trainledger.config import Settings
-from trainledger.ingest.service import DEAD_LETTER_EVENT_BYTES
+from trainledger.ingest.rejections import DEAD_LETTER_EVENT_BYTES
 from trainledger.storage.keys import Keys
 
 from tests.api.test_ingest import post, put_card

@@ -44,7 +44,8 @@ from trainledger.export.focus import (
     prepare_export,
     segments,
 )
-from trainledger.ingest.service import Ingestor, IngestReport
+from trainledger.ingest.report import IngestReport
+from trainledger.ingest.service import Ingestor
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import PricedSku, RateCardIn
 from trainledger.stores import Stores

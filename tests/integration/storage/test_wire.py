@@ -22,7 +22,9 @@ from trainledger.events.model import (
     decode_wire_batch,
     time_text_problem,
 )
-from trainledger.ingest.service import ForbiddenProject, Ingestor, IngestReport, _wire_quantity
+from trainledger.ingest.checks import wire_quantity
+from trainledger.ingest.report import ForbiddenProject, IngestReport
+from trainledger.ingest.service import Ingestor
 from trainledger.ledger.eventlog import read_log
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
@@ -291,9 +293,9 @@ def _exact_event(**fields: Any) -> Any:
     )
 )
 def test_fast_and_exact_paths_read_a_quantity_alike(value: str | int) -> None:
-    """`ingest_wire`'s quantity memo (`_wire_quantity`) and the exact path (`decode_events`
+    """`ingest_wire`'s quantity memo (`wire_quantity`) and the exact path (`decode_events`
     then `parse_quantity`) accept the same quantities, as the same micro-units."""
-    fast = _wire_quantity(value)
+    fast = wire_quantity(value)
     event = _exact_event(quantity=value)
     exact = None
     if event is not None:

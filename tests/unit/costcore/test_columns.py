@@ -177,7 +177,9 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     """One 300-event batch and the same events in batches of 10 give the same costs, tier
     counters and totals (summed as a fold of their log entries sums them)."""
     import msgspec
-    from trainledger.ingest.service import Ingestor, price_events, resolve_rows, tier_keys_needed
+    from trainledger.ingest.checks import EventChecks
+    from trainledger.ingest.pricing import price_events, tier_keys_needed
+    from trainledger.ingest.rate_rows import resolve_rows
     from trainledger.ledger.eventlog import decode_log_entry
     from trainledger.ledger.folding import sums_of_log
     from trainledger.ledger.store import sums_key
@@ -199,7 +201,7 @@ def test_large_and_small_batches_price_to_the_same_increments() -> None:
     catalog = build_catalog("default", 1, [version])
     raw = EventFactory(Workload(experiments=3, skus=20, stages=2)).batch(1, 300)
     evs = [msgspec.convert(e, EventIn) for e in raw]
-    batches, _ = Ingestor(None, None)._columns(  # type: ignore[arg-type]
+    batches, _ = EventChecks(35, 24).columns(
         [type("Item", (), {"event": e, "index": i})() for i, e in enumerate(evs)],  # type: ignore[misc]
         datetime.now(UTC),
         lambda *a: pytest.fail(f"rejected: {a}"),

@@ -1,0 +1,32 @@
+"""What an ingest answers: the report of a body, and the two ways it fails as a whole."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RejectedEvent(msgspec.Struct):
+    index: int
+    id: str | None
+    reason: str
+    field: str | None = None
+    project: str | None = None
+
+
+class IngestReport(msgspec.Struct):
+    accepted: int
+    duplicates: int
+    rejected: list[RejectedEvent]
+    # Cost of the accepted events by project, as exact decimal strings.
+    cost_by_project: dict[str, str] = {}
+
+
+class ForbiddenProject(Exception):
+    def __init__(self, project: str, index: int) -> None:
+        super().__init__(project)
+        self.project = project
+        self.index = index
+
+
+class IngestConflict(Exception):
+    """The batch could not be applied after many attempts (extreme contention)."""
