@@ -50,7 +50,7 @@ from ..ingest.service import (
     IngestReport,
 )
 from ..metrics import count_ingest
-from .model import (
+from .decoding import (
     CONTENT_TYPES,
     MalformedBody,
     TooManyEvents,

@@ -37,9 +37,9 @@ from costcore.result import STATUS_PRICED
 from ..auth.model import Principal
 from ..budgets.firing import budget_counters
 from ..budgets.model import Budget
+from ..events.decoding import DecodedItem
 from ..events.model import (
     AcceptedEvent,
-    DecodedItem,
     EventIn,
     WireEvent,
     identifier_problem,

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from costcore.money import format_money, parse_money
 
 from ..budgets.service import AlertView, find_budget
-from ..costs.queries import cost_report
+from ..costs.report import cost_report
 from ..stores import Stores
 from .formats import AlertMessage
 

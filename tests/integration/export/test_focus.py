@@ -30,7 +30,7 @@ import msgspec
 import pytest
 from trainledger.auth.model import Principal
 from trainledger.cli.demo import EXAMPLE_CARD
-from trainledger.events.model import JSON, decode_events
+from trainledger.events.decoding import JSON, decode_events
 from trainledger.export.focus import (
     APPLICABILITY_CRITERIA,
     FOCUS_COLUMNS,

@@ -15,13 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainledger.auth.model import Principal
-from trainledger.events.model import (
-    JSON,
-    MSGPACK,
-    decode_events,
-    decode_wire_batch,
-    time_text_problem,
-)
+from trainledger.events.decoding import JSON, MSGPACK, decode_events, decode_wire_batch
+from trainledger.events.model import time_text_problem
 from trainledger.ingest.service import ForbiddenProject, Ingestor, IngestReport, _wire_quantity
 from trainledger.ledger.eventlog import read_log
 from trainledger.ratecards.catalog import RateCards
