@@ -36,14 +36,13 @@ from trainledger.export.focus import (
     FOCUS_COLUMNS,
     FOCUS_VERSION,
     HEADER,
-    ExportError,
     billing_period,
     charge_period,
     focus_unit,
     format_exact_cost,
-    prepare_export,
-    segments,
 )
+from trainledger.export.pricing import ExportError, segments
+from trainledger.export.stream import prepare_export
 from trainledger.ingest.service import Ingestor, IngestReport
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import PricedSku, RateCardIn
