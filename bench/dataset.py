@@ -2,7 +2,7 @@
 
 Posting 10 million events over HTTP would take most of an hour on a 2-core machine, so the
 queries and memory benchmarks load their data by calling what the HTTP handler calls, minus
-the HTTP layer: `service.events.model.decode_events` on a msgpack body, then
+the HTTP layer: `trainledger.events.decoding.decode_events` on a msgpack body, then
 `trainledger.ingest.service.Ingestor.ingest` with `Stores` on an embedded Valkey, in
 batches. Pricing, deduplication state, totals, the log: all of it is written
 by the service's own code and Lua script, exactly as a `POST /v1/events` would. Batches are
@@ -35,7 +35,7 @@ import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from trainledger.auth.model import Principal, mint
-from trainledger.events.model import MSGPACK, decode_events
+from trainledger.events.decoding import MSGPACK, decode_events
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.folding import Folder, settle
 from trainledger.ratecards.catalog import RateCards

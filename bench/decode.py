@@ -5,7 +5,7 @@ than the service can decode its body. Timed on the encoded bytes of the core ben
 100,000-event batch, with the garbage collector on as in the server (the figure with it
 paused is in the details: the difference is what the collector costs):
 
-* the headline, `service.events.model.decode_wire_batch`: what the HTTP path does with a
+* the headline, `service.events.decoding.decode_wire_batch`: what the HTTP path does with a
   batch first (since the fourth session): one typed msgspec call into `WireEvent` structs,
   every length check, the time and quantity left as sent (the compiled checks read them);
 * `decode_events`, the exact path (one typed msgspec call into `EventIn` structs, a
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from trainledger.events.model import JSON, MSGPACK, decode_events, decode_wire_batch
+from trainledger.events.decoding import JSON, MSGPACK, decode_events, decode_wire_batch
 
 from bench.common import EventFactory, Workload, encode, median, result, row, time_repeated
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 from trainledger.auth.model import Principal
-from trainledger.events.model import decode_events
+from trainledger.events.decoding import decode_events
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.folding import settle
 from trainledger.ratecards.catalog import RateCards

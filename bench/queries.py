@@ -14,7 +14,7 @@ Every 90-day answer must report the same total cost and `total_events` equal to 
 loaded, whichever roll-up the planner read it from (a cross-check of the roll-ups).
 
 Figure: p99 over all timed queries. Ceiling: the storage floor of each query: the very
-hashes the query planner reads for it (`service.costs.queries.plan_reads`: month roll-ups
+hashes the query planner reads for it (`service.costs.plan.plan_reads`: month roll-ups
 for whole months, day roll-ups for the rest, or the finest per-day totals; from the big ones,
 `xsku` and the finest totals, only their `c|`/`n|` fields, by HSCAN MATCH, as the server
 does — only `c|` when grouped by SKU, the event total then coming from the smallest roll-up
@@ -71,7 +71,7 @@ def _cost_query(project: str, query: str) -> Any:
     """The `CostQuery` the route builds from one of the query strings above."""
     from datetime import date
 
-    from trainledger.costs.queries import CostQuery
+    from trainledger.costs.query import CostQuery
 
     params = dict(part.split("=", 1) for part in query.split("&"))
     return CostQuery(
@@ -131,12 +131,13 @@ class _Client:
 def storage_floor(
     url: str, project: str, queries: list[tuple[str, str, int | None]], repeat: int
 ) -> tuple[dict[str, list[float]], dict[str, dict[str, Any]]]:
-    """Seconds to fetch what each query reads (as `costs.grouped` does, minus the sums), and
-    per query the source, the hashes and the fields read."""
+    """Seconds to fetch what each query reads (as `costs.grouping.grouped` does, minus the
+    sums), and per query the source, the hashes and the fields read."""
     from dataclasses import replace
 
     import redis
-    from trainledger.costs.queries import _BIG, _in_range, plan_reads
+    from trainledger.costs.plan import BIG_SOURCES, plan_reads
+    from trainledger.costs.query import in_range
     from trainledger.ledger.rollups import ROLLUP_VERSION
     from trainledger.storage.keys import Keys
 
@@ -154,7 +155,7 @@ def storage_floor(
                 pipe.hget(Keys.meta(project), "accepted")
                 pipe.hgetall(Keys.daily(project))
                 covered, accepted, daily = pipe.execute()
-                days = _in_range({k.decode(): 0 for k in daily}, cq)
+                days = in_range({k.decode(): 0 for k in daily}, cq)
                 complete = int(covered or 0) == int(accepted or 0)
                 plan = plan_reads(cq, days, complete)
                 pipe = client.pipeline(transaction=False)
@@ -165,11 +166,15 @@ def storage_floor(
                     keys = [Keys.rollup(project, plan.source, p) for p in periods]
                 # As the server reads them (no top= nor sort= here): grouped by SKU, the big
                 # sources' event counts are read for the page only, their total by day from
-                # the smallest roll-up (`costs._grouped`).
+                # the smallest roll-up (`costs.grouping.group_sums`).
                 events = plan_reads(replace(cq, group_by=(), granularity="day"), days, complete)
-                lean = plan.source in _BIG and "sku" in cq.group_by and events.source not in _BIG
+                lean = (
+                    plan.source in BIG_SOURCES
+                    and "sku" in cq.group_by
+                    and events.source not in BIG_SOURCES
+                )
                 for key in keys:
-                    if plan.source in _BIG:
+                    if plan.source in BIG_SOURCES:
                         pipe.hscan(key, 0, match="c|*" if lean else "[cn]|*", count=1_000_000)
                     else:
                         pipe.hgetall(key)

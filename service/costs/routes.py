@@ -12,14 +12,10 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
-from .queries import (
-    DIMENSIONS,
-    CostReport,
-    CostSummary,
-    QueryError,
-    cost_summary,
-)
+from .query import DIMENSIONS, QueryError
+from .report import CostReport
 from .service import project_costs
+from .summary import CostSummary, cost_summary
 
 GroupBy = Annotated[
     str,

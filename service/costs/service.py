@@ -8,7 +8,8 @@ from datetime import UTC, date, datetime
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from ..stores import Stores
-from .queries import CostReport, Granularity, cost_report
+from .query import Granularity
+from .report import CostReport, cost_report
 
 
 async def sku_units(store: Stores, rate_cards: RateCards, project: str) -> dict[str, str]:

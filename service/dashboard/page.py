@@ -10,7 +10,8 @@ from html import escape
 from urllib.parse import quote, urlencode
 
 from ..budgets.service import BudgetStatus
-from ..costs.queries import CostReport, CostSummary
+from ..costs.report import CostReport
+from ..costs.summary import CostSummary
 from ..plans.service import PlanStatus
 from ..waste.model import WasteReport
 from .charts import (

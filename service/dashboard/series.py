@@ -9,7 +9,7 @@ from decimal import Decimal
 from costcore.money import format_money, parse_money
 
 from ..budgets.model import Budget, amount_nano, matches, threshold_limit
-from ..costs.queries import CostReport
+from ..costs.report import CostReport
 from ..events.model import EventIn
 from .charts import StackSeries
 

@@ -6,7 +6,9 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..budgets.service import budget_status, list_budgets
-from ..costs.queries import QueryError, cost_report, cost_summary
+from ..costs.query import QueryError
+from ..costs.report import cost_report
+from ..costs.summary import cost_summary
 from ..events.model import EventIn
 from ..ledger.eventlog import read_log
 from ..plans.service import list_plans, plan_status

@@ -46,7 +46,7 @@ from ..ingest.rejected import (
 from ..ingest.report import ForbiddenProject, IngestConflict, IngestReport
 from ..ingest.service import CHECK_IN_THREAD_EVENTS
 from ..metrics import count_ingest
-from .model import (
+from .decoding import (
     CONTENT_TYPES,
     MalformedBody,
     TooManyEvents,

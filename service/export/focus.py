@@ -1,9 +1,10 @@
 """FOCUS 1.2 export: the accepted-event log as a FinOps cost-and-usage CSV.
 
 FOCUS is the FinOps Foundation's Open Cost and Usage Specification. This module maps
-trainledger's ledger onto its CostAndUsage dataset, version 1.2, and streams it as CSV
+trainledger's ledger onto its CostAndUsage dataset, version 1.2; stream.py streams it as CSV
 straight from the log, one log page at a time, so an export never holds more than one page
-of the log and one chunk of output in memory.
+of the log and one chunk of output in memory, and pricing.py prices each logged event again
+(its parts at each tier).
 
 Grain: one row per accepted event, for auditability (``x_EventId`` names the event). The one
 exception follows the pricing itself: an event whose quantity crosses a graduated-tier
@@ -87,28 +88,21 @@ applicability criteria in ``APPLICABILITY_CRITERIA``: see tests/integration/expo
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from costcore.money import INT64_MAX, format_money, format_quantity, round_half_even_div
+from costcore.money import format_money, format_quantity
 
-from ..ledger.eventlog import LoggedEvent, read_log
-from ..projects.service import project_catalog
-from ..ratecards.catalog import PricingCatalog, RateCards
+from ..ledger.eventlog import LoggedEvent
 from ..ratecards.model import PricedSku, RateCardVersion
-from ..stores import Stores
-from .csvsafe import neutralise
+from .pricing import Segment
 
 FOCUS_VERSION = "1.2"
 PROVIDER = "trainledger"
-DEFAULT_CHUNK_BYTES = 64 * 1024
 
 # The FOCUS 1.2 applicability criteria this export meets: the features of trainledger that
 # make conditional columns mandatory. Anything not listed (regions, availability zones,
@@ -198,10 +192,6 @@ NUMERIC_COLUMNS: frozenset[str] = frozenset(
         "x_RateCardVersion",
     }
 )
-_TEXT_POSITIONS: tuple[int, ...] = tuple(
-    i for i, name in enumerate(HEADER) if name not in NUMERIC_COLUMNS
-)
-
 # trainledger category -> (ServiceCategory, ServiceSubcategory), values allowed by FOCUS 1.2.
 SERVICE_CATEGORIES: dict[str, tuple[str, str]] = {
     "compute": ("Compute", "Other (Compute)"),
@@ -220,22 +210,6 @@ _COST_SCALE = 10**15  # micro-units x nano-currency per unit
 _tags_encoder = msgspec.json.Encoder(order="sorted")
 
 Cell = str | None
-
-
-class ExportError(Exception):
-    """The log cannot be exported as it stands (e.g. its rate card is gone)."""
-
-
-@dataclass(frozen=True)
-class Segment:
-    """The part of one event priced at one unit price (the whole event for a flat price)."""
-
-    quantity_micro: int
-    unit_price_nano: int
-    billed_nano: int
-    tier: int | None = None  # 0-based tier index for a graduated price
-    tier_from_micro: int = 0
-    tier_upto_micro: int | None = None  # None: unbounded
 
 
 def format_exact_cost(amount: int) -> str:
@@ -293,11 +267,6 @@ def _charge_period(hour: int) -> tuple[str, str]:
     return format_instant(hour * _HOUR_US), format_instant((hour + 1) * _HOUR_US)
 
 
-def month_of(epoch_us: int) -> str:
-    """``YYYYMM`` (UTC), the key graduated tiers accumulate under, as ingestion computes it."""
-    return (_EPOCH + timedelta(microseconds=epoch_us)).strftime("%Y%m")
-
-
 _TIME_UNITS = {
     name: singular
     for singular in ("Year", "Month", "Day", "Hour", "Minute", "Second")
@@ -330,45 +299,6 @@ def focus_unit(unit: str) -> str:
     return f"{base}/{time}" if match["sep"] == "/" else f"{base}-{time}s"
 
 
-def segments(sku: PricedSku, quantity_micro: int, cost_nano: int, cum_before: int) -> list[Segment]:
-    """Split one event as the pricing kernel does, and share its ledger cost among the parts.
-
-    ``cum_before`` is the project's cumulative quantity of the SKU that month before the
-    event (ignored for a flat price). Each part's billed cost is its share of ``cost_nano``
-    in proportion to its exact list amount, rounded half-to-even cumulatively so the parts
-    add up to ``cost_nano`` exactly.
-    """
-    if not sku.tiers:
-        return [Segment(quantity_micro, sku.unit_price_nano, cost_nano)]
-    cum_after = cum_before + quantity_micro
-    parts: list[tuple[int, int, int | None, int, int]] = []  # tier, from, upto, qty, price
-    lower = 0
-    for k, (upto, price) in enumerate(sku.tiers):
-        upper = INT64_MAX if upto is None else upto
-        portion = max(0, min(cum_after, upper) - max(cum_before, lower))
-        if portion or (quantity_micro == 0 and lower <= cum_before < upper):
-            parts.append((k, lower, upto, portion, price))
-        lower = upper
-    if not parts:  # only past INT64_MAX, which ingestion never accepts
-        raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier")
-    amounts = [qty * price for _, _, _, qty, price in parts]
-    total = sum(amounts)
-    billed: list[int] = []
-    running = shared = 0
-    for i, amount in enumerate(amounts):
-        running += amount
-        if total:
-            upto_here = round_half_even_div(cost_nano * running, total)
-        else:  # nothing to share by: the last part carries the cost
-            upto_here = cost_nano if i == len(amounts) - 1 else 0
-        billed.append(upto_here - shared)
-        shared = upto_here
-    return [
-        Segment(qty, price, b, k, lo, upto)
-        for (k, lo, upto, qty, price), b in zip(parts, billed, strict=True)
-    ]
-
-
 @dataclass(frozen=True)
 class RowContext:
     """What every row of one export shares."""
@@ -376,6 +306,41 @@ class RowContext:
     project: str
     rate_card: str
     provider: str = PROVIDER
+
+
+def _price_terms(
+    ctx: RowContext, sku: PricedSku, seg: Segment, description: str
+) -> tuple[str, str | None, str]:
+    """SkuPriceId, SkuPriceDetails and ChargeDescription: a tier's own price-list entry, its
+    bounds, and the tier in words."""
+    if seg.tier is None:
+        return f"{ctx.rate_card}/{sku.code}", None, description
+    price_id = f"{ctx.rate_card}/{sku.code}/tier-{seg.tier + 1}"
+    bounds = {"x_Tier": str(seg.tier + 1), "x_TierFrom": format_quantity(seg.tier_from_micro)}
+    span = f"from {bounds['x_TierFrom']}"
+    if seg.tier_upto_micro is not None:
+        bounds["x_TierUpTo"] = format_quantity(seg.tier_upto_micro)
+        span += f" up to {bounds['x_TierUpTo']}"
+    price_details = _tags_encoder.encode(bounds).decode()
+    description += f" (tier {seg.tier + 1}: {span} {sku.unit} a month)"
+    return price_id, price_details, description
+
+
+def _custom_cells(ctx: RowContext, row: LoggedEvent, sku: PricedSku, tags: Cell) -> list[Cell]:
+    """The ``x_`` cells, in ``CUSTOM_COLUMNS`` order."""
+    return [
+        ctx.project,  # x_Project
+        row.stage,  # x_Stage
+        row.experiment or None,  # x_Experiment
+        row.owner or None,  # x_Owner
+        row.id,  # x_EventId
+        _exact_instant(row.epoch_us),  # x_EventTime
+        row.category,  # x_CostCategory
+        "true" if sku.fixed else "false",  # x_Fixed
+        ctx.rate_card,  # x_RateCard
+        str(row.version),  # x_RateCardVersion
+        tags,  # x_Tags
+    ]
 
 
 def focus_row(
@@ -396,18 +361,7 @@ def focus_row(
     cp_start, cp_end = charge_period(row.epoch_us)
     service_category, service_subcategory = SERVICE_CATEGORIES.get(row.category, _OTHER)
     description = f"{quantity} {sku.unit} of {sku.code} at {unit_price} {currency} per {sku.unit}"
-    if seg.tier is None:
-        price_id = f"{ctx.rate_card}/{sku.code}"
-        price_details = None
-    else:
-        price_id = f"{ctx.rate_card}/{sku.code}/tier-{seg.tier + 1}"
-        bounds = {"x_Tier": str(seg.tier + 1), "x_TierFrom": format_quantity(seg.tier_from_micro)}
-        span = f"from {bounds['x_TierFrom']}"
-        if seg.tier_upto_micro is not None:
-            bounds["x_TierUpTo"] = format_quantity(seg.tier_upto_micro)
-            span += f" up to {bounds['x_TierUpTo']}"
-        price_details = _tags_encoder.encode(bounds).decode()
-        description += f" (tier {seg.tier + 1}: {span} {sku.unit} a month)"
+    price_id, price_details, description = _price_terms(ctx, sku, seg, description)
     tags = _tags_encoder.encode(row.tags).decode() if row.tags else None
     cells: list[Cell] = [
         billed,  # BilledCost
@@ -449,148 +403,6 @@ def focus_row(
         price_details,  # SkuPriceDetails
         price_id,  # SkuPriceId
         tags,  # Tags
-        ctx.project,  # x_Project
-        row.stage,  # x_Stage
-        row.experiment or None,  # x_Experiment
-        row.owner or None,  # x_Owner
-        row.id,  # x_EventId
-        _exact_instant(row.epoch_us),  # x_EventTime
-        row.category,  # x_CostCategory
-        "true" if sku.fixed else "false",  # x_Fixed
-        ctx.rate_card,  # x_RateCard
-        str(row.version),  # x_RateCardVersion
-        tags,  # x_Tags
+        *_custom_cells(ctx, row, sku, tags),
     ]
     return cells
-
-
-class _Pricing:
-    """Finds the priced SKU of a logged event and replays the graduated-tier counters."""
-
-    def __init__(self, catalog: PricingCatalog | None) -> None:
-        self.catalog = catalog
-        self._index: dict[int, int] = {}
-        if catalog is not None:
-            for i, v in enumerate(catalog.history.versions):
-                self._index[v.version] = i
-        self._cumulative: dict[tuple[str, str], int] = {}
-
-    def sku_of(self, row: LoggedEvent) -> tuple[RateCardVersion, PricedSku]:
-        if self.catalog is None:
-            raise ExportError("the project's rate card no longer exists")
-        history = self.catalog.history
-        vi = self._index.get(row.version)
-        if vi is None:  # not expected: versions are never deleted
-            vi = history.index_at(_EPOCH + timedelta(microseconds=row.epoch_us))
-        sku = history.priced(vi).get(row.sku) if vi >= 0 else None
-        if sku is None:
-            raise ExportError(
-                f"event {row.id!r}: SKU {row.sku!r} is not in rate card "
-                f"{self.catalog.name!r} version {row.version}"
-            )
-        return history.versions[vi], sku
-
-    def segments(self, row: LoggedEvent, sku: PricedSku) -> list[Segment]:
-        """The event's priced parts; advances the tier counter exactly as ingestion did."""
-        if not sku.tiers:
-            return segments(sku, row.quantity_micro, row.cost_nano, 0)
-        key = (month_of(row.epoch_us), row.sku)
-        before = self._cumulative.get(key, 0)
-        self._cumulative[key] = before + row.quantity_micro
-        return segments(sku, row.quantity_micro, row.cost_nano, before)
-
-
-def _window_us(when: datetime | None) -> int | None:
-    if when is None:
-        return None
-    delta = when.astimezone(UTC) - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def rows_of_batch(
-    ctx: RowContext,
-    pricing: _Pricing,
-    batch: Sequence[LoggedEvent],
-    start_us: int | None,
-    end_us: int | None,
-) -> Iterator[list[Cell]]:
-    """Rows of one logged batch whose event time is in ``[start, end)``.
-
-    Events outside the window still advance the tier counters: they shaped the prices.
-    """
-    for row in batch:
-        inside = (start_us is None or row.epoch_us >= start_us) and (
-            end_us is None or row.epoch_us < end_us
-        )
-        try:
-            version, sku = pricing.sku_of(row)
-        except ExportError:
-            if inside:
-                raise
-            continue
-        if not inside and not sku.tiers:
-            continue
-        parts = pricing.segments(row, sku)
-        if inside:
-            for seg in parts:
-                yield focus_row(ctx, row, version, sku, seg)
-
-
-@dataclass
-class FocusExport:
-    """One export of a project, its rate card and log position read before streaming."""
-
-    store: Stores
-    context: RowContext
-    catalog: PricingCatalog | None
-    last_entry: str  # the log entry the export stops at: later batches are not included
-
-    def rows(
-        self, start: datetime | None = None, end: datetime | None = None
-    ) -> AsyncIterator[list[Cell]]:
-        return self._rows(_window_us(start), _window_us(end))
-
-    async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
-        pricing = _Pricing(self.catalog)
-        async for _, batch in read_log(self.store, self.context.project, self.last_entry):
-            for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
-                yield cells
-
-    async def csv_chunks(
-        self,
-        start: datetime | None = None,
-        end: datetime | None = None,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ) -> AsyncIterator[bytes]:
-        """The CSV (header first) in chunks of about ``chunk_bytes`` (UTF-8)."""
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\r\n")
-        writer.writerow(HEADER)
-        async for cells in self.rows(start, end):
-            for i in _TEXT_POSITIONS:
-                cells[i] = neutralise(cells[i])
-            writer.writerow(cells)
-            if buffer.tell() >= chunk_bytes:
-                yield buffer.getvalue().encode()
-                buffer.seek(0)
-                buffer.truncate()
-        if buffer.tell():
-            yield buffer.getvalue().encode()
-
-
-async def prepare_export(store: Stores, rate_cards: RateCards, project: str) -> FocusExport:
-    """Read what the export needs before the first byte is sent, so that a problem is an
-    error answer rather than a truncated file."""
-    settings, catalog = await project_catalog(store, rate_cards, project)
-    card = settings.rate_card
-    last = await store.ledger.last_log_entry(project)
-    if last and catalog is None:
-        raise ExportError(f"the project's rate card {card!r} no longer exists")
-    return FocusExport(store, RowContext(project, card), catalog, last)
-
-
-def export_filename(project: str, start: datetime | None, end: datetime | None) -> str:
-    def part(when: datetime | None, default: str) -> str:
-        return when.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ") if when else default
-
-    return f"focus-{project}-{part(start, 'start')}-{part(end, 'now')}.csv"

@@ -14,12 +14,9 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
-from .focus import (
-    FOCUS_VERSION,
-    ExportError,
-    export_filename,
-    prepare_export,
-)
+from .focus import FOCUS_VERSION
+from .pricing import ExportError
+from .stream import export_filename, prepare_export
 
 # Litestar adds "; charset=utf-8" to a text/* media type: the answer is text/csv; charset=utf-8.
 CSV = "text/csv"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio.to_thread
 
 from ..auth.model import Principal
-from ..events.model import (
+from ..events.decoding import (
     TooManyEvents,
     count_events,
     decode_events,

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from costcore import scan_events, scan_wire_events
 from costcore.money import decimal_text_problem, parse_quantity
 
-from ..events.model import DecodedItem, EventIn, WireEvent, identifier_problem, known_valid
+from ..events.decoding import DecodedItem
+from ..events.model import EventIn, WireEvent, identifier_problem, known_valid
 from .batches import PendingBatch, to_epoch_us
 from .store import SEEN_SHARDS, seen_shard
 

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import msgspec
 
 from ..auth.model import Principal
-from ..events.model import DecodedItem, EventIn
+from ..events.decoding import DecodedItem
+from ..events.model import EventIn
 from ..stores import Stores
 from .report import IngestReport, RejectedEvent
 from .service import Ingestor

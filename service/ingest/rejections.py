@@ -8,7 +8,8 @@ from typing import Any
 
 import msgspec
 
-from ..events.model import DecodedItem, valid_project
+from ..events.decoding import DecodedItem
+from ..events.model import valid_project
 from .report import RejectedEvent
 
 # A dead letter keeps the rejected event whole up to this size (as compact JSON; any event

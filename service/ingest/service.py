@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from costcore.money import format_money
 
 from ..auth.model import Principal
-from ..events.model import DecodedItem, WireEvent
+from ..events.decoding import DecodedItem
+from ..events.model import WireEvent
 from ..ledger.folding import Folder
 from ..metrics import DEAD_LETTERS_DROPPED
 from ..projects.model import ProjectSettings

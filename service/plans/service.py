@@ -24,7 +24,7 @@ from costcore.money import parse_money
 
 from ..budgets.model import BudgetIn
 from ..budgets.service import create_budget
-from ..costs.queries import cost_report
+from ..costs.report import cost_report
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .estimate import estimate_plan
 from .model import PlanError, PlanEstimate, PlanIn, StageEstimate

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from costcore.money import format_money, parse_money
 
 from ..budgets.service import AlertView, find_budget
-from ..costs.queries import cost_report
+from ..costs.report import cost_report
 from .formats import AlertMessage
 
 if TYPE_CHECKING:

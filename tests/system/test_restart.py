@@ -23,8 +23,8 @@ import pytest
 import redis
 from trainledger.auth.model import Principal
 from trainledger.cli.serve import FOLD_PROCESS_NAME
-from trainledger.costs.queries import cost_report
-from trainledger.events.model import JSON, decode_events
+from trainledger.costs.report import cost_report
+from trainledger.events.decoding import JSON, decode_events
 from trainledger.ingest.service import Ingestor
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn

@@ -30,20 +30,19 @@ import msgspec
 import pytest
 from trainledger.auth.model import Principal
 from trainledger.cli.demo import EXAMPLE_CARD
-from trainledger.events.model import JSON, decode_events
+from trainledger.events.decoding import JSON, decode_events
 from trainledger.export.focus import (
     APPLICABILITY_CRITERIA,
     FOCUS_COLUMNS,
     FOCUS_VERSION,
     HEADER,
-    ExportError,
     billing_period,
     charge_period,
     focus_unit,
     format_exact_cost,
-    prepare_export,
-    segments,
 )
+from trainledger.export.pricing import ExportError, segments
+from trainledger.export.stream import prepare_export
 from trainledger.ingest.report import IngestReport
 from trainledger.ingest.service import Ingestor
 from trainledger.ratecards.catalog import RateCards

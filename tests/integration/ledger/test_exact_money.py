@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from trainledger.auth.model import Principal
 from trainledger.budgets.model import BudgetIn
 from trainledger.budgets.service import create_budget
-from trainledger.events.model import JSON, decode_events
+from trainledger.events.decoding import JSON, decode_events
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.folding import Folder, settle
 from trainledger.ratecards.catalog import RateCards

@@ -19,8 +19,9 @@ from pathlib import Path
 import msgspec
 import pytest
 from trainledger.auth.model import Principal
-from trainledger.costs.queries import cost_report
-from trainledger.events.model import JSON, EventIn, decode_events
+from trainledger.costs.report import cost_report
+from trainledger.events.decoding import JSON, decode_events
+from trainledger.events.model import EventIn
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.eventlog import decode_log, encode_log
 from trainledger.ledger.folding import (

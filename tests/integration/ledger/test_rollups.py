@@ -8,8 +8,11 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from trainledger.costs import queries as costs
-from trainledger.costs.queries import CostQuery, _grouped, _in_range, cost_report, plan_reads
+from trainledger.costs import grouping
+from trainledger.costs.grouping import group_sums
+from trainledger.costs.plan import plan_reads
+from trainledger.costs.query import CostQuery, in_range
+from trainledger.costs.report import cost_report
 from trainledger.ledger.folding import settle
 from trainledger.ledger.rollups import ROLLUP_VERSION, ROLLUPS, covering
 from trainledger.storage.keys import Keys
@@ -35,9 +38,9 @@ async def both_ways(store: Stores, query: CostQuery) -> tuple[dict[object, list[
     await settle(store, query.project)
     daily, accepted, covered = await store.ledger.totals_state(query.project, ROLLUP_VERSION)
     assert covered == accepted > 0
-    days = _in_range(daily, query)
-    fast = await _grouped(store, query, days, True)
-    fine = await _grouped(store, query, days, False)
+    days = in_range(daily, query)
+    fast = await group_sums(store, query, days, True)
+    fine = await group_sums(store, query, days, False)
     if "sku" not in query.group_by:  # quantities are summed per SKU only
         for row in (*fast.values(), *fine.values()):
             row[1] = 0
@@ -188,7 +191,7 @@ async def test_quantities_read_for_the_page_only_equal_the_full_sums(
         for q in queries:
             lean = await report(q)
             with monkeypatch.context() as m:
-                m.setattr(costs, "_BIG", frozenset())
+                m.setattr(grouping, "BIG_SOURCES", frozenset())
                 full = await report(q)
             assert lean == full, q
             assert lean.rows, q

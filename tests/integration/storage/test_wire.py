@@ -15,13 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainledger.auth.model import Principal
-from trainledger.events.model import (
-    JSON,
-    MSGPACK,
-    decode_events,
-    decode_wire_batch,
-    time_text_problem,
-)
+from trainledger.events.decoding import JSON, MSGPACK, decode_events, decode_wire_batch
+from trainledger.events.model import time_text_problem
 from trainledger.ingest.checks import wire_quantity
 from trainledger.ingest.report import ForbiddenProject, IngestReport
 from trainledger.ingest.service import Ingestor

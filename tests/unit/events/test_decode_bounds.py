@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from trainledger.events.model import (
+from trainledger.events.decoding import (
     CLOUDEVENT_BATCH,
     JSON,
     MIN_JSON_EVENT_BYTES,

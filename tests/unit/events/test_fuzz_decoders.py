@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainledger.events.model import (
+from trainledger.events.decoding import (
     CLOUDEVENT,
     CLOUDEVENT_BATCH,
     CONTENT_TYPES,
@@ -22,11 +22,10 @@ from trainledger.events.model import (
     MSGPACK,
     NDJSON,
     DecodedItem,
-    EventIn,
     MalformedBody,
     decode_events,
-    identifier_problem,
 )
+from trainledger.events.model import EventIn, identifier_problem
 
 FUZZ = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True

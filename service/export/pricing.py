@@ -1,0 +1,113 @@
+"""Pricing a logged event again for the export: its priced SKU in the rate-card version
+recorded with it, and its parts at each unit price (graduated tiers split an event; the
+month's tier counters are replayed from the log in the order it was applied).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from costcore.money import INT64_MAX, round_half_even_div
+
+from ..ledger.eventlog import LoggedEvent
+from ..ratecards.catalog import PricingCatalog
+from ..ratecards.model import PricedSku, RateCardVersion
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class ExportError(Exception):
+    """The log cannot be exported as it stands (e.g. its rate card is gone)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The part of one event priced at one unit price (the whole event for a flat price)."""
+
+    quantity_micro: int
+    unit_price_nano: int
+    billed_nano: int
+    tier: int | None = None  # 0-based tier index for a graduated price
+    tier_from_micro: int = 0
+    tier_upto_micro: int | None = None  # None: unbounded
+
+
+def month_of(epoch_us: int) -> str:
+    """``YYYYMM`` (UTC), the key graduated tiers accumulate under, as ingestion computes it."""
+    return (_EPOCH + timedelta(microseconds=epoch_us)).strftime("%Y%m")
+
+
+def segments(sku: PricedSku, quantity_micro: int, cost_nano: int, cum_before: int) -> list[Segment]:
+    """Split one event as the pricing kernel does, and share its ledger cost among the parts.
+
+    ``cum_before`` is the project's cumulative quantity of the SKU that month before the
+    event (ignored for a flat price). Each part's billed cost is its share of ``cost_nano``
+    in proportion to its exact list amount, rounded half-to-even cumulatively so the parts
+    add up to ``cost_nano`` exactly.
+    """
+    if not sku.tiers:
+        return [Segment(quantity_micro, sku.unit_price_nano, cost_nano)]
+    cum_after = cum_before + quantity_micro
+    parts: list[tuple[int, int, int | None, int, int]] = []  # tier, from, upto, qty, price
+    lower = 0
+    for k, (upto, price) in enumerate(sku.tiers):
+        upper = INT64_MAX if upto is None else upto
+        portion = max(0, min(cum_after, upper) - max(cum_before, lower))
+        if portion or (quantity_micro == 0 and lower <= cum_before < upper):
+            parts.append((k, lower, upto, portion, price))
+        lower = upper
+    if not parts:  # only past INT64_MAX, which ingestion never accepts
+        raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier")
+    amounts = [qty * price for _, _, _, qty, price in parts]
+    total = sum(amounts)
+    billed: list[int] = []
+    running = shared = 0
+    for i, amount in enumerate(amounts):
+        running += amount
+        if total:
+            upto_here = round_half_even_div(cost_nano * running, total)
+        else:  # nothing to share by: the last part carries the cost
+            upto_here = cost_nano if i == len(amounts) - 1 else 0
+        billed.append(upto_here - shared)
+        shared = upto_here
+    return [
+        Segment(qty, price, b, k, lo, upto)
+        for (k, lo, upto, qty, price), b in zip(parts, billed, strict=True)
+    ]
+
+
+class LogPricing:
+    """Finds the priced SKU of a logged event and replays the graduated-tier counters."""
+
+    def __init__(self, catalog: PricingCatalog | None) -> None:
+        self.catalog = catalog
+        self._index: dict[int, int] = {}
+        if catalog is not None:
+            for i, v in enumerate(catalog.history.versions):
+                self._index[v.version] = i
+        self._cumulative: dict[tuple[str, str], int] = {}
+
+    def sku_of(self, row: LoggedEvent) -> tuple[RateCardVersion, PricedSku]:
+        if self.catalog is None:
+            raise ExportError("the project's rate card no longer exists")
+        history = self.catalog.history
+        vi = self._index.get(row.version)
+        if vi is None:  # not expected: versions are never deleted
+            vi = history.index_at(_EPOCH + timedelta(microseconds=row.epoch_us))
+        sku = history.priced(vi).get(row.sku) if vi >= 0 else None
+        if sku is None:
+            raise ExportError(
+                f"event {row.id!r}: SKU {row.sku!r} is not in rate card "
+                f"{self.catalog.name!r} version {row.version}"
+            )
+        return history.versions[vi], sku
+
+    def segments(self, row: LoggedEvent, sku: PricedSku) -> list[Segment]:
+        """The event's priced parts; advances the tier counter exactly as ingestion did."""
+        if not sku.tiers:
+            return segments(sku, row.quantity_micro, row.cost_nano, 0)
+        key = (month_of(row.epoch_us), row.sku)
+        before = self._cumulative.get(key, 0)
+        self._cumulative[key] = before + row.quantity_micro
+        return segments(sku, row.quantity_micro, row.cost_nano, before)
