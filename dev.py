@@ -5,7 +5,7 @@
     python3 dev.py demo       # replay a simulated 7B training run and show what the ledger finds
     python3 dev.py test       # run the whole test suite (extra arguments go to pytest)
     python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
-    python3 dev.py check      # ruff, mypy and the OpenAPI freshness check
+    python3 dev.py check      # ruff, mypy, the import rules and the OpenAPI freshness check
     python3 dev.py openapi    # regenerate openapi/openapi.json
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
@@ -85,6 +85,7 @@ def check(argv: list[str]) -> int:
         [str(BIN / "ruff"), "check", "."],
         [str(BIN / "ruff"), "format", "--check", "."],
         [str(BIN / "mypy")],
+        [str(BIN / "lint-imports"), "--no-cache"],
         [str(BIN / "trainledger"), "openapi", "--check", "openapi/openapi.json"],
     ]
     for step in steps:

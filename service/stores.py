@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .auth.store import TokenStore
 from .budgets.store import BudgetStore
-from .events.store import RejectedStore
+from .ingest.rejected_store import RejectedStore
 from .ingest.store import IngestStore
 from .ledger.store import LedgerStore
 from .plans.store import PlanStore

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..ingest.store import BudgetCounter, LimitCheck
 from .model import (
     AlertRecord,
     Budget,
@@ -54,6 +53,24 @@ from .model import (
 
 if TYPE_CHECKING:
     from ..stores import Stores
+
+
+@dataclass(frozen=True)
+class LimitCheck:
+    mode: str  # "c": crossed from below to at/above; "a": ends strictly above
+    limit: int
+    alert_id: str
+    alert_json: bytes
+
+
+@dataclass(frozen=True)
+class BudgetCounter:
+    """Add `delta` to a budget counter and check its limits, inside the ingest script."""
+
+    daily: bool  # the per-day counter (growth) rather than the per-period one
+    field: str
+    delta: int
+    checks: Sequence[LimitCheck]
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..ledger.folding import settle
 from ..ledger.rollups import ROLLUP_VERSION
 from ..ledger.store import dims_of, tags_of
-from ..stores import Stores
 from .plan import BIG_SOURCES, ReadPlan, plan_reads
 from .query import CostQuery, in_range, iso_day, kept_by_filters, period_label, validate
 from .sums import ints, picker, sum_fields
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 Quantities = Literal["all", "none", "later"]
 Events = Literal["all", "later"]

@@ -5,15 +5,18 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from datetime import date
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from costcore.money import format_money, format_quantity
 
 from ..projects.service import project_settings
-from ..stores import Stores
 from .grouping import Events, PageReads, Quantities, Row, Sums, group_sums, read_state
 from .query import CostQuery, Granularity, in_range, iso_day, validate
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class CostRow(msgspec.Struct, omit_defaults=False):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING
 
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
-from ..stores import Stores
 from .query import Granularity
 from .report import CostReport, cost_report
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 async def sku_units(store: Stores, rate_cards: RateCards, project: str) -> dict[str, str]:

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from costcore.money import format_money
 
 from ..projects.service import project_settings
-from ..stores import Stores
 from .grouping import Sums, group_sums, read_state
 from .query import CostQuery, in_range, iso_day, validate
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 REWORK_VALUES = frozenset({"1", "true", "yes"})
 

@@ -9,14 +9,17 @@ import io
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..stores import Stores
 from .csvsafe import neutralise
 from .focus import HEADER, NUMERIC_COLUMNS, Cell, RowContext, focus_row
 from .pricing import ExportError, LogPricing
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 DEFAULT_CHUNK_BYTES = 64 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..ledger.folding import Folder
 from ..projects.model import ProjectSettings
 from ..ratecards.catalog import PricingCatalog
-from ..stores import Stores
 from .batches import PendingBatch, PricedBatch
 from .bounds import past_bounds
 from .caches import ProjectCaches
@@ -24,6 +24,9 @@ from .plan import BatchTerms, build_plan
 from .pricing import price_events, tier_keys_needed
 from .report import IngestConflict
 from .store import IngestAnswer, IngestOutcome
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 MAX_APPLY_ATTEMPTS = 64
 

@@ -9,12 +9,16 @@ revision moves.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from ..budgets.model import Budget
 from ..projects.model import ProjectSettings
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..stores import Stores
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 _CACHE_LIMIT = 10_000  # projects whose settings a worker keeps
 _budget_decoder = msgspec.json.Decoder(Budget)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from ..budgets.firing import budget_counters
+from ..budgets.firing import BudgetCounter, budget_counters
 from ..budgets.model import Budget
 from ..ratecards.catalog import PricingCatalog
-from ..stores import Stores
 from .batches import PricedBatch
-from .store import BudgetCounter, IngestPlan
+from .store import IngestPlan
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class BatchTerms:

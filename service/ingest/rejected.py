@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from ..auth.model import Principal
 from ..events.decoding import DecodedItem
 from ..events.model import EventIn
-from ..stores import Stores
 from .report import IngestReport, RejectedEvent
 from .service import Ingestor
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 class RejectedRecord(msgspec.Struct):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from costcore.money import format_money
 
@@ -21,7 +22,6 @@ from ..ledger.folding import Folder
 from ..metrics import DEAD_LETTERS_DROPPED
 from ..projects.model import ProjectSettings
 from ..ratecards.catalog import PricingCatalog, RateCards
-from ..stores import Stores
 from .apply import Applied, BatchApplier
 from .batches import PendingBatch
 from .bounds import PAST_BOUNDS
@@ -30,6 +30,9 @@ from .checks import EventChecks
 from .rate_rows import resolve_rows, unpriceable, usable_rows
 from .rejections import DEFAULT_DEAD_LETTER_LIMIT, Rejections, raw_project
 from .report import ForbiddenProject, IngestConflict, IngestReport
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 # `ingest` (the exact path, not `ingest_wire`) checks larger bodies in a worker thread.
 CHECK_IN_THREAD_EVENTS = 2_000

@@ -18,6 +18,7 @@ import msgspec
 
 from costcore import group_positions, take
 
+from ..budgets.firing import BudgetCounter
 from ..ratecards.store import CARD_REVISION_SECONDS, RateCardStore
 from ..storage import scripts
 from ..storage.connection import Connection, ConnectionLost, ServerError, StoreError
@@ -57,24 +58,6 @@ class IngestPlan:
     quantity_micro: int = 0
     # The graduated-tier counters' increments: (month, sku, delta micro), applied first.
     tier_increments: Sequence[tuple[str, str, int]] = ()
-
-
-@dataclass(frozen=True)
-class LimitCheck:
-    mode: str  # "c": crossed from below to at/above; "a": ends strictly above
-    limit: int
-    alert_id: str
-    alert_json: bytes
-
-
-@dataclass(frozen=True)
-class BudgetCounter:
-    """Add `delta` to a budget counter and check its limits, inside the ingest script."""
-
-    daily: bool  # the per-day counter (growth) rather than the per-period one
-    field: str
-    delta: int
-    checks: Sequence[LimitCheck]
 
 
 class IngestAnswer(IntEnum):

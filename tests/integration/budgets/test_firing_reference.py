@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainledger.budgets.firing import (
+    BudgetCounter,
     FiredAlert,
+    LimitCheck,
     fire_batch,
     spend_field,
     threshold_checks,
 )
 from trainledger.budgets.model import Budget, BudgetIn, alert_id, new_budget
-from trainledger.ingest.store import BudgetCounter, IngestPlan, LimitCheck
+from trainledger.ingest.store import IngestPlan
 from trainledger.storage.keys import Keys, seen_shard
 from trainledger.stores import Stores
 

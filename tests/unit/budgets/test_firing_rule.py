@@ -3,8 +3,13 @@ tests/integration/budgets/test_firing_reference.py checks the ingest script agai
 
 from __future__ import annotations
 
-from trainledger.budgets.firing import FiredAlert, fire_batch, fire_limits
-from trainledger.ingest.store import BudgetCounter, LimitCheck
+from trainledger.budgets.firing import (
+    BudgetCounter,
+    FiredAlert,
+    LimitCheck,
+    fire_batch,
+    fire_limits,
+)
 
 
 def crossing(limit: int, ident: str) -> LimitCheck:
