@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
+from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from ..storage.keys import FIELD_SEP, Keys
 from ..stores import Stores
@@ -354,12 +355,14 @@ async def settle(store: Stores, project: str) -> int:
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
+        raise_if_cancelled()  # a cancel redis-py dropped (service/cancellation.py)
         count, new_cursor, events, increments = await _log_plan_sliced(project, entries)
         if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
         cursor, _, entries = await store.ledger.unfolded_entries(
             project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
         )
+    raise_if_cancelled()
     return folded
 
 
@@ -383,7 +386,10 @@ class Folder:
         """Fold every `interval` seconds while `keep_going()`."""
         # Entries a stopped worker left unfolded: fold every project once at start-up.
         await self._add_every_project()
+        # Every round starts by checking for a cancel that redis-py dropped: a folder that
+        # carried on after one folded into what came next (service/cancellation.py).
         while keep_going():
+            raise_if_cancelled()
             # A fixed pause, not one that grows with the fold's duration: a fold's work is
             # mostly per event (decoding, summing), so folding less often under load saves
             # little and lets the log run ahead of the totals.
@@ -392,9 +398,11 @@ class Folder:
                 await self._add_every_project()
             projects, self._touched = self._touched, set()
             for project in projects:
+                raise_if_cancelled()
                 try:
                     await settle(self.store, project)
                 except StoreError as exc:  # Redis away for a while: try again next round
+                    raise_if_cancelled(exc)  # an error the cancel was turned into
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
 
@@ -402,4 +410,5 @@ class Folder:
         try:
             self._touched.update(await self.store.projects.projects())
         except StoreError as exc:
+            raise_if_cancelled(exc)
             log.warning("fold: could not list projects: %s", exc)
