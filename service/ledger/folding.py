@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from costcore import CodedEntry, CodedGroups, coded_sums_for
 
+from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
 from .hashes import DAILY, HOURLY, TOTALS, SumsHash
@@ -358,12 +359,14 @@ async def settle(store: Stores, project: str) -> int:
     target = _entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and _entry_order(cursor) < target:
+        raise_if_cancelled()  # a cancel redis-py dropped (service/cancellation.py)
         count, new_cursor, events, increments = await _log_plan_sliced(entries)
         if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
             folded += count
         cursor, _, entries = await store.ledger.unfolded_entries(
             project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
         )
+    raise_if_cancelled()
     return folded
 
 
@@ -387,7 +390,10 @@ class Folder:
         """Fold every `interval` seconds while `keep_going()`."""
         # Entries a stopped worker left unfolded: fold every project once at start-up.
         await self._add_every_project()
+        # Every round starts by checking for a cancel that redis-py dropped: a folder that
+        # carried on after one folded into what came next (service/cancellation.py).
         while keep_going():
+            raise_if_cancelled()
             # A fixed pause, not one that grows with the fold's duration: a fold's work is
             # mostly per event (decoding, summing), so folding less often under load saves
             # little and lets the log run ahead of the totals.
@@ -396,9 +402,11 @@ class Folder:
                 await self._add_every_project()
             projects, self._touched = self._touched, set()
             for project in projects:
+                raise_if_cancelled()
                 try:
                     await settle(self.store, project)
                 except StoreError as exc:  # Redis away for a while: try again next round
+                    raise_if_cancelled(exc)  # an error the cancel was turned into
                     self._touched.add(project)
                     log.warning("fold of project %s failed: %s", project, exc)
 
@@ -406,4 +414,5 @@ class Folder:
         try:
             self._touched.update(await self.store.projects.projects())
         except StoreError as exc:
+            raise_if_cancelled(exc)
             log.warning("fold: could not list projects: %s", exc)
