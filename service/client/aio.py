@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
@@ -58,7 +58,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -147,7 +147,7 @@ class AsyncBatcher:
         self._sending = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> AsyncBatcher:
+    async def __aenter__(self) -> Self:
         self._task = asyncio.create_task(self._tick())
         return self
 

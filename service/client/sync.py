@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
@@ -63,7 +63,7 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -194,7 +194,7 @@ class Batcher:
         self._thread = threading.Thread(target=self._tick, name="trainledger-batcher", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> Batcher:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
