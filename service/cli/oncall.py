@@ -38,8 +38,7 @@ def _table(title: str, *columns: str) -> Table:
     table = Table(title=Text(title, style="bold"), title_justify="left")
     for column in columns:
         right = column.startswith(">")
-        justify = "right" if right else "left"
-        table.add_column(column.lstrip(">"), justify=justify, overflow="fold")
+        table.add_column(column.lstrip(">"), justify="right" if right else "left", overflow="fold")
     return table
 
 
