@@ -51,7 +51,9 @@ def test_the_recorded_jobs_read_field_by_field() -> None:
     assert oom["Comment"] == "stage=eval experiment=nightly"  # spaces kept, to the line's end
     assert oom["AllocTRES"] == "cpu=64,mem=1000G,node=1,billing=64,gres/gpu=8"
     lines = scontrol_to_sacct(SCONTROL.read_text()).splitlines()
-    assert lines[0] == "JobID|Account|Partition|AllocTRES|ElapsedRaw|Start|End|State|User|Comment|WCKey"
+    assert lines[0] == (
+        "JobID|Account|Partition|AllocTRES|ElapsedRaw|Start|End|State|User|Comment|WCKey"
+    )
     # Ended, epilogs running: the state by its exit code (a tag only).
     assert lines[1].split("|")[:9] == [
         "4110",
