@@ -1,10 +1,9 @@
 """trainledger's Python client: post usage events, read costs, spool events on disk.
 
-    from trainledger.client import Client, event_id
-
-    with Client("http://127.0.0.1:8000", token) as client:
-        client.post_events({"id": event_id("job", 4242), "time": "2026-11-01T00:00:00Z",
-                            "project": "llm-7b", "sku": "gpu.h100.hour", "quantity": "8"})
+    >>> from trainledger.client import Client, event_id
+    >>> with Client("http://127.0.0.1:8000", token) as client:
+    ...     client.post_events({"id": event_id("job", 4242), "time": "2026-11-01T00:00:00Z",
+    ...                         "project": "llm-7b", "sku": "gpu.h100.hour", "quantity": "8"})
 
 Retries connection errors, timeouts, 429 and 5xx (backoff with full jitter, Retry-After
 honoured); `Batcher` flushes on size and on time; `Spool` (spool.py) keeps events on disk
