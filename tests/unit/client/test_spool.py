@@ -75,6 +75,9 @@ def test_a_hook_importing_the_spool_does_not_load_the_http_client() -> None:
     import subprocess
     import sys
 
-    probe = "import sys, trainledger.client.spool; print(sorted({'httpx', 'trainledger.events.model'} & set(sys.modules)))"
+    probe = (
+        "import sys, trainledger.client.spool; "
+        "print(sorted({'httpx', 'trainledger.events.model'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
