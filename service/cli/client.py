@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ..client import ApiError as ApiError
 from ..client import Client as HttpClient
+from ..client import RetryPolicy
 from ..config import Settings
 from .serve import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
 from .ui import ui
@@ -65,17 +66,32 @@ def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
         ) from exc
 
 
+# Commands that post events ride out a service restart (the library's default policy: about
+# 30 s of retries at worst); the others, run by a person waiting for an answer, give up after
+# a few seconds.
+POSTING = RetryPolicy()
+INTERACTIVE = RetryPolicy(attempts=5, base=0.25, cap=4.0)
+
+
 class Client(HttpClient):
     """The library's client (trainledger.client: retries connection errors, timeouts, 429
     and 5xx, honouring Retry-After) with the URL and token from the command line, saying on
     stderr when it waits to retry."""
 
     def __init__(self, url: str, token: str, timeout: float = 120.0, **options: Any) -> None:
+        options.setdefault("retry", INTERACTIVE)
         super().__init__(url, token, timeout=timeout, on_retry=_say_retry, **options)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, settings: Settings) -> Client:
-        return cls(resolve_url(args), resolve_token(args, settings), args.timeout)
+    def from_args(
+        cls, args: argparse.Namespace, settings: Settings, *, posting: bool = False
+    ) -> Client:
+        return cls(
+            resolve_url(args),
+            resolve_token(args, settings),
+            args.timeout,
+            retry=POSTING if posting else INTERACTIVE,
+        )
 
 
 def _say_retry(attempt: int, delay: float, cause: int | Exception) -> None:

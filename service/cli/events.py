@@ -67,7 +67,10 @@ def cmd_events_post(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     accepted = duplicates = 0
     rejected: list[dict[str, Any]] = []
-    with Client.from_args(args, settings) as client, _progress("posting events") as progress:
+    with (
+        Client.from_args(args, settings, posting=True) as client,
+        _progress("posting events") as progress,
+    ):
         task = progress.add_task("post", total=len(lines))
         for first in range(0, len(lines), args.batch_size):
             batch = lines[first : first + args.batch_size]
@@ -121,7 +124,7 @@ def cmd_spool_put(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_spool_flush(args: argparse.Namespace, settings: Settings) -> int:
     spool = spool_from_args(args)
-    with Client.from_args(args, settings) as client:
+    with Client.from_args(args, settings, posting=True) as client:
         try:
             report = spool.drain(client, batch_size=args.batch_size, wait=True)
         except (ApiError, httpx.HTTPError):

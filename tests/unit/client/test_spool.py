@@ -67,3 +67,17 @@ def test_one_drainer_at_a_time(tmp_path: Path) -> None:
         pass
     with spool.draining():  # released when the first one ended
         pass
+
+
+def test_a_hook_importing_the_spool_does_not_load_the_http_client() -> None:
+    # A Slurm hook imports the spool to `put` and exits: httpx and the event model are the
+    # bulk of the client's import time, and `put` needs neither.
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, trainledger.client.spool; "
+        "print(sorted({'httpx', 'trainledger.events.model'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
