@@ -152,10 +152,11 @@ def test_a_client_reads_its_token_from_a_file(clean_redis: str, tmp_path: Path) 
         assert with_file.returncode == 0, with_file.stdout + with_file.stderr
 
 
-def test_a_weak_or_missing_token_secret_stops_the_start(clean_redis: str, tmp_path: Path) -> None:
+def test_a_weak_or_missing_token_secret_stops_the_start(tmp_path: Path) -> None:
+    """Refused before any connection: the Valkey's URL is compose's own, unreachable here."""
     weak = "tl_short"
     files = secret_files(tmp_path, weak)
-    env = compose_environment(files, clean_redis)
+    env = compose_environment(files, "redis://valkey:6379/0")
     command = [*TRAINLEDGER, "serve", "--port", str(free_port())]
     command += ["--data-dir", str(tmp_path / "data")]
     refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=EXIT_WAIT_S)
