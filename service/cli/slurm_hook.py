@@ -150,7 +150,10 @@ def cmd_slurm_hook(args: argparse.Namespace, settings: Settings) -> int:
             ui.err.print(f"job {job_id}: not spooled ({source})", highlight=False, markup=False)
             complete = False
             continue
-        spool.put([event.as_json() for event in result.events])
+        try:
+            spool.put([event.as_json() for event in result.events])
+        except OSError as exc:  # full disk, permissions: say so in slurmctld's log, plainly
+            raise CliError(f"job {job_id}: cannot spool in {spool.directory}: {exc}") from exc
         ui.err.print(
             f"job {job_id}: {len(result.events)} events spooled (from {source})",
             highlight=False,

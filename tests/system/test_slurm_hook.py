@@ -208,3 +208,24 @@ async def test_the_hook_then_a_bulk_import_count_each_job_once(api: Api, tmp_pat
         (sku, (date.fromisoformat(day) + timedelta(days=shift)).isoformat()): hours
         for (sku, day), hours in EXPECTED.items()
     }
+
+
+def test_without_sacct_the_hook_reads_scontrol_at_once(tmp_path: Path) -> None:
+    """A controller host without sacct (no slurmdbd client there): slurmctld's record alone."""
+    dump, shift = shifted_fixture(tmp_path)
+    env = stand_ins(tmp_path, shift)
+    only_scontrol = tmp_path / "only-scontrol"
+    only_scontrol.mkdir()
+    (only_scontrol / "scontrol").symlink_to(tmp_path / "bin" / "scontrol")
+    env["PATH"] = str(only_scontrol)
+    run = hook(env, "4110", "--wait", "600")  # not waited for: sacct cannot run at all
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "job 4110: 2 events spooled (from scontrol)" in run.stderr
+    bulk = import_sacct(dump.read_text(), MAPPING)
+    assert spooled(tmp_path / "spool") == {
+        e.id: e.quantity for e in bulk.events if e.tags["slurm_job_id"] == "4110"
+    }
+
+    missing = hook(env, "4103")  # neither knows it: said, exit 1, nothing spooled
+    assert missing.returncode == 1
+    assert "sacct" in missing.stderr and "Invalid job id" in missing.stderr
