@@ -241,7 +241,7 @@ def _summary(v: ChatView, esc: Escape) -> str:
         if v.threshold_pct is not None:
             text = (
                 f"Spent {v.spent} {cur} crossed the {v.threshold_pct}% threshold "
-                f"({v.limit} {cur} of {v.amount} {cur}) of budget {budget}, over by {over}."
+                f"({v.limit} {cur}) of budget {budget} ({v.amount} {cur}), over by {over}."
             )
         else:
             text = (
@@ -305,7 +305,10 @@ def slack_body(v: ChatView) -> dict[str, Any]:
         },
         {
             "type": "section",
-            "text": mrkdwn("*Top cost drivers*\n" + (drivers or "_no breakdown available_")),
+            "text": mrkdwn(
+                "*Top cost drivers* (SKU / stage / experiment)\n"
+                + (drivers or "_no breakdown available_")
+            ),
         },
         {"type": "context", "elements": [mrkdwn(" · ".join(context))]},
     ]
@@ -325,7 +328,7 @@ def feishu_body(v: ChatView) -> dict[str, Any]:
 
     content: list[list[dict[str, Any]]] = [[text(_summary(v, _plain))]]
     content += [[text(f"{label}: ", bold=True), text(value)] for label, value in _facts(v, _plain)]
-    content.append([text("Top cost drivers:", bold=True)])
+    content.append([text("Top cost drivers (SKU / stage / experiment):", bold=True)])
     if v.drivers:
         content += [
             [text(f"{i}. {name} — {cost} {v.currency}")]
@@ -351,7 +354,7 @@ def dingtalk_body(v: ChatView) -> dict[str, Any]:
     esc = _esc_md
     lines = [f"#### {esc(v.title)}", "", _summary(v, esc), ""]
     lines += [f"- **{label}:** {value}" for label, value in _facts(v, esc)]
-    lines += ["", "**Top cost drivers**", ""]
+    lines += ["", "**Top cost drivers** (SKU / stage / experiment)", ""]
     if v.drivers:
         lines += [
             f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
@@ -371,7 +374,7 @@ def wecom_body(v: ChatView) -> dict[str, Any]:
     for label, value in _facts(v, esc):
         shown = f'<font color="warning">{value}</font>' if label == "Over by" else value
         lines.append(f"> **{label}:** {shown}")
-    lines.append("**Top cost drivers**")
+    lines.append("**Top cost drivers** (SKU / stage / experiment)")
     if v.drivers:
         lines += [
             f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
