@@ -7,9 +7,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from costcore.money import format_money_for_people, minor_units, parse_money
 from hypothesis import given
 from hypothesis import strategies as st
+
+from costcore.money import format_money_for_people, minor_units, parse_money
 
 
 @pytest.mark.parametrize(
