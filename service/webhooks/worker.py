@@ -55,6 +55,7 @@ from .deliveries import (
 )
 from .formats import AlertMessage, OutgoingRequest, build_request
 from .messages import alert_message
+from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord, check_target, load_webhooks, wants
 from .sending import send_checked
@@ -80,11 +81,6 @@ class _Job:
     token: int  # the lease's end, which is its token
     webhook: WebhookRecord | None
     entry: tuple[int, int]  # its alert's stream entry: alert order
-
-
-def _entry_order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _stop_if_cancelled(cause: BaseException | None = None) -> None:
@@ -139,8 +135,7 @@ class DeliveryWorker:
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._rng = rng or random.Random()
         self._clock = clock
-        # Per webhook, the send started last in this worker: the next one waits for it.
-        self._tails: dict[str, asyncio.Task[None]] = {}
+        self._lines = EndpointLines()  # per webhook, one send at a time, in alert order
 
     # The loop ------------------------------------------------------------------------------
 
@@ -300,7 +295,7 @@ class DeliveryWorker:
                 project, now, token, limit - len(jobs)
             ):
                 webhook_id = did.rsplit("|", 1)[-1]
-                entry = _entry_order(delivery_decoder.decode(raw).entry)
+                entry = entry_order(delivery_decoder.decode(raw).entry)
                 jobs.append(_Job(project, did, raw, token, webhooks.get(webhook_id), entry))
         jobs.sort(key=lambda job: job.entry)  # each endpoint is sent its alerts in order
         return jobs
@@ -311,30 +306,21 @@ class DeliveryWorker:
         job: _Job,
         cache: dict[str, asyncio.Task[AlertMessage]],
     ) -> asyncio.Task[None]:
-        """Start sending `job` once the deliveries to its webhook started before it are done
-        (sent, or their attempt recorded as failed): one endpoint gets one request at a time,
-        in alert order. Deliveries to different webhooks go out side by side."""
-        key = job.delivery_id.rsplit("|", 1)[-1]
-        before = self._tails.get(key)
+        """Send `job` once the deliveries to its webhook started before it are done (sent,
+        or their attempt recorded): one endpoint gets one request at a time, in alert order.
+        Deliveries to different webhooks go out side by side."""
 
-        async def run() -> None:
-            if before is not None:
-                await asyncio.wait([before])
-                if self._clock() + self.config.timeout_s * 1000 >= job.token:
-                    # Its lease would end mid-send: left for the next round once it has.
-                    log.info("delivery %s waits for the next round", job.delivery_id)
-                    return
-            await self._attempt_logged(tls, job, cache)
+        def lease_left() -> bool:  # a send must end before its lease does
+            if self._clock() + self.config.timeout_s * 1000 < job.token:
+                return True
+            log.info("delivery %s waits for the next round", job.delivery_id)
+            return False
 
-        task = asyncio.create_task(run())
-        self._tails[key] = task
-
-        def forget(done: asyncio.Task[None]) -> None:
-            if self._tails.get(key) is done:
-                del self._tails[key]
-
-        task.add_done_callback(forget)
-        return task
+        return self._lines.start(
+            job.delivery_id.rsplit("|", 1)[-1],
+            lambda: self._attempt_logged(tls, job, cache),
+            lease_left,
+        )
 
     async def _attempt_logged(
         self,
