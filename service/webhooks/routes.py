@@ -29,7 +29,7 @@ from .registry import (
     WebhookView,
 )
 from .service import (
-    TestDelivery,
+    SampleDelivery,
     WebhookForbidden,
     WebhookNotFound,
     register_webhook,
@@ -120,7 +120,7 @@ class WebhookController(Controller):
         webhook_id: FromPath[str],
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
-    ) -> TestDelivery:
+    ) -> SampleDelivery:
         try:
             return await send_test_message(
                 services.store,

@@ -95,7 +95,7 @@ async def remove_webhook(
     await store.webhooks.delete_webhook(webhook_id)
 
 
-class TestDelivery(msgspec.Struct, kw_only=True):
+class SampleDelivery(msgspec.Struct, kw_only=True):
     """What became of a test message: sent once, never retried, never in the outbox."""
 
     webhook_id: str
@@ -116,7 +116,7 @@ async def send_test_message(
     allowlist: AllowList | Sequence[str],
     config: DeliveryConfig | None = None,
     resolver: Resolver | None = None,
-) -> TestDelivery:
+) -> SampleDelivery:
     """Send a sample alert (`messages.sample_message`) to a webhook the token may see, in
     its format and signed with its secret as every delivery is, through the same target
     checks. Raises WebhookNotFound (also for one the token may not see)."""
@@ -130,8 +130,8 @@ async def send_test_message(
     message = sample_message(project, public_url, now)
     secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
 
-    def result(status: int | None, error: str | None) -> TestDelivery:
-        return TestDelivery(
+    def result(status: int | None, error: str | None) -> SampleDelivery:
+        return SampleDelivery(
             webhook_id=webhook.id,
             format=webhook.format,
             message_id=message.id,
