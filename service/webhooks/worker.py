@@ -5,10 +5,12 @@ The outbox lives in Redis, next to the alerts it delivers:
 1. The ingest script appends every decided alert to the project's alerts stream. Each worker
    runs a dispatcher that reads that stream through the consumer group ``deliverers``
    (``XREADGROUP``), and claims entries another worker read but never acknowledged
-   (``XAUTOCLAIM`` after ``claim_idle_s``: that worker died). For each alert one Lua script
-   creates a delivery record per matching webhook (``HSETNX``, so a second dispatch of the
-   same alert creates nothing), queues it, and acknowledges the entry. An alert is therefore
-   never lost between being decided and being queued, whatever crashes in between.
+   (``XAUTOCLAIM`` after ``claim_idle_s``: that worker died). For each alert (or each run of
+   threshold alerts of one budget and period: one batch's crossings, told in one message
+   about the highest) one Lua script creates a delivery record per matching webhook
+   (``HSETNX``, so a second dispatch of the same alert creates nothing), queues it, and
+   acknowledges the entries. An alert is therefore never lost between being decided and
+   being queued, whatever crashes in between.
 2. A sender leases due deliveries (a Lua script moves each one's queue score to the end of
    the lease, so no other worker takes it meanwhile), sends them with httpx, and records the
    outcome with another script that only writes while the lease is still its own: delivered,
@@ -17,6 +19,8 @@ The outbox lives in Redis, next to the alerts it delivers:
    over the API). A sender that dies mid-send loses its lease; the delivery is retried after
    it ends. Every attempt of one alert carries the same ``webhook-id`` (the alert id), so a
    receiver drops the duplicates an expired lease can cause.
+3. One endpoint is sent one request at a time, in alert order (`ordering.EndpointLines`);
+   different endpoints side by side. A delivery waiting for its retry does not hold the line.
 
 Delivery is at least once. Sending never happens on the ingest path: a slow or dead receiver
 only holds one of the sender's ``concurrency`` slots, never a Redis connection.
