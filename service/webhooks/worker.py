@@ -52,6 +52,7 @@ from .messages import alert_message
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord, check_target, load_webhooks, wants
 from .sending import Answer, send_pinned
+from .smtp import deliver_email
 from .targets import (
     AllowList,
     Resolver,
@@ -337,6 +338,9 @@ class DeliveryWorker:
         if webhook.unsealable is not None:  # the wrong key: retried, as the key may be fixed
             await self._failed_attempt(job, record, None, _clip(webhook.unsealable), None)
             return
+        if webhook.format == "email":  # SMTP, not HTTP: service.webhooks.smtp
+            await self._attempt_email(job, record, webhook, tls, cache)
+            return
         secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
         try:
             target = check_target(webhook.url, self.allowlist)
@@ -358,6 +362,27 @@ class DeliveryWorker:
             await self._finish(job, record, "delivered", http_status=status, attempted=True)
             return
         await self._failed_attempt(job, record, status, _clip(scrub(error, secrets_)), retry_after)
+
+    async def _attempt_email(
+        self,
+        job: _Job,
+        record: DeliveryRecord,
+        webhook: WebhookRecord,
+        tls: ssl.SSLContext,
+        cache: dict[str, asyncio.Task[AlertMessage]],
+    ) -> None:
+        """`attempt` for an email webhook (`service.webhooks.smtp`): `last_status_code` holds
+        the SMTP reply code, and a 5xx reply makes a dead letter at once."""
+        outcome = await deliver_email(
+            webhook, await self._message(record.alert, cache), allowlist=self.allowlist,
+            resolver=self.resolver, ssl_context=tls, timeout_s=self.config.timeout_s,
+        )  # fmt: skip
+        if outcome.error is not None and not outcome.permanent:
+            await self._failed_attempt(job, record, outcome.code, _clip(outcome.error), None)
+            return
+        done: Literal["delivered", "failed"] = "failed" if outcome.error else "delivered"
+        error = _clip(outcome.error) if outcome.error else outcome.note
+        await self._finish(job, record, done, http_status=outcome.code, error=error, attempted=True)
 
     async def _send(
         self, tls: ssl.SSLContext, target: Target, request: OutgoingRequest, message_id: str
