@@ -4,7 +4,7 @@ A Workflows webhook ("Post to a channel when a webhook request is received") tak
 Framework message envelope, ``{"type": "message", "attachments": [{"contentType":
 "application/vnd.microsoft.card.adaptive", "contentUrl": null, "content": <card>}]}``, and
 posts each attachment's card. The card is version 1.5 (what Teams renders on desktop, web
-and mobile) and uses only TextBlock, FactSet, Container and Action.OpenUrl. Unsigned: the
+and mobile) and uses only TextBlock, FactSet and Action.OpenUrl. Unsigned: the
 ``sig`` query parameter of the workflow URL is the credential (shown only as the origin).
 
 TextBlock and Fact text is Adaptive Card markdown (bold, italic, links, lists), so the
@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at 
 CARD_CONTENT_TYPE: Final = "application/vnd.microsoft.card.adaptive"
 CARD_SCHEMA: Final = "http://adaptivecards.io/schemas/adaptive-card.json"
 CARD_VERSION: Final = "1.5"
-_MD_SPECIAL_RE: Final = re.compile(r"([\\`*_\[\]()~#>|<])")
+# Emphasis, code and link syntax; a link needs "[", so "(" and ")" may stay as they are.
+_MD_SPECIAL_RE: Final = re.compile(r"([\\`*_\[\]~])")
 
 
 def _esc(value: str) -> str:
@@ -49,12 +50,12 @@ def adaptive_card(v: ChatView) -> dict[str, Any]:
     color = "attention" if v.kind in ("threshold", "forecast") else "warning"
     drivers = people_drivers(v)
     body: list[dict[str, Any]] = [
-        _text(_esc(v.title), size="Large", weight="Bolder", color=color, style="heading"),
+        _text(_esc(v.title), size="large", weight="bolder", color=color, style="heading"),
         _text(_esc(people_summary(v))),
         _fact_set(people_facts(v)),
-        _text("Top cost drivers", weight="Bolder", separator=True),
+        _text("Top cost drivers", weight="bolder", separator=True),
         _fact_set(drivers) if drivers else _text("_no breakdown available_", isSubtle=True),
-        _text(f"alert {_esc(v.alert_id)} · {v.occurred}", size="Small", isSubtle=True),
+        _text(f"alert {_esc(v.alert_id)} · {v.occurred}", size="small", isSubtle=True),
     ]
     card: dict[str, Any] = {
         "type": "AdaptiveCard",
