@@ -106,7 +106,8 @@ def card_text(body: dict[str, Any]) -> str:
         {"kind": "forecast", "forecast": "12400.00", "threshold_pct": None},
         {"kind": "growth", "budget_id": None, "budget_name": None, "threshold_pct": None},
         {"kind": "waste", "threshold_pct": None, "scope": {}, "top_drivers": [], "links": {}},
-        {"project": HOSTILE, "scope": {"stage": HOSTILE}, "top_drivers": [{"name": HOSTILE, "cost": "1"}]},
+        {"project": HOSTILE, "scope": {"stage": HOSTILE},
+         "top_drivers": [{"name": HOSTILE, "cost": "1"}]},
     ],
 )  # fmt: skip
 def test_teams_body_is_a_valid_adaptive_card_message(changes: dict[str, Any]) -> None:
@@ -325,8 +326,10 @@ def test_registration_of_the_new_formats() -> None:
     assert mail.secret == "app-password"
     assert redacted_url(mail.url, "email") == "smtps://smtp.example.com"
     starttls = new_webhook(
-        registration(url="smtp://smtp.example.com", format="email", email={"from": "a@b.c", "to": ["d@e.f"]})
-    )  # fmt: skip
+        registration(
+            url="smtp://smtp.example.com", format="email", email={"from": "a@b.c", "to": ["d@e.f"]}
+        )
+    )
     assert starttls.email is not None and starttls.email.tls == "starttls"
 
 
