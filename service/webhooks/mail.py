@@ -16,6 +16,7 @@ characters, so no header injection); the HTML part escapes every string it shows
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from datetime import datetime
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -78,7 +79,7 @@ def email_text(v: ChatView) -> str:
     """The plain-text part."""
     facts = people_facts(v)
     width = max(len(label) for label, _ in facts) + 2
-    lines = [v.title, "", people_summary(v), ""]
+    lines = [v.title, "", textwrap.fill(people_summary(v), 76), ""]
     lines += [f"  {label + ':':<{width}}{value}" for label, value in facts]
     lines += ["", "Top cost drivers"]
     drivers = people_drivers(v)
