@@ -57,7 +57,8 @@ from tests.api.test_webhooks import (
     store_of,
     wait_until,
 )
-from tests.conftest import Api, event, free_port
+from tests.conftest import Api, event, free_port, sync_client
+from tests.system.test_secrets_at_rest import everything_in
 from tests.system.test_webhook_targets import PUBLIC_V4, Names
 from tests.system.test_webhook_targets import ledger as strict_ledger
 
@@ -299,7 +300,13 @@ async def test_email_over_starttls_with_login_is_delivered_once(
             (done,) = (await deliveries(api, "delivered"))["items"]
             async with api.client() as c:
                 listed = (await c.get("/v1/webhooks")).json()
+    client = sync_client(clean_redis)
+    try:
+        stored = everything_in(client)  # the password is sealed: only ciphertext in Redis
+    finally:
+        client.close()
 
+    assert hook["id"].encode() in stored and PASSWORD.encode() not in stored
     assert hook["email"] == email_settings(username="ledger", tls="starttls")
     assert "secret" not in hook and hook["has_secret"] is True
     assert listed[0]["url"] == f"smtp://mail.test:{mx.port}" and PASSWORD not in json.dumps(listed)
