@@ -122,9 +122,8 @@ def _failure(exc: BaseException) -> MailOutcome:
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
         codes = [r.code for r in exc.recipients]
         text = "; ".join(f"{r.recipient}: {r.code} {r.message}" for r in exc.recipients)
-        return MailOutcome(
-            max(codes, default=None), f"every recipient refused: {text}", min(codes) >= 500
-        )
+        permanent = bool(codes) and min(codes) >= 500  # a 4xx for anyone: worth a retry
+        return MailOutcome(max(codes, default=None), f"every recipient refused: {text}", permanent)
     if isinstance(exc, aiosmtplib.SMTPResponseException) and exc.code > 0:
         name = type(exc).__name__
         return MailOutcome(exc.code, f"{name}: {exc.code} {exc.message}", exc.code >= 500)

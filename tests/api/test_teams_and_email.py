@@ -418,6 +418,25 @@ async def test_a_4xx_is_retried_and_a_5xx_is_a_dead_letter_at_once(
     assert len(mx.mails) == 1
 
 
+async def test_a_message_accepted_for_some_recipients_is_delivered_naming_the_others(
+    clean_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SmtpServer() as mx:
+        mx.rcpt_answers = ["550 5.1.1 no such mailbox"]  # the first recipient only
+        async with ledger(clean_redis, monkeypatch, QUIET) as api, store_of(clean_redis) as store:
+            settings = email_settings(tls="none", to=["gone@example.com", TO])
+            await add_webhook(api, f"smtp://127.0.0.1:{mx.port}", "email", email=settings)
+            await spend_6000(api)
+            assert await mail_worker(store, None, None).run_once() == 1
+            (done,) = (await deliveries(api, "delivered"))["items"]
+    (mail,) = mx.mails
+    assert mail.rcpt_tos == [TO]
+    assert done["last_status_code"] == 250
+    assert done["last_error"] == (
+        "refused for some recipients: gone@example.com (550 5.1.1 no such mailbox)"
+    )
+
+
 async def test_a_refused_login_is_a_dead_letter_and_never_shows_the_password(
     clean_redis: str, monkeypatch: pytest.MonkeyPatch, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
