@@ -111,6 +111,7 @@ async def send_email(
             await client.quit()
     finally:
         client.close()
+    # send_message raises unless the server answered the message's end with 250.
     if refused:
         who = ", ".join(f"{to} ({r.code} {r.message})" for to, r in sorted(refused.items()))
         return MailOutcome(250, note=f"refused for some recipients: {who}")
