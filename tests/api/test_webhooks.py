@@ -44,12 +44,13 @@ from trainledger.config import Settings
 from trainledger.storage.keys import Keys
 from trainledger.stores import Stores
 from trainledger.webhooks.config import DeliveryConfig, parse_retry_after, retry_delay
+from trainledger.webhooks.dispatch import DELIVERY_GROUP
 from trainledger.webhooks.redaction import redacted_url
 from trainledger.webhooks.registry import check_target
 from trainledger.webhooks.routes import WebhookController
 from trainledger.webhooks.signing import generate_secret
 from trainledger.webhooks.targets import UnsafeTarget
-from trainledger.webhooks.worker import DELIVERY_GROUP, DeliveryWorker
+from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
