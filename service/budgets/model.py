@@ -198,6 +198,28 @@ def period_of(budget: Budget, when: datetime) -> PeriodBounds | None:
     return None
 
 
+def shown_period(budget: Budget, now: datetime) -> PeriodBounds:
+    """The period a budget's status shows at `now`: the current one; a window budget's
+    window as a whole before or after it."""
+    bounds = period_of(budget, now)
+    if bounds is None:
+        assert budget.window_start is not None and budget.window_end is not None
+        inside = min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1))
+        bounds = period_of(budget, inside)
+    assert bounds is not None
+    return bounds
+
+
+def linear_forecast(spent: int, bounds: PeriodBounds, now: datetime) -> int | None:
+    """The spend at the period's end, projected linearly from `spent` so far (nano, rounded
+    down); None before the period starts."""
+    elapsed = (min(now, bounds.end) - bounds.start).total_seconds()
+    if elapsed <= 0:
+        return None
+    length = (bounds.end - bounds.start).total_seconds()
+    return spent * int(length) // max(int(elapsed), 1)
+
+
 def threshold_limit(amount: int, pct: int) -> int:
     return -(-amount * pct // 100)  # rounded up: the limit is reached, never undershot
 

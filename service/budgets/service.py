@@ -22,8 +22,9 @@ from .model import (
     counters_for,
     daily_for,
     forecast_limit,
+    linear_forecast,
     new_budget,
-    period_of,
+    shown_period,
 )
 
 if TYPE_CHECKING:
@@ -100,24 +101,12 @@ async def budget_status(
     store: Stores, budget: Budget, currency: str | None, now: datetime | None = None
 ) -> BudgetStatus:
     now = now or datetime.now(UTC)
-    bounds = period_of(budget, now)
-    if bounds is None and budget.period == "window":
-        assert budget.window_start is not None and budget.window_end is not None
-        # Before or after the window: show the window as a whole.
-        bounds = period_of(
-            budget,
-            min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1)),
-        )
-    assert bounds is not None
+    bounds = shown_period(budget, now)
     (spent,), _ = await store.budgets.budget_counters(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )
     amount = amount_nano(budget)
-    elapsed = (min(now, bounds.end) - bounds.start).total_seconds()
-    length = (bounds.end - bounds.start).total_seconds()
-    forecast: int | None = None
-    if elapsed > 0:
-        forecast = spent * int(length) // max(int(elapsed), 1)
+    forecast = linear_forecast(spent, bounds, now)
     limit = forecast_limit(amount, bounds, now, 1)
     fired = sorted(
         k for k in await store.budgets.fired_alerts(budget.project) if k.startswith(budget.id + ":")

@@ -38,6 +38,8 @@ from ..projects.routes import ProjectController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
+from ..spend_metrics.routes import MetricsController
+from ..spend_metrics.service import SpendGauges
 from ..storage.connection import STORE_UNAVAILABLE, StoreError
 from ..storage.processes import exit_with_parent
 from ..storage.sealing import Sealer, load_sealer
@@ -52,7 +54,6 @@ from .deps import Services
 from .health import StoreReachability, healthz, readyz
 from .observability import (
     PROMETHEUS,
-    MetricsController,
     RequestIdMiddleware,
     answer_started,
     logging_config,
@@ -77,7 +78,8 @@ def build_services(settings: Settings, store: Stores, sealer: Sealer) -> Service
         folder=folder,
         dead_letter_limit=settings.dead_letter_limit,
     )
-    return Services(settings, store, rate_cards, ingestor, folder, sealer)
+    gauges = SpendGauges(settings.metrics_spend)
+    return Services(settings, store, rate_cards, ingestor, folder, sealer, gauges)
 
 
 SWEEP_INTERVAL_SECONDS = 3600.0
