@@ -1,0 +1,206 @@
+"""Spend in Prometheus: the gauges of /metrics against the exact totals, over real HTTP, with
+real events on a real Redis-protocol server (service/spend_metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.api.test_ingest import post, put_card
+from tests.conftest import Api, ServerThread, event, make_admin_token
+from trainledger.config import Settings
+from trainledger.spend_metrics.model import OTHER, SpendConfig
+
+Series = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def this_month() -> str:
+    """A time inside the current calendar month (UTC) and in the past."""
+    now = datetime.now(UTC)
+    return max(now.replace(day=1, hour=0, minute=0, second=0), now - timedelta(hours=1)).isoformat()
+
+
+def last_month() -> str:
+    first = datetime.now(UTC).replace(day=1, hour=12, minute=0, second=0, microsecond=0)
+    return (first - timedelta(days=1)).isoformat()
+
+
+def usd(text: str) -> float:
+    """The float a gauge shows for an exact amount: the exact figure rounded once."""
+    return float(Decimal(text))
+
+
+async def scrape(api: Api, token: str | None) -> tuple[int, Series]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=api.base_url, headers=headers) as c:
+        r = await c.get("/metrics")
+    if r.status_code != 200:
+        return r.status_code, {}
+    series: Series = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            key = tuple(sorted(sample.labels.items()))
+            series.setdefault(sample.name, {})[key] = sample.value
+    return 200, series
+
+
+def labels(**values: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(values.items()))
+
+
+async def settled(api: Api, *projects: str) -> None:
+    """A cost query folds what is pending, so the totals hold every event posted."""
+    async with api.client() as c:
+        for project in projects:
+            r = await c.get("/v1/costs", params={"project": project})
+            assert r.status_code == 200, r.text
+
+
+async def serve(redis_url: str, config: SpendConfig) -> AsyncIterator[Api]:
+    settings = Settings(redis_url=redis_url, metrics_spend=config)
+    server = await asyncio.to_thread(lambda: ServerThread(redis_url, settings).start())
+    try:
+        yield Api(server.base_url, await make_admin_token(redis_url), redis_url)
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+@pytest.fixture
+async def fresh(clean_redis: str) -> AsyncIterator[Api]:
+    """A service whose scrapes always read the totals anew (TTL 0), default dimensions."""
+    async for api in serve(clean_redis, SpendConfig(ttl_seconds=0)):
+        yield api
+
+
+async def post_hand_worked(api: Api) -> None:
+    await put_card(api)
+    now = this_month()
+    events = [
+        event("e1", "3", stage="pretrain", experiment="exp-a", time=now),  # 3 h × 2.50 = 7.50
+        event("e2", "1.2", stage="eval", experiment="exp-b", time=now),  # 1.2 h × 2.50 = 3.00
+        event("e3", "50", sku="storage.hot.gb_day", stage="data_prep", time=now),  # 0.10
+        event("e4", "0.7", sku="network.cross_region.gb", stage="pretrain", time=now),  # 0.014
+        event("e0", "2", stage="pretrain", time=last_month()),  # 5.00, not this month
+        event("o1", "1", project="other", stage="pretrain", time=now),  # another project
+    ]
+    reply = await post(api, events)
+    assert reply["accepted"] == 6, reply
+
+
+async def test_gauges_equal_the_hand_worked_totals_and_budget_use(fresh: Api) -> None:
+    api = fresh
+    await post_hand_worked(api)
+    async with api.client() as c:
+        whole = await c.post("/v1/budgets", json={"project": "llm", "name": "all", "amount": "40"})
+        pre = await c.post(
+            "/v1/budgets",
+            json={"project": "llm", "name": "pre", "amount": "10", "scope": {"stage": "pretrain"}},
+        )
+    assert whole.status_code == pre.status_code == 201
+    await settled(api, "llm", "other")
+    status, found = await scrape(api, api.admin_token)
+    assert status == 200
+    llm = {"project": "llm", "currency": "USD"}
+    month = found["trainledger_spend_month_to_date"]
+    assert month == {
+        labels(**llm, stage="pretrain"): usd("7.514"),
+        labels(**llm, stage="eval"): usd("3.00"),
+        labels(**llm, stage="data_prep"): usd("0.10"),
+        labels(project="other", currency="USD", stage="pretrain"): usd("2.50"),
+    }
+    assert found["trainledger_spend_to_date"][labels(**llm)] == usd("15.614")
+    for budget, limit, spent in ((whole, "40", "10.614"), (pre, "10", "7.514")):
+        key = labels(
+            **llm, budget=budget.json()["id"], name=budget.json()["name"], period="monthly"
+        )
+        assert found["trainledger_budget_limit"][key] == usd(limit)
+        assert found["trainledger_budget_spend"][key] == usd(spent)
+        ratio = Fraction(Decimal(spent)) / Fraction(Decimal(limit))
+        assert found["trainledger_budget_use_ratio"][key] == float(ratio)
+        # A linear forecast from part of the month: at least what is spent already.
+        assert found["trainledger_budget_forecast"][key] >= usd(spent)
+    assert found["trainledger_spend_read_ok"][()] == 1.0
+
+
+async def test_a_scrape_shows_only_what_its_token_may_read(fresh: Api) -> None:
+    api = fresh
+    await post_hand_worked(api)
+    await settled(api, "llm", "other")
+    status, public = await scrape(api, None)  # no token: the page as it always was
+    assert status == 200 and "trainledger_events_accepted_total" in public
+    assert not any("spend" in name or "budget" in name for name in public)
+    status, scoped = await scrape(api, await api.token("read", ["other"]))
+    assert status == 200
+    projects = {dict(k)["project"] for k in scoped["trainledger_spend_month_to_date"]}
+    assert projects == {"other"}
+    assert {dict(k)["project"] for k in scoped["trainledger_spend_to_date"]} == {"other"}
+    assert (await scrape(api, await api.token("ingest")))[0] == 403
+    assert (await scrape(api, "tl_not-a-token"))[0] == 401
+
+
+async def test_experiments_stay_within_the_cap_and_sum_exactly(clean_redis: str) -> None:
+    config = SpendConfig(dimensions=("experiment", "owner"), top=5, ttl_seconds=0)
+    async for api in serve(clean_redis, config):
+        await put_card(api)
+        now = this_month()
+        # 30 experiments, experiment i costs (i + 1) hours × 2.50; owners: 3.
+        events = [
+            event(
+                f"x{i}",
+                str(i + 1),
+                stage="pretrain",
+                experiment=f"exp-{i:02d}",
+                owner=f"o{i % 3}",
+                time=now,
+            )
+            for i in range(30)
+        ]
+        assert (await post(api, events))["accepted"] == 30
+        await settled(api, "llm")
+        _, found = await scrape(api, api.admin_token)
+        by_experiment = {
+            dict(k)["experiment"]: v
+            for k, v in found["trainledger_experiment_spend_month_to_date"].items()
+        }
+        assert len(by_experiment) == 5
+        # The four largest by name and cost, the other 26 summed exactly into one series.
+        hours = {f"exp-{i:02d}": i + 1 for i in range(30)}
+        top = {f"exp-{i}": usd(str(Decimal("2.50") * (i + 1))) for i in (29, 28, 27, 26)}
+        rest = sum(h for name, h in hours.items() if name not in top) * Decimal("2.50")
+        assert by_experiment == {**top, OTHER: usd(str(rest))}
+        owners = {
+            dict(k)["owner"]: v for k, v in found["trainledger_owner_spend_month_to_date"].items()
+        }
+        expected = {f"o{r}": sum(i + 1 for i in range(30) if i % 3 == r) for r in range(3)}
+        assert owners == {o: usd(str(Decimal("2.50") * h)) for o, h in expected.items()}
+        # Stage series keep their labels: the opt-in dimensions have their own families.
+        assert list(found["trainledger_spend_month_to_date"]) == [
+            labels(project="llm", currency="USD", stage="pretrain")
+        ]
+
+
+async def test_category_is_opt_in(clean_redis: str) -> None:
+    config = SpendConfig(dimensions=("category",), ttl_seconds=0)
+    async for api in serve(clean_redis, config):
+        await post_hand_worked(api)
+        await settled(api, "llm")
+        _, found = await scrape(api, api.admin_token)
+        llm = {"project": "llm", "currency": "USD"}
+        assert {
+            k: v
+            for k, v in found["trainledger_spend_month_to_date"].items()
+            if ("project", "llm") in k
+        } == {
+            labels(**llm, stage="pretrain", category="compute"): usd("7.50"),
+            labels(**llm, stage="pretrain", category="network"): usd("0.014"),
+            labels(**llm, stage="eval", category="compute"): usd("3.00"),
+            labels(**llm, stage="data_prep", category="storage"): usd("0.10"),
+        }
+        assert "trainledger_experiment_spend_month_to_date" not in found
