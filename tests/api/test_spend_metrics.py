@@ -12,11 +12,11 @@ from fractions import Fraction
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from trainledger.config import Settings
+from trainledger.spend_metrics.model import OTHER, SpendConfig
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, ServerThread, event, make_admin_token
-from trainledger.config import Settings
-from trainledger.spend_metrics.model import OTHER, SpendConfig
 
 Series = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
