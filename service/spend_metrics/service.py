@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainledger.metrics")
 _budget_decoder = msgspec.json.Decoder(Budget)
-# A read still going this long after it started is given up (a scrape stopped waiting for it
-# after `deadline_seconds`; the next one starts afresh).
+# A read still going this long after it started is left behind: the next scrape starts another
+# (scrapes stop waiting for a read after `deadline_seconds`).
 _READ_LIMIT_SECONDS = 60.0
 
 
@@ -158,37 +158,47 @@ class SpendGauges:
         self.config = config
         self.snapshot: Snapshot | None = None
         self._read_at = float("-inf")  # monotonic time of the figures kept
-        self._reading: asyncio.Task[Snapshot | None] | None = None
+        # The read in flight and when it started (monotonic).
+        self._reading: tuple[asyncio.Task[None], float] | None = None
         self._ok = True
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read is in flight."""
+        return self._reading is not None and not self._reading[0].done()
 
     async def figures(self, store: Stores, rate_cards: RateCards) -> tuple[Snapshot | None, bool]:
         """The figures to show and whether they are fresh: a read within the TTL, or one
         that finished within the deadline. Otherwise the last figures, marked not ok (the
-        read goes on in the background, bounded, for the next scrape)."""
-        if self.snapshot is not None and time.monotonic() - self._read_at < self.config.ttl_seconds:
+        read goes on in the background for the next scrape)."""
+        now = time.monotonic()
+        if self.snapshot is not None and now - self._read_at < self.config.ttl_seconds:
             return self.snapshot, self._ok
-        if self._reading is None:
-            self._reading = asyncio.create_task(self._read(store, rate_cards))
-        reading = self._reading
+        if self._reading is None or now - self._reading[1] > _READ_LIMIT_SECONDS:
+            # A read stuck past the limit is left to itself, not cancelled: a cancellation
+            # inside redis-py's cluster client closes every connection (http/deadline.py).
+            task = asyncio.create_task(self._read(store, rate_cards))
+            self._reading = (task, now)
+        reading = self._reading[0]
         # asyncio.wait never cancels what it waits for: the scrape leaves, the read goes on.
         await asyncio.wait({reading}, timeout=self.config.deadline_seconds)
         if not reading.done():
             self._ok = False
-            return self.snapshot, False
         return self.snapshot, self._ok
 
-    async def _read(self, store: Stores, rate_cards: RateCards) -> Snapshot | None:
+    async def _read(self, store: Stores, rate_cards: RateCards) -> None:
+        mine = asyncio.current_task()
         try:
-            async with asyncio.timeout(_READ_LIMIT_SECONDS):
-                snapshot = await read_snapshot(store, rate_cards, self.config)
-        except Exception as exc:  # Redis away, a timeout: the scrape says so (read_ok 0)
+            snapshot = await read_snapshot(store, rate_cards, self.config)
+        except Exception as exc:  # Redis away: the scrape says so (read_ok 0)
             log.warning("reading the spend figures failed: %r", exc)
             self._ok = False
-            return None
+            return
         finally:
-            self._reading = None
-        self.snapshot, self._read_at, self._ok = snapshot, time.monotonic(), True
-        return snapshot
+            if self._reading is not None and self._reading[0] is mine:
+                self._reading = None
+        if self.snapshot is None or snapshot.taken_at >= self.snapshot.taken_at:
+            self.snapshot, self._read_at, self._ok = snapshot, time.monotonic(), True
 
 
 class _Figures(Collector):
