@@ -204,3 +204,46 @@ async def test_category_is_opt_in(clean_redis: str) -> None:
             labels(**llm, stage="data_prep", category="storage"): usd("0.10"),
         }
         assert "trainledger_experiment_spend_month_to_date" not in found
+
+
+async def test_many_projects_each_get_their_own_exact_figures(fresh: Api) -> None:
+    """One read of many projects (a few pipelines): every project's series are its own, those
+    with budgets and those without, those with spend this month and those without."""
+    api = fresh
+    await put_card(api)
+    now, before = this_month(), last_month()
+    events = []
+    for p in range(40):
+        events.append(event(f"m{p}", str(p + 1), project=f"p{p:02d}", stage="pretrain", time=now))
+        if p % 3 == 0:  # some spent last month only, on top
+            events.append(event(f"l{p}", "1", project=f"p{p:02d}", stage="eval", time=before))
+    assert (await post(api, events))["accepted"] == len(events)
+    async with api.client() as c:
+        for p in range(0, 40, 4):
+            r = await c.post(
+                "/v1/budgets", json={"project": f"p{p:02d}", "name": "b", "amount": "7"}
+            )
+            assert r.status_code == 201, r.text
+        r = await c.post("/v1/budgets", json={"project": "empty", "name": "b", "amount": "1"})
+        assert r.status_code == 201, r.text
+    await settled(api, *(f"p{p:02d}" for p in range(40)))
+    _, found = await scrape(api, api.admin_token)
+    for p in range(40):
+        project = {"project": f"p{p:02d}", "currency": "USD"}
+        month = Decimal("2.50") * (p + 1)
+        to_date = month + (Decimal("2.50") if p % 3 == 0 else 0)
+        stage = found["trainledger_spend_month_to_date"][labels(**project, stage="pretrain")]
+        assert stage == usd(str(month))
+        assert found["trainledger_spend_to_date"][labels(**project)] == usd(str(to_date))
+        budgets = {
+            dict(k)["budget"]: v
+            for k, v in found["trainledger_budget_spend"].items()
+            if dict(k)["project"] == project["project"]
+        }
+        assert list(budgets.values()) == ([usd(str(month))] if p % 4 == 0 else [])
+    empty = [dict(k) for k in found["trainledger_budget_use_ratio"] if ("project", "empty") in k]
+    assert (
+        len(empty) == 1
+        and found["trainledger_budget_use_ratio"][tuple(sorted(empty[0].items()))] == 0
+    )
+    assert not any(("project", "empty") in k for k in found["trainledger_spend_month_to_date"])
