@@ -233,7 +233,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             else Empty
         ),
         dependencies={"services": Provide(_provide_services, sync_to_thread=False)},
-        # The API reference and the metrics are public; everything else needs a token.
+        # The API reference and the metrics are public (a scrape with a token gets spend too:
+        # spend_metrics/routes.py checks it); everything else needs a token.
         middleware=[
             RequestIdMiddleware(),
             PROMETHEUS.middleware,
