@@ -50,11 +50,10 @@ def _spend_metrics_env() -> SpendConfig:
     deadline = _int_env(
         "TRAINLEDGER_METRICS_SPEND_DEADLINE_MS", int(SpendConfig.deadline_seconds * 1000)
     )
-    if ttl < 0 or deadline < 1:
-        raise SystemExit(
-            "TRAINLEDGER_METRICS_SPEND_TTL_SECONDS must be 0 or more and "
-            "TRAINLEDGER_METRICS_SPEND_DEADLINE_MS 1 or more"
-        )
+    if ttl < 0:
+        raise SystemExit(f"TRAINLEDGER_METRICS_SPEND_TTL_SECONDS must be 0 or more, got {ttl}")
+    if deadline < 1:
+        raise SystemExit(f"TRAINLEDGER_METRICS_SPEND_DEADLINE_MS must be 1 or more, got {deadline}")
     return SpendConfig(dimensions, top, float(ttl), deadline / 1000)
 
 
