@@ -12,8 +12,12 @@ from fractions import Fraction
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from trainledger.budgets.service import budget_status, list_budgets
 from trainledger.config import Settings
+from trainledger.ratecards.catalog import RateCards
 from trainledger.spend_metrics.model import OTHER, SpendConfig
+from trainledger.spend_metrics.service import read_snapshot
+from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, ServerThread, event, make_admin_token
@@ -247,3 +251,30 @@ async def test_many_projects_each_get_their_own_exact_figures(fresh: Api) -> Non
         and found["trainledger_budget_use_ratio"][tuple(sorted(empty[0].items()))] == 0
     )
     assert not any(("project", "empty") in k for k in found["trainledger_spend_month_to_date"])
+
+
+async def test_the_forecast_is_the_budget_status_forecast_at_the_same_time(fresh: Api) -> None:
+    """At one instant the gauge's forecast is the exact linear forecast the budget API gives."""
+    api = fresh
+    await post_hand_worked(api)
+    async with api.client() as c:
+        r = await c.post("/v1/budgets", json={"project": "llm", "name": "all", "amount": "40"})
+    assert r.status_code == 201
+    await settled(api, "llm")
+    store = Stores.from_url(api.redis_url)
+    try:
+        now = datetime.now(UTC)
+        snapshot = await read_snapshot(store, RateCards(store), SpendConfig(), now=now)
+        (budget,) = await list_budgets(store, "llm")
+        status = await budget_status(store, budget, "USD", now=now)
+    finally:
+        await store.close()
+    (llm,) = [p for p in snapshot.projects if p.project == "llm"]
+    (figures,) = llm.budgets
+    assert figures.spent == 10_614_000_000 and figures.limit == 40_000_000_000
+    assert status.forecast is not None and figures.forecast is not None
+    assert Decimal(status.forecast) == Decimal(figures.forecast).scaleb(-9)
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    length = int(((first + timedelta(days=32)).replace(day=1) - first).total_seconds())
+    elapsed = max(int((now - first).total_seconds()), 1)
+    assert figures.forecast == 10_614_000_000 * length // elapsed
