@@ -210,16 +210,6 @@ def shown_period(budget: Budget, now: datetime) -> PeriodBounds:
     return bounds
 
 
-def linear_forecast(spent: int, bounds: PeriodBounds, now: datetime) -> int | None:
-    """The spend at the period's end, projected linearly from `spent` so far (nano, rounded
-    down); None before the period starts."""
-    elapsed = (min(now, bounds.end) - bounds.start).total_seconds()
-    if elapsed <= 0:
-        return None
-    length = (bounds.end - bounds.start).total_seconds()
-    return spent * int(length) // max(int(elapsed), 1)
-
-
 def threshold_limit(amount: int, pct: int) -> int:
     return -(-amount * pct // 100)  # rounded up: the limit is reached, never undershot
 
@@ -231,6 +221,16 @@ def forecast_limit(amount: int, bounds: PeriodBounds, now: datetime, min_pct: in
     if elapsed <= 0 or elapsed * 100 < length * min_pct:
         return None
     return amount * elapsed // length  # forecast > amount  <=>  spent > this
+
+
+def linear_forecast(spent: int, start: datetime, end: datetime, now: datetime) -> int | None:
+    """The spend at the period's end if it goes on as it went from `start` to `now` (None
+    before the period starts)."""
+    elapsed = (min(now, end) - start).total_seconds()
+    if elapsed <= 0:
+        return None
+    length = (end - start).total_seconds()
+    return spent * int(length) // max(int(elapsed), 1)
 
 
 def growth_limit(multiple: str, trailing: Sequence[int]) -> int | None:

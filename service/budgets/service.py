@@ -106,7 +106,7 @@ async def budget_status(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )
     amount = amount_nano(budget)
-    forecast = linear_forecast(spent, bounds, now)
+    forecast = linear_forecast(spent, bounds.start, bounds.end, now)
     limit = forecast_limit(amount, bounds, now, 1)
     fired = sorted(
         k for k in await store.budgets.fired_alerts(budget.project) if k.startswith(budget.id + ":")

@@ -111,7 +111,12 @@ async def _budget_figures(
         out.append(
             [
                 BudgetFigures(
-                    b.id, b.name, b.period, amount_nano(b), s, linear_forecast(s, at, now)
+                    b.id,
+                    b.name,
+                    b.period,
+                    amount_nano(b),
+                    s,
+                    linear_forecast(s, at.start, at.end, now),
                 )
                 for b, at, s in zip(bs, ats, spent, strict=True)
             ]

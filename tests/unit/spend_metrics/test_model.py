@@ -85,7 +85,7 @@ def test_budget_forecast_and_window_periods() -> None:
     now = datetime(2026, 4, 11, tzinfo=UTC)  # 10 of April's 30 days gone
     bounds = shown_period(monthly, now)
     assert bounds.name == "2026-04"
-    assert linear_forecast(3_000_000_000, bounds, now) == 9_000_000_000
+    assert linear_forecast(3_000_000_000, bounds.start, bounds.end, now) == 9_000_000_000
     window = Budget(
         id="w",
         created_at=created,
@@ -97,9 +97,10 @@ def test_budget_forecast_and_window_periods() -> None:
         window_end=datetime(2026, 6, 1, tzinfo=UTC),
     )
     before = shown_period(window, now)
-    assert before.name == "window" and linear_forecast(0, before, now) is None
+    assert before.name == "window" and linear_forecast(0, before.start, before.end, now) is None
     after = datetime(2026, 7, 1, tzinfo=UTC)
-    assert linear_forecast(5, shown_period(window, after), after) == 5
+    shown = shown_period(window, after)
+    assert linear_forecast(5, shown.start, shown.end, after) == 5
 
 
 def test_families_show_only_visible_projects_and_the_read_state() -> None:
