@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .spend_metrics.model import TOP_RANGE, SpendConfig, parse_dimensions
 from .webhooks.targets import parse_allowlist_env
 
 
@@ -31,6 +32,29 @@ def _log_format_env() -> str:
     if fmt not in ("", "json", "text"):
         raise SystemExit("TRAINLEDGER_LOG_FORMAT must be json or text")
     return fmt
+
+
+def _spend_metrics_env() -> SpendConfig:
+    """The spend gauges of /metrics (service/spend_metrics, docs/reference/metrics.md)."""
+    name = "TRAINLEDGER_METRICS_SPEND_DIMENSIONS"
+    try:
+        dimensions = parse_dimensions(os.environ.get(name, ""))
+    except ValueError as exc:
+        raise SystemExit(f"{name}: {exc}") from exc
+    top = _int_env("TRAINLEDGER_METRICS_SPEND_TOP", SpendConfig.top)
+    if not TOP_RANGE[0] <= top <= TOP_RANGE[1]:
+        raise SystemExit(
+            f"TRAINLEDGER_METRICS_SPEND_TOP must be {TOP_RANGE[0]} to {TOP_RANGE[1]}, got {top}"
+        )
+    ttl = _int_env("TRAINLEDGER_METRICS_SPEND_TTL_SECONDS", int(SpendConfig.ttl_seconds))
+    deadline = _int_env(
+        "TRAINLEDGER_METRICS_SPEND_DEADLINE_MS", int(SpendConfig.deadline_seconds * 1000)
+    )
+    if ttl < 0:
+        raise SystemExit(f"TRAINLEDGER_METRICS_SPEND_TTL_SECONDS must be 0 or more, got {ttl}")
+    if deadline < 1:
+        raise SystemExit(f"TRAINLEDGER_METRICS_SPEND_DEADLINE_MS must be 1 or more, got {deadline}")
+    return SpendConfig(dimensions, top, float(ttl), deadline / 1000)
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,8 @@ class Settings:
     fold_in_workers: bool = True
     # `/healthz` (liveness) answers 503 once Redis has been unreachable this long; 0: never.
     healthz_unreachable_seconds: int = 30
+    # The spend gauges a /metrics scrape with a token gets: opt-in dimensions, cap, TTL, deadline.
+    metrics_spend: SpendConfig = field(default_factory=SpendConfig)
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -93,4 +119,5 @@ class Settings:
             log_level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info"),
             fold_in_workers=os.environ.get("TRAINLEDGER_FOLD_IN_WORKERS", "1") != "0",
             healthz_unreachable_seconds=_int_env("TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS", 30),
+            metrics_spend=_spend_metrics_env(),
         )

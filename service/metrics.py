@@ -2,8 +2,9 @@
 
 HTTP request counts and latencies come from Litestar's Prometheus middleware (see
 `service/http/observability.py`); these are the ledger's own figures. Labels are bounded
-sets only (no project names, ids or URLs), so `/metrics` reveals no tenant data and its
-size does not grow with use.
+sets only (no project names, ids or URLs), so the public `/metrics` reveals no tenant data
+and its size does not grow with use. Spend per project is added only for a scrape with a
+token that may read it, computed at scrape time (service/spend_metrics).
 
 With several worker processes (`trainledger serve --workers N`) the command sets
 `PROMETHEUS_MULTIPROC_DIR` before the workers start, and `/metrics` sums the workers'

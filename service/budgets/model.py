@@ -198,6 +198,18 @@ def period_of(budget: Budget, when: datetime) -> PeriodBounds | None:
     return None
 
 
+def shown_period(budget: Budget, now: datetime) -> PeriodBounds:
+    """The period a budget's status shows at `now`: the current one; a window budget's
+    window as a whole before or after it."""
+    bounds = period_of(budget, now)
+    if bounds is None:
+        assert budget.window_start is not None and budget.window_end is not None
+        inside = min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1))
+        bounds = period_of(budget, inside)
+    assert bounds is not None
+    return bounds
+
+
 def threshold_limit(amount: int, pct: int) -> int:
     return -(-amount * pct // 100)  # rounded up: the limit is reached, never undershot
 

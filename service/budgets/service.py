@@ -24,7 +24,7 @@ from .model import (
     forecast_limit,
     linear_forecast,
     new_budget,
-    period_of,
+    shown_period,
 )
 
 if TYPE_CHECKING:
@@ -101,15 +101,7 @@ async def budget_status(
     store: Stores, budget: Budget, currency: str | None, now: datetime | None = None
 ) -> BudgetStatus:
     now = now or datetime.now(UTC)
-    bounds = period_of(budget, now)
-    if bounds is None and budget.period == "window":
-        assert budget.window_start is not None and budget.window_end is not None
-        # Before or after the window: show the window as a whole.
-        bounds = period_of(
-            budget,
-            min(max(now, budget.window_start), budget.window_end - timedelta(microseconds=1)),
-        )
-    assert bounds is not None
+    bounds = shown_period(budget, now)
     (spent,), _ = await store.budgets.budget_counters(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )

@@ -62,6 +62,27 @@ class BudgetStore:
                 out.append([])
         return out[0], out[1]
 
+    async def many_budgets(self, projects: Sequence[str]) -> list[list[bytes]]:
+        """`budgets` of many projects, in one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        for project in projects:
+            pipe.hgetall(Keys.budgets(project))
+        return [[as_bytes(v) for _, v in sorted(raw.items())] for raw in await pipe.execute()]
+
+    async def many_spends(self, reads: Sequence[tuple[str, Sequence[str]]]) -> list[list[int]]:
+        """The per-period spend counters (`spend_fields` of `budget_counters`) of many
+        (project, fields), in one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        for project, fields in reads:
+            key = Keys.budget_spend(project)
+            pipe.hmget(key, list(fields))
+            pipe.hmget(Keys.high(key), list(fields))
+        replies = await pipe.execute()
+        return [
+            [int(v or 0) for v in with_high(replies[i], replies[i + 1])]
+            for i in range(0, len(replies), 2)
+        ]
+
     async def fired_alerts(self, project: str) -> dict[str, int]:
         raw = await self.client.hgetall(Keys.budget_fired(project))
         return {as_text(k): int(v) for k, v in raw.items()}

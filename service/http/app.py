@@ -38,6 +38,8 @@ from ..projects.routes import ProjectController
 from ..ratecards.catalog import RateCards
 from ..ratecards.routes import RateCardController
 from ..runtime import tune_garbage_collector
+from ..spend_metrics.routes import MetricsController
+from ..spend_metrics.service import SpendGauges
 from ..storage.connection import STORE_UNAVAILABLE, StoreError
 from ..storage.processes import exit_with_parent
 from ..storage.sealing import Sealer, load_sealer
@@ -52,7 +54,6 @@ from .deps import Services
 from .health import StoreReachability, healthz, readyz
 from .observability import (
     PROMETHEUS,
-    MetricsController,
     RequestIdMiddleware,
     answer_started,
     logging_config,
@@ -77,7 +78,8 @@ def build_services(settings: Settings, store: Stores, sealer: Sealer) -> Service
         folder=folder,
         dead_letter_limit=settings.dead_letter_limit,
     )
-    return Services(settings, store, rate_cards, ingestor, folder, sealer)
+    gauges = SpendGauges(settings.metrics_spend)
+    return Services(settings, store, rate_cards, ingestor, folder, sealer, gauges)
 
 
 SWEEP_INTERVAL_SECONDS = 3600.0
@@ -231,7 +233,8 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
             else Empty
         ),
         dependencies={"services": Provide(_provide_services, sync_to_thread=False)},
-        # The API reference and the metrics are public; everything else needs a token.
+        # The API reference and the metrics are public (a scrape with a token gets spend too:
+        # spend_metrics/routes.py checks it); everything else needs a token.
         middleware=[
             RequestIdMiddleware(),
             PROMETHEUS.middleware,

@@ -33,7 +33,6 @@ from litestar.middleware import ASGIMiddleware
 from litestar.plugins.problem_details import ProblemDetailsException
 from litestar.plugins.prometheus import (
     PrometheusConfig,
-    PrometheusController,
     PrometheusMiddleware,
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
@@ -316,10 +315,3 @@ PROMETHEUS = PrometheusConfig(
     exclude=["^/metrics"],
     middleware_class=LeanPrometheusMiddleware,
 )
-
-
-class MetricsController(PrometheusController):
-    """`GET /metrics` in the Prometheus text format, public like `/healthz` (no tenant data)."""
-
-    path = "/metrics"
-    include_in_schema = False

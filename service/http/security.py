@@ -259,3 +259,23 @@ def _check_scope(principal: Principal, project: str, field: str) -> None:
             kind="forbidden",
             field=field,
         )
+
+
+async def scrape_principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+    """The principal of a `/metrics` scrape: None without an Authorization header (the page
+    is public without its spend gauges), else the bearer token's, which must be able to read
+    (401 unknown or malformed, 403 a role that may not read)."""
+    header = _authorization(connection.scope)
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise unauthorized("send an 'Authorization: Bearer <token>' header, or none")
+    state = connection.app.state
+    principal = await resolve_principal(
+        state.store, token.strip(), state.settings.token_cache_seconds
+    )
+    if principal is None:
+        raise unauthorized("the bearer token is unknown or revoked")
+    _check_role(principal, "read")
+    return principal

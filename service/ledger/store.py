@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import msgspec
@@ -27,6 +28,31 @@ from .hashes import (
     SumsHash,
     rollup_name,
 )
+
+
+@dataclass(frozen=True)
+class KeptState:
+    """What a read of a project's totals starts from (`LedgerStore.kept_states`)."""
+
+    meta: dict[str, str]  # the project's meta hash (projects/model.py reads it)
+    daily: dict[str, int]  # yyyymmdd -> cost nano of that day
+    folded: int  # the events the totals hold: accepted less those pending a fold
+    covered: int  # the events the roll-ups hold
+
+    @property
+    def rollups_complete(self) -> bool:
+        return self.covered == self.folded
+
+
+def _grouped(
+    flat: list[dict[bytes, bytes]], groups: Sequence[Sequence[str]]
+) -> list[list[dict[bytes, bytes]]]:
+    out, at = [], 0
+    for group in groups:
+        out.append(flat[at : at + len(group)])
+        at += len(group)
+    return out
+
 
 # A fold reads the log in pages of about this many bytes (see `LedgerStore.unfolded_entries`).
 _READ_PAGE_BYTES = 256 << 10
@@ -213,6 +239,44 @@ class LedgerStore:
             if day in daily:
                 daily[day] += int(high[i + 1]) * LIMB
         return daily, int(accepted) - int(pending), int(covered)
+
+    async def kept_states(self, projects: Sequence[str], rollup_field: str) -> list[KeptState]:
+        """`totals_state` of many projects at once, in one pipeline of plain reads (the scrape
+        of the spend metrics reads every project): each project's meta, daily index and the
+        events its roll-ups hold. Not one atomic read: a fold landing between them makes the
+        roll-ups look incomplete (`KeptState.rollups_complete` False), never wrongly complete."""
+        pipe = self.client.pipeline(transaction=False)
+        for project in projects:
+            daily_key = Keys.daily(project)
+            pipe.hgetall(Keys.meta(project))
+            pipe.hget(Keys.rollup_count(project), rollup_field)
+            pipe.hgetall(daily_key)
+            pipe.hgetall(Keys.high(daily_key))
+        replies = await pipe.execute()
+        states = []
+        for i in range(0, len(replies), 4):
+            meta_raw, covered, flat, high = replies[i : i + 4]
+            meta = {as_text(k): as_text(v) for k, v in meta_raw.items()}
+            daily = combined_fields(flat, high) if high else flat
+            states.append(
+                KeptState(
+                    meta=meta,
+                    daily={as_text(k): int(v) for k, v in daily.items()},
+                    folded=int(meta.get("accepted", 0)) - int(meta.get("pend_events", 0)),
+                    covered=int(covered or 0),
+                )
+            )
+        return states
+
+    async def many_totals_hashes(
+        self, reads: Sequence[tuple[str, str, Sequence[str]]]
+    ) -> list[list[dict[bytes, bytes]]]:
+        """`totals_hashes` (every kind) of many (project, source, periods) in one pipeline."""
+        keys = [
+            [self._totals_key(p, source, period) for period in periods]
+            for p, source, periods in reads
+        ]
+        return _grouped(await self._hashes([k for group in keys for k in group]), keys)
 
     def _totals_key(self, project: str, source: str, period: str) -> str:
         if source == "tot":

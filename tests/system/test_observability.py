@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -180,7 +181,16 @@ async def test_two_workers_share_metrics_and_log_json(clean_redis: str, tmp_path
                     break
             assert len(_event_pids(log_path)) == 2, "both workers should have answered"
             found = await scrape(base)
-        assert value(found, "trainledger_events_accepted_total") == sent
+            assert value(found, "trainledger_events_accepted_total") == sent
+            # With a token, whichever worker answers adds the spend read from the totals (as
+            # the folding process left them: a cost query folds what is pending first).
+            assert (await c.get("/v1/costs", params={"project": "llm"})).status_code == 200
+            for _ in range(4):
+                page = await c.get("/metrics")  # a new connection each: either worker
+                spend = samples(page.text)
+                assert value(spend, "trainledger_events_accepted_total") == sent
+                to_date = value(spend, "trainledger_spend_to_date", project="llm", currency="USD")
+                assert to_date == float(Decimal("2.50") * sent)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

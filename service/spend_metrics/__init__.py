@@ -1,0 +1,1 @@
+"""Spend, budget use and forecasts as Prometheus gauges, read at scrape time."""

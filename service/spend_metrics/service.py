@@ -1,0 +1,241 @@
+"""The spend gauges' use case: read every project's totals and budgets in a few pipelines,
+keep the figures a short while, and write them for a scrape without holding it up.
+
+Nothing here runs on the ingest path: the figures are read when a scrape asks (at most once
+per `SpendConfig.ttl_seconds`), from the totals as folded and the budget counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.registry import Collector
+
+from ..budgets.firing import spend_field
+from ..budgets.model import Budget, amount_nano, linear_forecast, shown_period
+from ..costs.plan import plan_reads
+from ..costs.query import CostQuery, day_key
+from ..ledger.rollups import ROLLUP_VERSION
+from ..ledger.store import KeptState
+from ..projects.model import ProjectSettings
+from ..projects.service import project_currency
+from ..ratecards.catalog import RateCards
+from .model import (
+    BudgetFigures,
+    ProjectSpend,
+    Snapshot,
+    SpendConfig,
+    cost_cells,
+    month_of,
+    spend_families,
+)
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from ..stores import Stores
+
+log = logging.getLogger("trainledger.metrics")
+_budget_decoder = msgspec.json.Decoder(Budget)
+# A read still going this long after it started is left behind: the next scrape starts another
+# (scrapes stop waiting for a read after `deadline_seconds`).
+_READ_LIMIT_SECONDS = 60.0
+
+
+def _month_reads(
+    project: str, state: KeptState, config: SpendConfig, now: datetime
+) -> list[tuple[tuple[str, ...], str, tuple[str, ...], list[str]]]:
+    """(wanted dims, source, source dims, periods) of the month's cost by stage and, when
+    opted in, by experiment and owner: the smallest kept totals that hold them."""
+    first, nxt = month_of(now)
+    lo, hi = day_key(first), day_key(nxt)
+    days = sorted(d for d in state.daily if lo <= d < hi)
+    if not days:
+        return []
+    groups = [config.stage_dims()]
+    if {"experiment", "owner"} & set(config.dimensions):
+        groups.append(("experiment", "owner"))
+    reads = []
+    for dims in groups:
+        query = CostQuery(project, from_day=first, to_day=nxt, group_by=dims)
+        plan = plan_reads(query, days, state.rollups_complete)
+        reads.append((dims, plan.source, plan.dims, [*plan.days, *plan.months]))
+    return reads
+
+
+async def _month_costs(
+    store: Stores,
+    projects: Sequence[str],
+    states: Sequence[KeptState],
+    config: SpendConfig,
+    now: datetime,
+) -> list[dict[tuple[str, ...], dict[tuple[str, ...], int]]]:
+    """Per project: wanted dims -> their exact month cost per cell, in one pipeline."""
+    plans = [_month_reads(p, s, config, now) for p, s in zip(projects, states, strict=True)]
+    flat = [
+        (p, source, periods)
+        for p, reads in zip(projects, plans, strict=True)
+        for _, source, _, periods in reads
+    ]
+    hashes = iter(await store.ledger.many_totals_hashes(flat) if flat else [])
+    return [
+        {dims: cost_cells(next(hashes), source_dims, dims) for dims, _, source_dims, _ in reads}
+        for reads in plans
+    ]
+
+
+async def _budget_figures(
+    store: Stores, projects: Sequence[str], now: datetime
+) -> list[list[BudgetFigures]]:
+    """Per project: each budget's amount, spend in the period shown, and forecast."""
+    raw = await store.budgets.many_budgets(projects)
+    budgets = [[_budget_decoder.decode(b) for b in raws] for raws in raw]
+    bounds = [[shown_period(b, now) for b in bs] for bs in budgets]
+    reads = [
+        (p, [spend_field(b.id, at.name) for b, at in zip(bs, ats, strict=True)])
+        for p, bs, ats in zip(projects, budgets, bounds, strict=True)
+        if bs
+    ]
+    spends = iter(await store.budgets.many_spends(reads) if reads else [])
+    out = []
+    for bs, ats in zip(budgets, bounds, strict=True):
+        spent = next(spends) if bs else []
+        out.append(
+            [
+                BudgetFigures(
+                    b.id,
+                    b.name,
+                    b.period,
+                    amount_nano(b),
+                    s,
+                    linear_forecast(s, at.start, at.end, now),
+                )
+                for b, at, s in zip(bs, ats, spent, strict=True)
+            ]
+        )
+    return out
+
+
+async def _currency(store: Stores, rate_cards: RateCards, project: str, state: KeptState) -> str:
+    currency = ProjectSettings.of(state.meta).currency
+    if currency is not None:
+        return currency
+    return await project_currency(store, rate_cards, project)  # no event priced yet
+
+
+async def read_snapshot(
+    store: Stores, rate_cards: RateCards, config: SpendConfig, now: datetime | None = None
+) -> Snapshot:
+    """Every project's spend figures, read in a few pipelines whatever the number of projects."""
+    started = time.monotonic()
+    now = now or datetime.now(UTC)
+    projects = await store.projects.projects()
+    states, budgets = await asyncio.gather(
+        store.ledger.kept_states(projects, ROLLUP_VERSION), _budget_figures(store, projects, now)
+    )
+    months = await _month_costs(store, projects, states, config, now)
+    spends = []
+    for project, state, month, figures in zip(projects, states, months, budgets, strict=True):
+        currency = await _currency(store, rate_cards, project, state)
+        spend = ProjectSpend(project, currency, sum(state.daily.values()), budgets=figures)
+        spend.by_stage = month.get(config.stage_dims(), {})
+        by_person = month.get(("experiment", "owner"), {})
+        for (experiment, owner), cost in by_person.items():
+            spend.by_experiment[experiment] = spend.by_experiment.get(experiment, 0) + cost
+            spend.by_owner[owner] = spend.by_owner.get(owner, 0) + cost
+        spends.append(spend)
+    return Snapshot(spends, now.timestamp(), time.monotonic() - started)
+
+
+class SpendGauges:
+    """The last figures read, and at most one read in flight (scrapes that come while it runs
+    wait for the same one)."""
+
+    def __init__(self, config: SpendConfig) -> None:
+        self.config = config
+        self.snapshot: Snapshot | None = None
+        self._read_at = float("-inf")  # monotonic time of the figures kept
+        # The read in flight and when it started (monotonic).
+        self._reading: tuple[asyncio.Task[None], float] | None = None
+        self._ok = True
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read is in flight."""
+        return self._reading is not None and not self._reading[0].done()
+
+    async def figures(self, store: Stores, rate_cards: RateCards) -> tuple[Snapshot | None, bool]:
+        """The figures to show and whether they are fresh: a read within the TTL, or one
+        that finished within the deadline. Otherwise the last figures, marked not ok (the
+        read goes on in the background for the next scrape)."""
+        now = time.monotonic()
+        if self.snapshot is not None and now - self._read_at < self.config.ttl_seconds:
+            return self.snapshot, self._ok
+        if self._reading is None or now - self._reading[1] > _READ_LIMIT_SECONDS:
+            # A read stuck past the limit is left to itself, not cancelled: a cancellation
+            # inside redis-py's cluster client closes every connection (http/deadline.py).
+            task = asyncio.create_task(self._read(store, rate_cards))
+            self._reading = (task, now)
+        reading = self._reading[0]
+        # asyncio.wait never cancels what it waits for: the scrape leaves, the read goes on.
+        await asyncio.wait({reading}, timeout=self.config.deadline_seconds)
+        if not reading.done():
+            self._ok = False
+        return self.snapshot, self._ok
+
+    async def _read(self, store: Stores, rate_cards: RateCards) -> None:
+        mine = asyncio.current_task()
+        try:
+            snapshot = await read_snapshot(store, rate_cards, self.config)
+        except Exception as exc:  # Redis away: the scrape says so (read_ok 0)
+            log.warning("reading the spend figures failed: %r", exc)
+            self._ok = False
+            return
+        finally:
+            if self._reading is not None and self._reading[0] is mine:
+                self._reading = None
+        if self.snapshot is None or snapshot.taken_at >= self.snapshot.taken_at:
+            self.snapshot, self._read_at, self._ok = snapshot, time.monotonic(), True
+
+
+class _Figures(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+def process_metrics() -> bytes:
+    """The ledger's own metrics in the text format: this process's, or with several workers
+    (PROMETHEUS_MULTIPROC_DIR set) the sum over all of them."""
+    registry: Any = REGISTRY
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+async def exposition(
+    gauges: SpendGauges,
+    store: Stores,
+    rate_cards: RateCards,
+    visible: Callable[[str], bool] | None,
+) -> bytes:
+    """The /metrics page: the process metrics, and with `visible` (a scrape with a token that
+    may read) the spend gauges of the projects it accepts."""
+    page = process_metrics()
+    if visible is None:
+        return page
+    snapshot, ok = await gauges.figures(store, rate_cards)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Figures(spend_families(snapshot, gauges.config, visible, ok)))
+    return page + generate_latest(registry)
