@@ -28,6 +28,7 @@ from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
+from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
 from ..ingest.service import Ingestor
@@ -119,6 +120,8 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ExportController,
     WebhookController,
     DashboardController,
+    EvaluationController,
+    CostEffectController,
 ]
 
 

@@ -87,6 +87,11 @@ EXAMPLE_BODIES: dict[str, Callable[[str], Any]] = {
     "POST /v1/plans/{plan_id}/progress": lambda p: {"tokens_done": 1},
     "PUT /v1/projects/{project}": lambda p: {"attribution_tags": ["team"]},
     "PUT /v1/reports/waste/policy": lambda p: {},
+    "POST /v1/evaluations": lambda p: {
+        "project": p,
+        "results": [{"id": "m1", "experiment": "e1", "benchmark": "gsm8k", "value": "1.5"}],
+    },
+    "PUT /v1/evaluations/settings": lambda p: {"baseline": "e1"},
     "POST /v1/webhooks/deliveries/redeliver": lambda p: {"ids": ["none"]},
 }
 
