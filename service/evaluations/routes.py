@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
-from litestar import Controller, get, post, put
+from litestar import Controller, Request, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, QueryParameter
+from litestar.response import Response
 
 from ..events.model import LABEL_PATTERN
+from ..export.cost_effect import cost_effect_csv, cost_effect_filename
 from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid
@@ -24,6 +26,7 @@ from .service import (
     set_evaluation_settings,
 )
 
+JSON, CSV = "application/json", "text/csv"
 Filter = Annotated[
     str | None,
     QueryParameter(pattern=LABEL_PATTERN, description="keep only events with this value"),
@@ -93,10 +96,13 @@ class CostEffectController(Controller):
         "accelerator-hours, tokens seen, the latest value of each benchmark against the "
         "baseline, cost per point gained on target benchmarks, regressions on general "
         "benchmarks with their rework exposure, the cost/score Pareto front, and the forecast "
-        "cost at completion. The rules: docs/guides/cost-effect.md.",
+        "cost at completion. The rules: docs/guides/cost-effect.md. As CSV (one row per "
+        "experiment, money exact) with `format=csv` or `Accept: text/csv`.",
+        opt={"csv_alternative": True},
     )
     async def cost_effect(
         self,
+        request: Request[Any, Any, Any],
         project: ProjectParam,
         services: NamedDependency[Services],
         stage: Filter = None,
@@ -110,9 +116,25 @@ class CostEffectController(Controller):
         to_day: Annotated[
             date | None, QueryParameter(name="to", description="last day (exclusive, UTC)")
         ] = None,
-    ) -> CostEffectReport:
+        answer_format: Annotated[
+            Literal["json", "csv"] | None,
+            QueryParameter(name="format", description="csv, or json (default: by Accept)"),
+        ] = None,
+    ) -> Response[CostEffectReport]:
         try:
             filters = report_filter(stage, owner, tag or [], from_day, to_day)
         except ReportQueryError as exc:
             raise invalid(exc.field, exc.reason, status=400) from exc
-        return await cost_effect_report(services.store, services.rate_cards, project, filters)
+        report = await cost_effect_report(services.store, services.rate_cards, project, filters)
+        wanted = answer_format or (
+            "csv" if request.accept.best_match([JSON, CSV]) == CSV else "json"
+        )
+        if wanted == "json":
+            return Response(report)
+        disposition = f'attachment; filename="{cost_effect_filename(project)}"'
+        csv_answer: Any = Response(
+            cost_effect_csv(report),
+            media_type=CSV,
+            headers={"Content-Disposition": disposition},
+        )
+        return csv_answer  # documented as text/csv too (`http.openapi.document_csv_answers`)

@@ -58,7 +58,12 @@ from .observability import (
     answer_started,
     logging_config,
 )
-from .openapi import add_wire_schemas, document_problems, security_components
+from .openapi import (
+    add_wire_schemas,
+    document_csv_answers,
+    document_problems,
+    security_components,
+)
 from .problems import from_client_error, from_validation, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
@@ -251,6 +256,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     )
     add_wire_schemas(app)
     document_problems(app)
+    document_csv_answers(app)
     return app
 
 

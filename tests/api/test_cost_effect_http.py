@@ -10,6 +10,8 @@ after a first evaluation within tolerance, so the 2 GPU-hours after it (5.00) ar
 from __future__ import annotations
 
 import copy
+import csv
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -160,3 +162,30 @@ async def test_a_token_of_another_project_reaches_nothing(api: Api) -> None:
         assert r.status_code == 403
         r = await c.post("/v1/evaluations", json={"project": "llm", "results": RESULTS[:1]})
         assert r.status_code == 403
+
+
+async def test_csv_by_format_or_accept(api: Api) -> None:
+    await _project(api)
+    async with api.client() as c:
+        by_format = await c.get(
+            "/v1/reports/cost-effect", params={"project": "llm", "format": "csv"}
+        )
+        by_accept = await c.get(
+            "/v1/reports/cost-effect",
+            params={"project": "llm"},
+            headers={"Accept": "text/csv"},
+        )
+        json_answer = await c.get(
+            "/v1/reports/cost-effect", params={"project": "llm"}, headers={"Accept": "*/*"}
+        )
+    assert by_format.status_code == 200, by_format.text
+    assert by_format.headers["content-type"].startswith("text/csv")
+    assert "cost-effect-llm.csv" in by_format.headers["content-disposition"]
+    assert by_accept.text == by_format.text
+    assert json_answer.headers["content-type"].startswith("application/json")
+    rows = list(csv.DictReader(io.StringIO(by_format.text)))
+    assert [(r["experiment"], r["cost"], r["cost.storage"]) for r in rows] == [
+        ("base", "25.20", "0.20"),
+        ("mixA", "15.00", ""),
+    ]
+    assert rows[1]["gsm8k.cost_per_point"] == "1.25" and rows[1]["rework_exposure"] == "5.00"
