@@ -9,9 +9,9 @@ import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import (
     Components,
-    OpenAPIType,
     OpenAPIMediaType,
     OpenAPIResponse,
+    OpenAPIType,
     Reference,
     Schema,
     SecurityScheme,
