@@ -32,7 +32,7 @@ __all__ = [
 
 MAX_BATCH = 1000
 # A decimal without exponent, sign allowed: values are compared and subtracted exactly.
-SIGNED_VALUE_PATTERN = r"^-?[0-9]{1,30}(\.[0-9]{1,18})?$(?!\n)"
+SIGNED_VALUE_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,18})?$(?!\n)"
 TOLERANCE_PATTERN = r"^[0-9]{1,30}(\.[0-9]{1,18})?$(?!\n)"
 
 BenchmarkName = Annotated[
