@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .auth.store import TokenStore
 from .budgets.store import BudgetStore
+from .evaluations.store import EvaluationStore
 from .ingest.rejected_store import RejectedStore
 from .ingest.store import IngestStore
 from .ledger.store import LedgerStore
@@ -34,6 +35,7 @@ class Stores:
     waste: WasteStore
     rejected: RejectedStore
     webhooks: WebhookStore
+    evaluations: EvaluationStore
 
     @classmethod
     def on(cls, connection: Connection) -> Stores:
@@ -51,6 +53,7 @@ class Stores:
             waste=WasteStore(connection, projects),
             rejected=RejectedStore(connection, projects),
             webhooks=WebhookStore(connection),
+            evaluations=EvaluationStore(connection, projects),
         )
 
     @classmethod

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from ..events.model import SAFE_TEXT_PATTERN
+from ..events.model import PROJECT_PATTERN, SAFE_TEXT_PATTERN, Label
 from .arithmetic import (
     AnalysisError,
     exact,
@@ -27,6 +27,7 @@ from .data_strategy_inputs import (
     STRATEGIES,
     PilotPoint,
     ScoringSku,
+    Strategy,
     TokenCount,
     scoring_rate_of,
     tokens_needed,
@@ -70,7 +71,7 @@ class UpsampleBucket(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     label: Annotated[str, msgspec.Meta(max_length=64, pattern=SAFE_TEXT_PATTERN)] | None = None
 
 
-class DataStrategyIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class DataStrategyIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """Body of `POST /v1/analysis/data-strategy`."""
 
     corpus_tokens: Annotated[
@@ -90,9 +91,39 @@ class DataStrategyIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             description="quality buckets with their repeat factors; shares sum to 1",
         ),
     ]
-    training_cost_per_token: Annotated[
-        DecimalString, msgspec.Meta(description="training cost per token (currency/token)")
-    ]
+    project: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=PROJECT_PATTERN,
+                description="the project whose ledger and results pilot_experiments are read from",
+            ),
+        ]
+        | None
+    ) = None
+    training_cost_per_token: (
+        Annotated[
+            DecimalString,
+            msgspec.Meta(
+                description="training cost per token (currency/token); measured from "
+                "pilot_experiments when absent"
+            ),
+        ]
+        | None
+    ) = None
+    pilot_experiments: Annotated[
+        dict[Strategy, Annotated[Label, msgspec.Meta(min_length=1)]],
+        msgspec.Meta(
+            max_length=3,
+            description="strategy -> the experiment that piloted it (needs `project` and "
+            "`pilot_benchmark`): its results on pilot_benchmark are its pilot_results (tokens "
+            "seen, value), and the ledger cost of these experiments over the tokens they saw "
+            "is training_cost_per_token when that is absent",
+        ),
+    ] = {}
+    pilot_benchmark: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)] | None
+    ) = None
     currency: Currency = "USD"
     scoring_cost_per_token: (
         Annotated[
@@ -228,6 +259,9 @@ def _read_inputs(req: DataStrategyIn) -> _Inputs:
     limit = None if req.max_token_repetitions is None else Decimal(req.max_token_repetitions)
     if limit is not None and limit == 0:
         raise AnalysisError("$.max_token_repetitions", "must be greater than 0")
+    if req.training_cost_per_token is None:
+        reason = "required: give it, or pilot_experiments with the project"
+        raise AnalysisError("$.training_cost_per_token", reason)
     train_rate = Decimal(req.training_cost_per_token)
     explicit = {
         "flat": req.flat_tokens_needed,

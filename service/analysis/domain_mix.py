@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ..events.model import PROJECT_PATTERN, Label
 from .arithmetic import (
     AnalysisError,
     exact,
@@ -57,14 +58,30 @@ class MixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One candidate mid-training mix with its pilot scores."""
 
     name: Name
-    scores: Annotated[
-        dict[DomainName, SignedDecimalString],
-        msgspec.Meta(
-            min_length=1,
-            max_length=32,
-            description="pilot score per domain (score units); every mix names the same domains",
-        ),
-    ]
+    scores: (
+        Annotated[
+            dict[DomainName, SignedDecimalString],
+            msgspec.Meta(
+                min_length=1,
+                max_length=32,
+                description="pilot score per domain (score units); every mix names the same "
+                "domains. Give these or `experiment`",
+            ),
+        ]
+        | None
+    ) = None
+    experiment: (
+        Annotated[
+            Label,
+            msgspec.Meta(
+                min_length=1,
+                description="measured instead of typed in (needs `project`): the scores are the "
+                "experiment's latest reported results on the project's declared benchmarks, "
+                "cost_per_run its cost in the ledger",
+            ),
+        ]
+        | None
+    ) = None
     runs: Annotated[
         int, msgspec.Meta(ge=1, le=10_000, description="training runs the mix needs (runs)")
     ] = 1
@@ -88,11 +105,27 @@ class MixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ) = None
 
 
-class DomainMixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class DomainMixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """Body of `POST /v1/analysis/domain-mix`."""
 
+    project: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=PROJECT_PATTERN,
+                description="the project whose ledger and results measured mixes are read from",
+            ),
+        ]
+        | None
+    ) = None
     mixes: Annotated[list[MixIn], msgspec.Meta(min_length=1, max_length=200)]
-    cost_per_run: Annotated[DecimalString, msgspec.Meta(description="cost of one run (currency)")]
+    cost_per_run: (
+        Annotated[
+            DecimalString,
+            msgspec.Meta(description="cost of one run (currency); needed unless every mix has one"),
+        ]
+        | None
+    ) = None
     rework_cost: Annotated[
         DecimalString,
         msgspec.Meta(
@@ -199,15 +232,29 @@ class _Inputs:
     rework_cost: Decimal
 
 
+def _scores(req: DomainMixIn) -> list[dict[str, str]]:
+    """Every mix's scores (measured mixes are read into typed-in ones before the analysis)."""
+    scores = []
+    for i, mix in enumerate(req.mixes):
+        if mix.scores is None:
+            reason = "give scores, or an experiment and the project"
+            raise AnalysisError(f"$.mixes[{i}].scores", reason)
+        if mix.cost_per_run is None and req.cost_per_run is None:
+            raise AnalysisError("$.cost_per_run", f"required: mix {mix.name!r} has none")
+        scores.append(mix.scores)
+    return scores
+
+
 def _check_mixes(req: DomainMixIn) -> list[str]:
     """The domains every mix scores; raises for duplicate names or mismatched domains."""
-    domains = list(req.mixes[0].scores)
+    scores = _scores(req)
+    domains = list(scores[0])
     names: set[str] = set()
     for i, mix in enumerate(req.mixes):
         if mix.name in names:
             raise AnalysisError(f"$.mixes[{i}].name", f"duplicate mix name {mix.name!r}")
         names.add(mix.name)
-        if set(mix.scores) != set(domains):
+        if set(scores[i]) != set(domains):
             raise AnalysisError(
                 f"$.mixes[{i}].scores",
                 f"must name the same domains as the first mix: {sorted(domains)}",
@@ -292,11 +339,14 @@ def _rework_probability(mix: MixIn, general: Decimal, inp: _Inputs) -> tuple[Dec
 
 def _cost_mix(i: int, mix: MixIn, req: DomainMixIn, inp: _Inputs) -> _Mix:
     domains = inp.domains
+    assert mix.scores is not None  # `_check_mixes`
     scores = {d: Decimal(mix.scores[d]) for d in domains}
     general = sum((scores[d] for d in req.general_domains), _ZERO) / len(req.general_domains)
     weighted = sum((inp.weights[d] * scores[d] for d in domains), _ZERO)
     probability, source = _rework_probability(mix, general, inp)
-    cost_per_run = Decimal(mix.cost_per_run if mix.cost_per_run is not None else req.cost_per_run)
+    given = mix.cost_per_run if mix.cost_per_run is not None else req.cost_per_run
+    assert given is not None  # `_check_mixes`
+    cost_per_run = Decimal(given)
     run_cost = mix.runs * cost_per_run
     rework = probability * inp.rework_cost
     return _Mix(

@@ -1,13 +1,16 @@
-"""`POST /v1/analysis/...`: the design-decision analyses (pure computations, no ledger data)."""
+"""`POST /v1/analysis/...`: the design-decision analyses (pure computations; data-strategy and
+domain-mix may read their figures from a project's ledger and results: `measured`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from litestar import Controller, post
+from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
+from ..http.deps import Services
 from ..http.problems import invalid
 from ..http.security import requires
 from .arithmetic import AnalysisError
@@ -16,8 +19,9 @@ from .checkpoint_interval import (
     CheckpointIntervalOut,
     analyse_checkpoint_interval,
 )
-from .data_strategy import DataStrategyIn, DataStrategyOut, analyse_data_strategy
-from .domain_mix import DomainMixIn, DomainMixOut, analyse_domain_mix
+from .data_strategy import DataStrategyIn, DataStrategyOut
+from .domain_mix import DomainMixIn, DomainMixOut
+from .measured import data_strategy_answer, domain_mix_answer
 from .storage_lifecycle import (
     StorageLifecycleIn,
     StorageLifecycleOut,
@@ -36,18 +40,33 @@ def _answer(analyse: Callable[[In], Out], data: In) -> Out:
         raise invalid(exc.field, exc.reason) from exc
 
 
+async def _measured_answer(answer: Awaitable[Out]) -> Out:
+    """`_answer` for an analysis that may read its figures from the project the body names
+    (the guard checked it)."""
+    try:
+        return await answer
+    except AnalysisError as exc:
+        raise invalid(exc.field, exc.reason) from exc
+
+
 class AnalysisController(Controller):
     path = "/v1/analysis"
     tags = ["analysis"]
     guards = [requires("read")]
 
     @post("/data-strategy", status_code=200, summary="Flat filtering vs quality-aware upsampling")
-    async def data_strategy(self, data: JSONBody[DataStrategyIn]) -> DataStrategyOut:
-        return _answer(analyse_data_strategy, data)
+    async def data_strategy(
+        self, data: JSONBody[DataStrategyIn], services: NamedDependency[Services]
+    ) -> DataStrategyOut:
+        return await _measured_answer(
+            data_strategy_answer(services.store, services.rate_cards, data)
+        )
 
     @post("/domain-mix", status_code=200, summary="Mid-training domain mixes: cost vs score")
-    async def domain_mix(self, data: JSONBody[DomainMixIn]) -> DomainMixOut:
-        return _answer(analyse_domain_mix, data)
+    async def domain_mix(
+        self, data: JSONBody[DomainMixIn], services: NamedDependency[Services]
+    ) -> DomainMixOut:
+        return await _measured_answer(domain_mix_answer(services.store, services.rate_cards, data))
 
     @post(
         "/checkpoint-interval",

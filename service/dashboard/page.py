@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 from ..budgets.service import BudgetStatus
 from ..costs.report import CostReport
 from ..costs.summary import CostSummary
+from ..evaluations.effect import CostEffectReport
 from ..plans.service import PlanStatus
 from ..waste.model import WasteReport
 from .charts import (
@@ -25,6 +26,7 @@ from .charts import (
     share_bar,
     stacked_bars,
 )
+from .effect import effect_section
 from .series import stacked_by_period, threshold_limits
 
 
@@ -56,6 +58,7 @@ class DashboardData:
     budgets: Sequence[BudgetPanel]
     plans: Sequence[PlanPanel]
     waste: WasteReport
+    effect: CostEffectReport | None = None  # the cost-effect report over the page's days
 
 
 CSS = """
@@ -99,6 +102,7 @@ th{color:#52606d;font-weight:600;background:#f8f9fb}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 code{font-size:12px;background:#f1f3f5;padding:1px 4px;border-radius:3px}
 .empty{color:#6b7785;font-style:italic;margin:4px 0}
+.regression{color:#d62728;font-weight:600}
 ul.projects{list-style:none;padding:0;font-size:16px}ul.projects li{margin:6px 0}
 footer{color:#6b7785;font-size:12px;padding:0 28px 24px;max-width:1400px;margin:0 auto}
 """
@@ -364,11 +368,12 @@ def render_dashboard(d: DashboardData) -> str:
         + _plans_section(d)
         + _experiments_section(d)
         + _waste_section(d)
+        + (effect_section(d.effect) if d.effect is not None else "")
         + "</main>"
         f"<footer>As of {_e(d.now.strftime('%Y-%m-%d %H:%M UTC'))}. Read-only. Figures are the "
         "exact amounts the JSON API answers with ("
         f"<code>/v1/costs?{_e(urlencode({'project': d.project}))}</code>, "
         "<code>/v1/budgets</code>, <code>/v1/plans/…/status</code>, "
-        "<code>/v1/reports/waste</code>).</footer>"
+        "<code>/v1/reports/waste</code>, <code>/v1/reports/cost-effect</code>).</footer>"
     )
     return _doc(f"{d.project} · trainledger", body)

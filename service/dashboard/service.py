@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING
 
 from ..budgets.service import budget_status, list_budgets
 from ..costs.query import QueryError
 from ..costs.report import cost_report
 from ..costs.summary import cost_summary
+from ..evaluations.effect import ReportFilter
+from ..evaluations.service import cost_effect_report
 from ..events.model import EventIn
 from ..ledger.eventlog import read_log
 from ..plans.service import list_plans, plan_status
@@ -89,6 +91,8 @@ async def _gather(
         waste = await waste_report(store, rate_cards, project, first, last, now)
     except ValueError as exc:
         raise DashboardQueryError("from", str(exc)) from exc
+    days = ReportFilter(time_from=_midnight(first), time_to=_midnight(end))
+    effect = await cost_effect_report(store, rate_cards, project, days)
     return DashboardData(
         project=project,
         currency=summary.currency or currency,
@@ -102,7 +106,12 @@ async def _gather(
         budgets=panels,
         plans=plans,
         waste=waste,
+        effect=effect,
     )
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
 
 
 async def _budget_panels(

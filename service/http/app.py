@@ -28,6 +28,7 @@ from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
+from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
 from ..ingest.service import Ingestor
@@ -58,7 +59,12 @@ from .observability import (
     answer_started,
     logging_config,
 )
-from .openapi import add_wire_schemas, document_problems, security_components
+from .openapi import (
+    add_wire_schemas,
+    document_csv_answers,
+    document_problems,
+    security_components,
+)
 from .problems import from_client_error, from_validation, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
@@ -121,6 +127,8 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ExportController,
     WebhookController,
     DashboardController,
+    EvaluationController,
+    CostEffectController,
 ]
 
 
@@ -251,6 +259,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     )
     add_wire_schemas(app)
     document_problems(app)
+    document_csv_answers(app)
     return app
 
 

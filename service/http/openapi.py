@@ -11,6 +11,7 @@ from litestar.openapi.spec import (
     Components,
     OpenAPIMediaType,
     OpenAPIResponse,
+    OpenAPIType,
     Reference,
     Schema,
     SecurityScheme,
@@ -137,6 +138,20 @@ def document_problems(app: Litestar) -> None:
                 if code.isdigit() and int(code) >= 400 and isinstance(response, OpenAPIResponse):
                     response.content = problem_content
             operation.responses = responses
+
+
+def document_csv_answers(app: Litestar) -> None:
+    """A GET whose handler has `opt={"csv_alternative": True}` also answers 200 as text/csv
+    (asked for by `format=csv` or `Accept: text/csv`): say so beside its JSON answer."""
+    paths = app.openapi_schema.paths or {}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            item = paths.get(route.path)
+            if not handler.opt.get("csv_alternative") or item is None or item.get is None:
+                continue
+            ok = (item.get.responses or {}).get("200")
+            if isinstance(ok, OpenAPIResponse) and ok.content is not None:
+                ok.content["text/csv"] = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING))
 
 
 def openapi_document() -> dict[str, Any]:

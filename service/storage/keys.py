@@ -44,6 +44,8 @@ tl:P:alerts                     stream  alerts as decided by the ingest script
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
+tl:P:evals                      hash    evaluation result id -> JSON result (cost-effect report)
+tl:P:evalset                    string  JSON evaluation settings (baseline, benchmark kinds)
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
 tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
@@ -169,6 +171,14 @@ class Keys:
     @staticmethod
     def experiment_progress(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:xprog"
+
+    @staticmethod
+    def evaluations(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evals"
+
+    @staticmethod
+    def evaluation_settings(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalset"
 
     @staticmethod
     def high(live_key: str) -> str:

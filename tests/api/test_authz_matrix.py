@@ -35,8 +35,6 @@ PROJECT_LESS: dict[str, str] = {
     "GET /healthz": "liveness: no token, no data",
     "GET /readyz": "readiness: no token, no data",
     "POST /v1/analysis/checkpoint-interval": "pure computation on the body; no ledger data",
-    "POST /v1/analysis/data-strategy": "pure computation on the body; no ledger data",
-    "POST /v1/analysis/domain-mix": "pure computation on the body; no ledger data",
     "POST /v1/analysis/storage-lifecycle": "pure computation on the body; no ledger data",
     "GET /v1/projects": "lists only the token's projects "
     "(test_auth.py::test_project_list_shows_only_the_token_scope)",
@@ -90,6 +88,30 @@ EXAMPLE_BODIES: dict[str, Callable[[str], Any]] = {
     "POST /v1/plans/{plan_id}/progress": lambda p: {"tokens_done": 1},
     "PUT /v1/projects/{project}": lambda p: {"attribution_tags": ["team"]},
     "PUT /v1/reports/waste/policy": lambda p: {},
+    "POST /v1/evaluations": lambda p: {
+        "project": p,
+        "results": [{"id": "m1", "experiment": "e1", "benchmark": "gsm8k", "value": "1.5"}],
+    },
+    "PUT /v1/evaluations/settings": lambda p: {"baseline": "e1"},
+    # Typed-in figures with the project named: a measured request reads that project.
+    "POST /v1/analysis/data-strategy": lambda p: {
+        "project": p,
+        "corpus_tokens": 1000,
+        "flat_keep_share": "0.5",
+        "upsampling_curve": [{"share": "1", "repeats": "1"}],
+        "training_cost_per_token": "0.001",
+        "scoring_cost_per_token": "0.0001",
+        "flat_tokens_needed": 500,
+        "upsampled_tokens_needed": 400,
+    },
+    "POST /v1/analysis/domain-mix": lambda p: {
+        "project": p,
+        "cost_per_run": "10",
+        "rework_cost": "50",
+        "general_floor": "60",
+        "general_domains": ["general_qa"],
+        "mixes": [{"name": "m", "scores": {"general_qa": "70"}}],
+    },
     "POST /v1/webhooks/deliveries/redeliver": lambda p: {"ids": ["none"]},
 }
 

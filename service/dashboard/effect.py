@@ -1,0 +1,150 @@
+"""The dashboard's cost-effect section: the report's table and, per target benchmark, a
+cost-versus-score chart (the Pareto front drawn and highlighted, regressions marked).
+
+The figures are the exact strings of `GET /v1/reports/cost-effect` over the page's days; floats
+only place the points. Every name is escaped.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..evaluations.effect import BenchmarkCell, CostEffectReport, ExperimentRow
+from .charts import FONT, amount, nice_ticks, short_money
+
+__all__ = ["effect_section"]
+
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 520, 300, 56, 16, 16, 40
+_FRONT, _OTHER, _REGRESSED = "#2f6fb0", "#9aa5b1", "#d62728"
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _cell(cell: BenchmarkCell | None, currency: str) -> str:
+    if cell is None:
+        return '<td class="num muted">–</td><td class="num muted">–</td>'
+    change = f' <span class="muted">({_e(cell.change)})</span>' if cell.change else ""
+    per_point = f"{_e(cell.cost_per_point)} {_e(currency)}" if cell.cost_per_point else "–"
+    return f'<td class="num">{_e(cell.value)}{change}</td><td class="num">{per_point}</td>'
+
+
+def _row(row: ExperimentRow, targets: list[str], currency: str) -> str:
+    cells = {c.benchmark: c for c in row.benchmarks}
+    name = _e(row.experiment) + (
+        ' <span class="muted">(baseline)</span>' if row.is_baseline else ""
+    )
+    regressions = (
+        f'<span class="regression">{_e(", ".join(row.regressions))}</span>: rework '
+        f"{_e(row.rework_exposure)} {_e(currency)}"
+        if row.regressions
+        else '<span class="muted">none</span>'
+    )
+    forecast = (
+        f"{_e(row.forecast_cost_at_completion)} {_e(currency)}"
+        if row.forecast_cost_at_completion
+        else "–"
+    )
+    return (
+        f'<tr data-experiment="{_e(row.experiment)}"><td>{name}</td>'
+        f'<td class="num cost">{_e(row.cost)} {_e(currency)}</td>'
+        f'<td class="num">{_e(row.accelerator_hours)}</td>'
+        f'<td class="num">{_e(f"{row.tokens_seen:,}" if row.tokens_seen else "–")}</td>'
+        + "".join(_cell(cells.get(t), currency) for t in targets)
+        + f'<td>{regressions}</td><td class="num">{forecast}</td></tr>'
+    )
+
+
+def _chart(report: CostEffectReport, benchmark: str) -> str:
+    """Cost (x) against the benchmark's latest value (y), one point per experiment."""
+    points = [
+        (row, cell) for row in report.rows for cell in row.benchmarks if cell.benchmark == benchmark
+    ]
+    costs = [amount(row.cost) for row, _ in points]
+    values = [float(cell.value) for _, cell in points]
+    x_ticks = nice_ticks(max(costs, default=0))
+    low, high = min(values, default=0.0), max(values, default=1.0)
+    pad = (high - low) * 0.1 or 1.0
+    low, high = low - pad, high + pad
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+
+    def x(cost: float) -> float:
+        return _LEFT + plot_w * cost / (x_ticks[-1] or 1)
+
+    def y(value: float) -> float:
+        return _TOP + plot_h * (1 - (value - low) / (high - low))
+
+    body = [
+        f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_W - _RIGHT}" y2="{_TOP + plot_h}" '
+        'stroke="#9aa5b1"/>',
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" stroke="#9aa5b1"/>',
+        f'<text x="{_W / 2:.1f}" y="{_H - 6}" text-anchor="middle" font-size="12">cost '
+        f"({_e(report.currency)})</text>",
+        f'<text x="12" y="{_TOP + plot_h / 2:.1f}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 12 {_TOP + plot_h / 2:.1f})">{_e(benchmark)}</text>',
+    ]
+    for tick in x_ticks:
+        body.append(
+            f'<text x="{x(tick):.1f}" y="{_TOP + plot_h + 16}" font-size="11" '
+            f'text-anchor="middle">{_e(short_money(tick))}</text>'
+        )
+    front = sorted(((amount(row.cost), float(cell.value)) for row, cell in points if cell.on_front))
+    if len(front) > 1:
+        path = " ".join(f"{x(c):.1f},{y(v):.1f}" for c, v in front)
+        body.append(
+            f'<polyline class="front" points="{path}" fill="none" stroke="{_FRONT}" '
+            'stroke-dasharray="4 3"/>'
+        )
+    for row, cell in points:
+        cx, cy = x(amount(row.cost)), y(float(cell.value))
+        fill = _FRONT if cell.on_front else _OTHER
+        classes = (
+            "point"
+            + (" on-front" if cell.on_front else "")
+            + (" regressed" if row.regressions else "")
+        )
+        body.append(
+            f'<g class="{classes}" data-experiment="{_e(row.experiment)}" '
+            f'data-cost="{_e(row.cost)}" data-value="{_e(cell.value)}">'
+            f"<title>{_e(row.experiment)}: {_e(cell.value)} for {_e(row.cost)} "
+            f"{_e(report.currency)}</title>"
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{fill}"/>'
+        )
+        if row.regressions:  # a red ring: a general benchmark fell past the tolerance
+            body.append(
+                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="10" fill="none" '
+                f'stroke="{_REGRESSED}" stroke-width="2"/>'
+            )
+        body.append(
+            f'<text x="{cx + 9:.1f}" y="{cy - 8:.1f}" font-size="11">{_e(row.experiment)}</text>'
+            "</g>"
+        )
+    label = f"cost against {benchmark}; the Pareto front highlighted, regressions ringed"
+    return (
+        f"<figure><figcaption>{_e(benchmark)}: cost against score</figcaption>"
+        f'<svg class="chart cost-effect" role="img" aria-label="{_e(label)}" '
+        f'viewBox="0 0 {_W} {_H}" width="100%" preserveAspectRatio="xMinYMin meet" '
+        f'xmlns="http://www.w3.org/2000/svg" style="{FONT}">' + "".join(body) + "</svg></figure>"
+    )
+
+
+def effect_section(report: CostEffectReport) -> str:
+    """The section: the table, then one chart per target benchmark with a front."""
+    targets = [front.benchmark for front in report.fronts]
+    currency = report.currency
+    if not any(row.benchmarks for row in report.rows):
+        inner = '<p class="empty">no evaluation results in this range</p>'
+    else:
+        head = "".join(
+            f'<th class="num">{_e(t)}</th><th class="num">cost per point</th>' for t in targets
+        )
+        rows = "".join(_row(row, targets, currency) for row in report.rows)
+        inner = (
+            '<table><thead><tr><th>experiment</th><th class="num">cost</th>'
+            '<th class="num">accelerator h</th><th class="num">tokens seen</th>'
+            f'{head}<th>regressions</th><th class="num">forecast at completion</th></tr>'
+            f"</thead><tbody>{rows}</tbody></table>"
+            '<div class="pair">' + "".join(_chart(report, t) for t in targets) + "</div>"
+        )
+    return f'<section id="cost-effect"><h2>Cost and effect</h2>{inner}</section>'

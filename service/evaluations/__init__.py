@@ -1,0 +1,1 @@
+"""evaluations: reported evaluation results and the cost-effect report."""

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated, Any, Literal, cast
+
+from litestar import Controller, Request, get, post, put
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, QueryParameter
+from litestar.response import Response
+
+from ..events.model import LABEL_PATTERN
+from ..export.cost_effect import cost_effect_csv, cost_effect_filename
+from ..http.deps import Services
+from ..http.params import ProjectParam
+from ..http.problems import invalid
+from ..http.security import requires
+from .effect import CostEffectReport
+from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
+from .service import (
+    ReportQueryError,
+    add_results,
+    cost_effect_report,
+    evaluation_settings,
+    list_results,
+    report_filter,
+    set_evaluation_settings,
+)
+
+JSON, CSV = "application/json", "text/csv"
+Filter = Annotated[
+    str | None,
+    QueryParameter(pattern=LABEL_PATTERN, description="keep only events with this value"),
+]
+
+
+class EvaluationController(Controller):
+    path = "/v1/evaluations"
+    tags = ["evaluations"]
+
+    @post(
+        "/",
+        guards=[requires("ingest")],
+        status_code=200,
+        summary="Report evaluation results (a batch, idempotent by id)",
+        description="Each result: an experiment's value on a benchmark at a step or tokens "
+        "seen. A result whose id is already stored is counted as a duplicate and changes "
+        "nothing.",
+    )
+    async def report(
+        self, data: JSONBody[ResultsIn], services: NamedDependency[Services]
+    ) -> ResultsAccepted:
+        # The guard checked the body's project (`service.http.security`).
+        return await add_results(services.store, data)
+
+    @get("/", guards=[requires("read")], summary="A project's evaluation results")
+    async def results(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        experiment: Filter = None,
+    ) -> list[EvaluationResult]:
+        return await list_results(services.store, project, experiment)
+
+    @get("/settings", guards=[requires("read")], summary="The project's evaluation settings")
+    async def get_settings(
+        self, project: ProjectParam, services: NamedDependency[Services]
+    ) -> EvaluationSettings:
+        return await evaluation_settings(services.store, project)
+
+    @put(
+        "/settings",
+        guards=[requires("admin")],
+        status_code=200,
+        summary="Set the project's evaluation settings",
+        description="The baseline experiment, each benchmark's kind (general or target), the "
+        "regression tolerance and experiments' planned tokens.",
+    )
+    async def put_settings(
+        self,
+        project: ProjectParam,
+        data: JSONBody[EvaluationSettings],
+        services: NamedDependency[Services],
+    ) -> EvaluationSettings:
+        return await set_evaluation_settings(services.store, project, data)
+
+
+class CostEffectController(Controller):
+    path = "/v1/reports"
+    tags = ["reports"]
+
+    @get(
+        "/cost-effect",
+        guards=[requires("read")],
+        summary="Cost and effect per experiment, in one table",
+        description="Per experiment: its cost from the ledger (by category and stage), "
+        "accelerator-hours, tokens seen, the latest value of each benchmark against the "
+        "baseline, cost per point gained on target benchmarks, regressions on general "
+        "benchmarks with their rework exposure, the cost/score Pareto front, and the forecast "
+        "cost at completion. The rules: docs/guides/cost-effect.md. As CSV (one row per "
+        "experiment, money exact) with `format=csv` or `Accept: text/csv`.",
+        opt={"csv_alternative": True},
+    )
+    async def cost_effect(
+        self,
+        request: Request[Any, Any, Any],
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        stage: Filter = None,
+        owner: Filter = None,
+        tag: Annotated[
+            list[str] | None, QueryParameter(description="<key>:<value>, repeatable")
+        ] = None,
+        from_day: Annotated[
+            date | None, QueryParameter(name="from", description="first day (inclusive, UTC)")
+        ] = None,
+        to_day: Annotated[
+            date | None, QueryParameter(name="to", description="last day (exclusive, UTC)")
+        ] = None,
+        answer_format: Annotated[
+            Literal["json", "csv"] | None,
+            QueryParameter(name="format", description="csv, or json (default: by Accept)"),
+        ] = None,
+    ) -> Response[CostEffectReport]:
+        try:
+            filters = report_filter(stage, owner, tag or [], from_day, to_day)
+        except ReportQueryError as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
+        report = await cost_effect_report(services.store, services.rate_cards, project, filters)
+        wanted = answer_format or (
+            "csv" if request.accept.best_match([JSON, CSV]) == CSV else "json"
+        )
+        if wanted == "json":
+            return Response(report)
+        disposition = f'attachment; filename="{cost_effect_filename(project)}"'
+        # The same 200 answer as text/csv (documented by `http.openapi.document_csv_answers`).
+        return cast(
+            "Response[CostEffectReport]",
+            Response(
+                cost_effect_csv(report),
+                media_type=CSV,
+                headers={"Content-Disposition": disposition},
+            ),
+        )

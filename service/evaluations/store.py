@@ -1,0 +1,41 @@
+"""The evaluations' Redis access: results by id, and the project's evaluation settings."""
+
+from __future__ import annotations
+
+from ..projects.store import ProjectStore
+from ..storage.connection import Connection
+from ..storage.keys import Keys
+from ..storage.replies import as_bytes
+
+
+class EvaluationStore:
+    """Results (a hash: id -> JSON, each written once) and settings (one JSON string)."""
+
+    def __init__(self, conn: Connection, projects: ProjectStore) -> None:
+        self.conn = conn
+        self.client = conn.client
+        self.projects = projects
+
+    async def add_results(self, project: str, results: list[tuple[str, bytes]]) -> list[bool]:
+        """Store each (id, JSON) unless its id is stored: whether each one was new. HSETNX
+        per id, so a batch sent again (or two senders at once) stores every id once."""
+        key = Keys.evaluations(project)
+        pipe = self.client.pipeline(transaction=False)
+        for result_id, body in results:
+            pipe.hsetnx(key, result_id, body)
+        added = [bool(n) for n in await pipe.execute()]
+        if any(added):
+            await self.projects.add_project(project)
+        return added
+
+    async def results(self, project: str) -> list[bytes]:
+        raw = await self.client.hgetall(Keys.evaluations(project))
+        return [as_bytes(v) for _, v in sorted(raw.items())]
+
+    async def settings(self, project: str) -> bytes | None:
+        raw = await self.client.get(Keys.evaluation_settings(project))
+        return as_bytes(raw) if raw is not None else None
+
+    async def put_settings(self, project: str, body: bytes) -> None:
+        await self.client.set(Keys.evaluation_settings(project), body)
+        await self.projects.add_project(project)
