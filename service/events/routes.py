@@ -225,6 +225,7 @@ class EventsController(Controller):
         responses={},
         # Its own limit, `max_body_bytes` (read_body); the app's is for the other routes.
         request_max_body_size=None,
+        operation_id="postEvents",
     )
     async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
         authorize(request, "ingest")
@@ -247,7 +248,17 @@ class EventsController(Controller):
             raise _refused(exc) from exc
         return await _reported(report)
 
-    @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
+    @get(
+        "/rejected",
+        guards=[requires("read")],
+        summary="List rejected events (dead letters)",
+        operation_id="getRejectedEvents",
+        description=(
+            "A page of the project's rejected events (dead letters): each with its index, id, "
+            "reason and the event as sent. Page with `offset` or with `after` (a page's "
+            "`next_cursor`)."
+        ),
+    )
     async def list_rejected(
         self,
         project: ProjectParam,
@@ -271,6 +282,7 @@ class EventsController(Controller):
         summary="Submit stored rejected events again",
         description="Use after fixing the cause (for example adding the SKU to the rate card). "
         "Accepted ones leave the dead-letter store; the others stay with their new reason.",
+        operation_id="postRejectedEventsReplay",
     )
     async def replay(
         self,
@@ -293,7 +305,15 @@ class EventsController(Controller):
         return await _reported(report)
 
     @delete(
-        "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
+        "/rejected",
+        guards=[requires("ingest")],
+        summary="Drop rejected events",
+        status_code=200,
+        operation_id="deleteRejectedEvents",
+        description=(
+            "Drops the named rejected events from the dead-letter store for good; answers how many"
+            " were deleted."
+        ),
     )
     async def drop_rejected(
         self,

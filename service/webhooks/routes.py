@@ -52,6 +52,7 @@ class WebhookController(Controller):
         "must be https and its host must resolve only to public addresses, unless the host "
         "is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` and the "
         "reason.",
+        operation_id="postWebhook",
     )
     async def create(
         self,
@@ -78,7 +79,15 @@ class WebhookController(Controller):
                 field=f"$.projects[{exc.index}]",
             ) from exc
 
-    @get("/", guards=[requires("admin")], summary="Registered webhooks (never their secrets)")
+    @get(
+        "/",
+        guards=[requires("admin")],
+        summary="Registered webhooks (never their secrets)",
+        operation_id="getWebhooks",
+        description=(
+            "The registered webhooks, with their URL, format and projects; never their secrets."
+        ),
+    )
     async def list_webhooks(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[WebhookView]:
@@ -90,6 +99,7 @@ class WebhookController(Controller):
         summary="Delete a webhook",
         description="Its pending deliveries fail (as dead letters) instead of being sent.",
         status_code=204,
+        operation_id="deleteWebhook",
     )
     async def remove(
         self,
@@ -108,6 +118,7 @@ class WebhookController(Controller):
         summary="Deliveries of a project's alerts",
         description="`pending` (ordered by next attempt), `failed` (dead letters, by failure "
         "time) or `delivered`; without `status`, all of them in that order.",
+        operation_id="getWebhookDeliveries",
     )
     async def deliveries(
         self,
@@ -128,6 +139,7 @@ class WebhookController(Controller):
         summary="Send failed deliveries again",
         description="`ids: null` redelivers every failed delivery of the project. Each gets a "
         "fresh set of attempts and keeps its webhook-id.",
+        operation_id="postWebhookRedelivery",
     )
     async def redeliver(
         self,
