@@ -39,6 +39,7 @@ class TokenController(Controller):
         description="An admin token limited to some projects mints only tokens limited to a "
         "subset of them (`projects` must be given); an admin token for every project mints any.",
         operation_id="postToken",
+        request_example={"role": "ingest", "projects": ["llm-7b"], "name": "slurm hook"},
     )
     async def create(
         self,

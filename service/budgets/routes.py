@@ -42,6 +42,13 @@ class BudgetController(Controller):
         description="Its counters start from everything already accepted in its scope; "
         "thresholds already passed are recorded as alerts at once.",
         operation_id="postBudget",
+        request_example={
+            "project": "llm-7b",
+            "name": "monthly compute",
+            "amount": "50000",
+            "period": "monthly",
+            "thresholds": [50, 80, 100],
+        },
     )
     async def create(
         self,

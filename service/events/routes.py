@@ -11,14 +11,7 @@ from litestar.background_tasks import BackgroundTask, BackgroundTasks
 from litestar.datastructures import Cookie, MutableScopeHeaders
 from litestar.di import NamedDependency
 from litestar.enums import MediaType
-from litestar.openapi.spec import (
-    OpenAPIMediaType,
-    OpenAPIType,
-    Operation,
-    Reference,
-    RequestBody,
-    Schema,
-)
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import JSONBody, QueryParameter
 from litestar.response.base import ASGIResponse
 from litestar.serialization import get_serializer
@@ -28,6 +21,7 @@ from litestar.types import TypeEncodersMap
 from ..auth.model import Principal
 from ..http.bodies import read_body
 from ..http.deps import Services
+from ..http.openapi import events_body_content
 from ..http.params import ProjectParam
 from ..http.problems import OUTCOME_UNKNOWN, invalid, problem
 from ..http.security import authorize, requires
@@ -57,18 +51,18 @@ from .decoding import (
 
 @dataclass
 class EventsOperation(Operation):
-    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works."""
+    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works;
+    each is documented with its own schema (`events_body_content`)."""
 
     def __post_init__(self) -> None:
-        event = Reference(ref="#/components/schemas/EventIn")
-        ref = Schema(one_of=[event, Schema(type=OpenAPIType.ARRAY, items=event)])
         self.request_body = RequestBody(
             required=True,
             description=(
-                "One event or a batch. JSON, NDJSON (one event a line), msgpack, or CloudEvents "
-                "1.0 (structured or batch); see the README for the CloudEvents mapping."
+                "One event or a batch. JSON (one `EventIn` or an array), NDJSON (one event a "
+                "line), msgpack, or CloudEvents 1.0 (structured or batch). Fields, limits and "
+                "the CloudEvents mapping: docs/reference/events.md."
             ),
-            content={media: OpenAPIMediaType(schema=ref) for media in CONTENT_TYPES},
+            content=events_body_content(),
         )
 
 
@@ -283,6 +277,7 @@ class EventsController(Controller):
         description="Use after fixing the cause (for example adding the SKU to the rate card). "
         "Accepted ones leave the dead-letter store; the others stay with their new reason.",
         operation_id="postRejectedEventsReplay",
+        request_example={"ids": ["job-4242-step-1"]},
     )
     async def replay(
         self,
@@ -314,6 +309,7 @@ class EventsController(Controller):
             "Drops the named rejected events from the dead-letter store for good; answers how many"
             " were deleted."
         ),
+        request_example={"ids": ["job-4242-step-1"]},
     )
     async def drop_rejected(
         self,

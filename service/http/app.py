@@ -57,7 +57,13 @@ from .observability import (
     answer_started,
     logging_config,
 )
-from .openapi import add_wire_schemas, document_problems, security_components
+from .openapi import (
+    API_TAGS,
+    add_request_examples,
+    add_wire_schemas,
+    document_problems,
+    security_components,
+)
 from .problems import from_client_error, from_validation, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
@@ -214,6 +220,7 @@ def _openapi_config() -> OpenAPIConfig:
         render_plugins=[ScalarRenderPlugin()],
         security=[{"bearer": []}],
         components=security_components(),
+        tags=API_TAGS,
     )
 
 
@@ -248,6 +255,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     )
     add_wire_schemas(app)
     document_problems(app)
+    add_request_examples(app)
     return app
 
 

@@ -1,5 +1,11 @@
 """OpenAPI additions Litestar cannot infer: the raw multi-format body of `POST /v1/events`,
-and the error answers, which are RFC 9457 problem details rather than Litestar's default shape."""
+the error answers (RFC 9457 problem details rather than Litestar's default shape, with
+`Retry-After` on 429 and 503), the tags, and the request examples the routes give.
+
+The conventions every operation follows (docs/development.md, "API conventions"; held by
+tests/api/test_openapi_conventions.py): an `operation_id` in lowerCamelCase that starts with
+the HTTP method, a tag from `API_TAGS`, a summary and a description, and for a body a
+`request_example=` in the route decorator (it lands in the handler's `opt`)."""
 
 from __future__ import annotations
 
@@ -9,13 +15,18 @@ import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import (
     Components,
+    OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
+    OpenAPIType,
     Reference,
+    RequestBody,
     Schema,
     SecurityScheme,
+    Tag,
 )
 
+from ..events.decoding import CLOUDEVENT, CLOUDEVENT_BATCH, JSON, MSGPACK, NDJSON
 from ..events.model import EventIn
 
 
@@ -38,17 +49,142 @@ def security_components() -> Components:
     )
 
 
+API_TAGS = [
+    Tag(name="health", description="Liveness and readiness probes; no token needed."),
+    Tag(name="rate cards", description="Versioned, effective-dated price lists of SKUs."),
+    Tag(
+        name="events",
+        description="Usage events in (JSON, NDJSON, msgpack, CloudEvents) and the rejected "
+        "ones (dead letters). See docs/reference/events.md.",
+    ),
+    Tag(name="costs", description="Cost queries: grouped costs and a project's summary."),
+    Tag(name="projects", description="Project settings, the project list, rebuilds."),
+    Tag(name="tokens", description="Bearer tokens: a role and an optional list of projects."),
+    Tag(name="budgets", description="Budgets and the rules that fire their alerts."),
+    Tag(name="alerts", description="The history of the budget alerts that fired."),
+    Tag(name="plans", description="Plan estimates and plan against actual (earned value)."),
+    Tag(name="analysis", description="Decision calculators; they read and store nothing."),
+    Tag(
+        name="reports",
+        description="The waste report, its policy and experiment progress. See "
+        "docs/guides/waste.md.",
+    ),
+    Tag(name="export", description="The FOCUS cost-and-usage CSV export."),
+    Tag(name="webhooks", description="Webhooks for budget alerts and their deliveries."),
+]
+
+# The option a route decorator takes for its request body's example (`request_example=...`).
+REQUEST_EXAMPLE = "request_example"
+
+_EVENTS_EXAMPLE = {
+    "id": "job-4242-step-1",
+    "time": "2026-03-01T12:00:00Z",
+    "project": "llm-7b",
+    "sku": "gpu.h100.hour",
+    "quantity": "8",
+    "stage": "pretrain",
+    "experiment": "baseline",
+}
+_CLOUDEVENT_EXAMPLE = {
+    "specversion": "1.0",
+    "id": "job-4242-step-1",
+    "source": "//slurm/cluster-a",
+    "type": "dev.trainledger.usage",
+    "time": "2026-03-01T12:00:00Z",
+    "subject": "llm-7b",
+    "data": {"sku": "gpu.h100.hour", "quantity": "8", "stage": "pretrain"},
+}
+
+
+def _cloud_event_schemas(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The CloudEvents 1.0 envelope the server reads (service/events/decoding.py), with the
+    usage fields in `data`: `EventIn` without `id` (the envelope's), every field optional
+    because `subject` may stand for `project` and the envelope's `time` for `time`."""
+    data_properties = {k: v for k, v in event["properties"].items() if k != "id"}
+    text = {"type": "string"}
+    return {
+        "CloudEventData": {
+            "type": "object",
+            "title": "CloudEventData",
+            "description": "The usage fields of a CloudEvent: those of `EventIn` but `id`. "
+            "`project` defaults to the envelope's `subject`, `time` to its `time`; `sku` and "
+            "`quantity` are needed, and no other field is accepted.",
+            "properties": data_properties,
+            "additionalProperties": False,
+        },
+        "CloudEvent": {
+            "type": "object",
+            "title": "CloudEvent",
+            "description": "A CloudEvents 1.0 envelope in structured mode. `id` is the usage "
+            "event's id, `time` its time, `subject` its project (unless `data.project` is "
+            "set); `source` and `type` are kept as the tags `ce_source` and `ce_type`. "
+            "Other attributes (extensions) are ignored. See docs/reference/events.md.",
+            "required": ["specversion", "id", "source", "type"],
+            "properties": {
+                "specversion": {"type": "string", "enum": ["1.0"]},
+                "id": {**text, "description": "the usage event's id"},
+                "source": {**text, "description": "kept as the tag `ce_source`"},
+                "type": {**text, "description": "kept as the tag `ce_type`"},
+                "time": {**text, "description": "the event's time (RFC 3339)"},
+                "subject": {**text, "description": "the project, unless `data.project` is set"},
+                "datacontenttype": {**text, "description": "`application/json` (ignored)"},
+                "data": {"$ref": "#/components/schemas/CloudEventData"},
+            },
+            "additionalProperties": True,
+        },
+    }
+
+
 def add_wire_schemas(app: Litestar) -> None:
-    """Put the event model into the app's OpenAPI document as `#/components/schemas/EventIn`."""
+    """Put the event model and the CloudEvents envelope into the app's OpenAPI document
+    (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`)."""
     _, components = msgspec.json.schema_components(
         [EventIn], ref_template="#/components/schemas/{name}"
     )
+    components.update(_cloud_event_schemas(components["EventIn"]))
     schema = app.openapi_schema
     assert schema.components is not None
     registry = schema.components.schemas if schema.components.schemas is not None else {}
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+
+
+def events_body_content() -> dict[str, OpenAPIMediaType]:
+    """The body of `POST /v1/events`: one schema per content type."""
+    event = Reference(ref="#/components/schemas/EventIn")
+    cloud = Reference(ref="#/components/schemas/CloudEvent")
+    binary = {"type": "string", "format": "binary"}
+    return {
+        JSON: OpenAPIMediaType(
+            schema=Schema(one_of=[event, Schema(type=OpenAPIType.ARRAY, items=event)]),
+            example=[_EVENTS_EXAMPLE],
+        ),
+        NDJSON: OpenAPIMediaType(
+            schema=_RawSchema(
+                {
+                    **binary,
+                    "description": "NDJSON: one `EventIn` JSON object a line (blank lines "
+                    "skipped); a batch. Also accepted as `application/jsonl`.",
+                }
+            ),
+            example=msgspec.json.encode(_EVENTS_EXAMPLE).decode() + "\n",
+        ),
+        MSGPACK: OpenAPIMediaType(
+            schema=_RawSchema(
+                {
+                    **binary,
+                    "description": "msgpack: one `EventIn` map, or an array of them; the same "
+                    "fields as JSON (`quantity` a string or a number). Also accepted as "
+                    "`application/vnd.msgpack` and `application/x-msgpack`.",
+                }
+            )
+        ),
+        CLOUDEVENT: OpenAPIMediaType(schema=cloud, example=_CLOUDEVENT_EXAMPLE),
+        CLOUDEVENT_BATCH: OpenAPIMediaType(
+            schema=Schema(type=OpenAPIType.ARRAY, items=cloud), example=[_CLOUDEVENT_EXAMPLE]
+        ),
+    }
 
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -73,6 +209,32 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         },
     },
     "additionalProperties": True,
+}
+
+# The 422 of an ingest where every event was rejected: the report and a problem in one.
+INGEST_PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "IngestProblem",
+    "description": "Every event of the body was rejected: the ingest report (`accepted` and "
+    "`duplicates` are 0, `rejected` names each event's index, id and reason) merged with "
+    "an RFC 9457 problem whose `errors` name each rejected field.",
+    "required": ["accepted", "duplicates", "rejected", "type", "title", "status"],
+    "properties": {
+        "accepted": {"type": "integer"},
+        "duplicates": {"type": "integer"},
+        "rejected": {"type": "array", "items": {"$ref": "#/components/schemas/RejectedEvent"}},
+        "cost_by_project": {"type": "object", "additionalProperties": {"type": "string"}},
+        **PROBLEM_SCHEMA["properties"],
+    },
+    "additionalProperties": True,
+}
+INGEST_OPERATIONS = ("postEvents", "postRejectedEventsReplay")
+
+RETRY_AFTER = {
+    "Retry-After": OpenAPIHeader(
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=0),
+        description="Seconds to wait before sending the same request again",
+    )
 }
 
 # Answers any operation can give, besides its own: bad parameters or body, missing or
@@ -105,10 +267,16 @@ def document_problems(app: Litestar) -> None:
     assert schema.components is not None
     registry = schema.components.schemas if schema.components.schemas is not None else {}
     registry["ProblemDetails"] = _RawSchema(PROBLEM_SCHEMA)
+    registry["IngestProblem"] = _RawSchema(INGEST_PROBLEM_SCHEMA)
     schema.components.schemas = registry
     problem_content = {
         PROBLEM_MEDIA_TYPE: OpenAPIMediaType(
             schema=Reference(ref="#/components/schemas/ProblemDetails")
+        )
+    }
+    ingest_problem = {
+        PROBLEM_MEDIA_TYPE: OpenAPIMediaType(
+            schema=Reference(ref="#/components/schemas/IngestProblem")
         )
     }
     public_paths = {
@@ -136,7 +304,29 @@ def document_problems(app: Litestar) -> None:
             for code, response in responses.items():
                 if code.isdigit() and int(code) >= 400 and isinstance(response, OpenAPIResponse):
                     response.content = problem_content
+                    if code == "422" and operation.operation_id in INGEST_OPERATIONS:
+                        response.content = ingest_problem
+                        response.description = "Every event was rejected: the report and a problem"
+                    if code in ("429", "503"):
+                        response.headers = RETRY_AFTER
             operation.responses = responses
+
+
+def add_request_examples(app: Litestar) -> None:
+    """Put each route's `request_example` into its operation's JSON request body."""
+    schema = app.openapi_schema
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            example = handler.opt.get(REQUEST_EXAMPLE)
+            path_item = (schema.paths or {}).get(route.path)
+            if example is None or path_item is None:
+                continue
+            for method in handler.http_methods:
+                operation = getattr(path_item, method.lower())
+                body = operation.request_body if operation is not None else None
+                if isinstance(body, RequestBody) and body.content:
+                    for media in body.content.values():
+                        media.example = example
 
 
 def openapi_document() -> dict[str, Any]:

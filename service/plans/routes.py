@@ -43,6 +43,17 @@ class PlanController(Controller):
             "Prices a plan (6·N·D compute, energy, emissions, storage) against the project's rate "
             "card without saving it."
         ),
+        request_example={
+            "project": "llm-7b",
+            "name": "7b-pretrain",
+            "rate_card": "default",
+            "currency": "USD",
+            "window_start": "2026-03-01T00:00:00Z",
+            "window_end": "2026-04-01T00:00:00Z",
+            "stages": [
+                {"stage": "pretrain", "resources": [{"sku": "gpu.h100.hour", "quantity": "40000"}]}
+            ],
+        },
     )
     async def estimate_only(
         self,
@@ -62,6 +73,17 @@ class PlanController(Controller):
         description="Creates a budget for the whole plan (with a forecast alert) and one per "
         "stage, each over the plan's window.",
         operation_id="postPlan",
+        request_example={
+            "project": "llm-7b",
+            "name": "7b-pretrain",
+            "rate_card": "default",
+            "currency": "USD",
+            "window_start": "2026-03-01T00:00:00Z",
+            "window_end": "2026-04-01T00:00:00Z",
+            "stages": [
+                {"stage": "pretrain", "resources": [{"sku": "gpu.h100.hour", "quantity": "40000"}]}
+            ],
+        },
     )
     async def create(
         self,
@@ -129,6 +151,7 @@ class PlanController(Controller):
             "Records how far a stage of the plan has got, in tokens done or as a fraction; plan-"
             "against-actual reads it to compute earned value."
         ),
+        request_example={"stage": "pretrain", "tokens_done": 500000000000},
     )
     async def progress(
         self,

@@ -63,6 +63,7 @@ class ProjectController(Controller):
             "attribution tags. Events already counted keep their price until the project is "
             "rebuilt."
         ),
+        request_example={"rate_card": "default", "attribution_tags": ["team"]},
     )
     async def put_project(
         self, project: PathProject, data: JSONBody[ProjectIn], services: NamedDependency[Services]

@@ -57,6 +57,18 @@ class RateCardController(Controller):
         "Rate cards are global (every project that picks one is priced by it): only an admin "
         "token for every project may add a version.",
         operation_id="putRateCard",
+        request_example={
+            "currency": "USD",
+            "effective_from": "2026-01-01T00:00:00Z",
+            "skus": [
+                {
+                    "code": "gpu.h100.hour",
+                    "category": "compute",
+                    "unit": "hour",
+                    "unit_price": "2.50",
+                }
+            ],
+        },
     )
     async def put_card(
         self,

@@ -32,7 +32,7 @@ class ReportController(Controller):
         description="Idle reserved capacity, experiments without progress, storage and logs "
         "past retention, checkpoint growth, repeated cross-region pulls; each with its cost so "
         "far, its cost per day if left alone, the evidence and what to do. The rules and the "
-        "tags they read are in the README.",
+        "tags they read: docs/guides/waste.md.",
         operation_id="getWasteReport",
     )
     async def waste(
@@ -70,6 +70,7 @@ class ReportController(Controller):
         summary="Set the project's waste policy",
         operation_id="putWastePolicy",
         description="Replaces the thresholds the waste report applies to this project.",
+        request_example={"idle_days": 2, "stall_days": 3, "min_improvement_pct": "0.5"},
     )
     async def put_policy(
         self,
@@ -94,6 +95,12 @@ class ExperimentController(Controller):
             "Records one value of an experiment's metric at a time; the waste report reads them to"
             " find experiments that stopped improving."
         ),
+        request_example={
+            "experiment": "baseline",
+            "metric": "eval_loss",
+            "value": "2.31",
+            "time": "2026-03-01T12:00:00Z",
+        },
     )
     async def progress(
         self,

@@ -53,6 +53,12 @@ class WebhookController(Controller):
         "is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` and the "
         "reason.",
         operation_id="postWebhook",
+        request_example={
+            "url": "https://hooks.example.com/trainledger",
+            "format": "standard",
+            "projects": ["llm-7b"],
+            "kinds": ["threshold", "forecast"],
+        },
     )
     async def create(
         self,
@@ -140,6 +146,7 @@ class WebhookController(Controller):
         description="`ids: null` redelivers every failed delivery of the project. Each gets a "
         "fresh set of attempts and keeps its webhook-id.",
         operation_id="postWebhookRedelivery",
+        request_example={"ids": ["1767225600000-0"]},
     )
     async def redeliver(
         self,
