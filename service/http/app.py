@@ -61,6 +61,7 @@ from .openapi import (
     API_TAGS,
     add_request_examples,
     add_wire_schemas,
+    describe_schemas,
     document_problems,
     security_components,
 )
@@ -256,6 +257,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     add_wire_schemas(app)
     document_problems(app)
     add_request_examples(app)
+    describe_schemas(app)
     return app
 
 

@@ -15,6 +15,8 @@ from .problems import problem
 
 
 class Health(msgspec.Struct):
+    """Answer of `GET /healthz`: the status, the version and how the pricing kernel was built."""
+
     status: str
     version: str
     kernel: dict[str, str]

@@ -9,6 +9,8 @@ the HTTP method, a tag from `API_TAGS`, a summary and a description, and for a b
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import msgspec
@@ -312,13 +314,40 @@ def document_problems(app: Litestar) -> None:
             operation.responses = responses
 
 
+def _structs_by_name() -> dict[str, type[msgspec.Struct]]:
+    """Every msgspec Struct of this package by class name (a name two of them share is left
+    out: its schema's description cannot be told apart)."""
+    package = __name__.split(".", 1)[0]
+    found: dict[str, list[type[msgspec.Struct]]] = {}
+    pending = list(msgspec.Struct.__subclasses__())
+    while pending:
+        struct = pending.pop()
+        pending.extend(struct.__subclasses__())
+        if struct.__module__.split(".", 1)[0] == package:
+            found.setdefault(struct.__name__, []).append(struct)
+    return {name: structs[0] for name, structs in found.items() if len(set(structs)) == 1}
+
+
+def describe_schemas(app: Litestar) -> None:
+    """Give each component schema without a description its Struct's docstring (its first
+    paragraph): Litestar leaves them out."""
+    schema = app.openapi_schema
+    registry = schema.components.schemas if schema.components is not None else None
+    structs = _structs_by_name()
+    for name, component in (registry or {}).items():
+        struct = structs.get(name)
+        if isinstance(component, Schema) and not component.description and struct is not None:
+            doc = inspect.cleandoc(struct.__dict__.get("__doc__") or "")
+            component.description = " ".join(doc.split("\n\n", 1)[0].split()) or None
+
+
 def add_request_examples(app: Litestar) -> None:
     """Put each route's `request_example` into its operation's JSON request body."""
     schema = app.openapi_schema
     for route in app.routes:
         for handler in getattr(route, "route_handlers", []):
             example = handler.opt.get(REQUEST_EXAMPLE)
-            path_item = (schema.paths or {}).get(route.path)
+            path_item = (schema.paths or {}).get(re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
             if example is None or path_item is None:
                 continue
             for method in handler.http_methods:

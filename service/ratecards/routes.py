@@ -31,6 +31,8 @@ CardName = Annotated[str, PathParameter(pattern=NAME_PATTERN, description="rate-
 
 
 class RateCardList(msgspec.Struct):
+    """Answer of `GET /v1/rate-cards`: the names of every rate card."""
+
     names: list[str]
 
 
