@@ -82,3 +82,11 @@ def test_every_schema_is_described() -> None:
         if not schema.get("description", "").strip()
     ]
     assert not undescribed, f"give these a docstring (or a description): {undescribed}"
+
+
+def test_every_operation_is_in_the_api_reference() -> None:
+    reference = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md").read_text()
+    missing = [
+        op["operationId"] for _, _, op in OPERATIONS if f"`{op['operationId']}`" not in reference
+    ]
+    assert not missing, f'list these in docs/reference/api.md, "Operations and tags": {missing}'
