@@ -21,7 +21,6 @@ from litestar.types import TypeEncodersMap
 from ..auth.model import Principal
 from ..http.bodies import read_body
 from ..http.deps import Services
-from ..http.openapi import events_body_content
 from ..http.params import ProjectParam
 from ..http.problems import OUTCOME_UNKNOWN, invalid, problem
 from ..http.security import authorize, requires
@@ -52,7 +51,7 @@ from .decoding import (
 @dataclass
 class EventsOperation(Operation):
     """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works;
-    each is documented with its own schema (`events_body_content`)."""
+    `service/http/openapi.py` documents each with its own schema (`events_body_content`)."""
 
     def __post_init__(self) -> None:
         self.request_body = RequestBody(
@@ -62,7 +61,7 @@ class EventsOperation(Operation):
                 "line), msgpack, or CloudEvents 1.0 (structured or batch). Fields, limits and "
                 "the CloudEvents mapping: docs/reference/events.md."
             ),
-            content=events_body_content(),
+            content={},  # filled by `add_wire_schemas`
         )
 
 

@@ -21,6 +21,7 @@ from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
+    Parameter,
     Reference,
     RequestBody,
     Schema,
@@ -139,7 +140,8 @@ def _cloud_event_schemas(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def add_wire_schemas(app: Litestar) -> None:
     """Put the event model and the CloudEvents envelope into the app's OpenAPI document
-    (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`)."""
+    (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`), and the body of
+    `POST /v1/events` (read raw by its route) with a schema per content type."""
     _, components = msgspec.json.schema_components(
         [EventIn], ref_template="#/components/schemas/{name}"
     )
@@ -150,6 +152,11 @@ def add_wire_schemas(app: Litestar) -> None:
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+    for item in (schema.paths or {}).values():
+        post = item.post
+        if post is not None and post.operation_id == "postEvents":
+            assert isinstance(post.request_body, RequestBody)
+            post.request_body.content = events_body_content()
 
 
 def events_body_content() -> dict[str, OpenAPIMediaType]:
@@ -232,7 +239,7 @@ INGEST_PROBLEM_SCHEMA: dict[str, Any] = {
 }
 INGEST_OPERATIONS = ("postEvents", "postRejectedEventsReplay")
 
-RETRY_AFTER = {
+RETRY_AFTER: dict[str, OpenAPIHeader | Reference] = {
     "Retry-After": OpenAPIHeader(
         schema=Schema(type=OpenAPIType.INTEGER, minimum=0),
         description="Seconds to wait before sending the same request again",
@@ -341,9 +348,27 @@ def describe_schemas(app: Litestar) -> None:
             component.description = " ".join(doc.split("\n\n", 1)[0].split()) or None
 
 
+# An example for every required parameter, by name (a new parameter name adds one here).
+PARAMETER_EXAMPLES = {
+    "project": "llm-7b",
+    "name": "default",
+    "budget_id": "bud_78d6a17d887e",
+    "plan_id": "pln_c80070d03b96",
+    "token_id": "f4fc7947a918",
+    "webhook_id": "wh_fae76b744643eb62",
+}
+
+
 def add_request_examples(app: Litestar) -> None:
-    """Put each route's `request_example` into its operation's JSON request body."""
+    """Put each route's `request_example` into its operation's JSON request body, and an
+    example into every required parameter (`PARAMETER_EXAMPLES`)."""
     schema = app.openapi_schema
+    for item in (schema.paths or {}).values():
+        for method in ("get", "put", "post", "delete", "patch"):
+            operation = getattr(item, method)
+            for parameter in (operation.parameters or []) if operation is not None else []:
+                if isinstance(parameter, Parameter) and parameter.required:
+                    parameter.example = PARAMETER_EXAMPLES.get(parameter.name)
     for route in app.routes:
         for handler in getattr(route, "route_handlers", []):
             example = handler.opt.get(REQUEST_EXAMPLE)

@@ -151,7 +151,7 @@ class PlanController(Controller):
             "Records how far a stage of the plan has got, in tokens done or as a fraction; plan-"
             "against-actual reads it to compute earned value."
         ),
-        request_example={"stage": "pretrain", "tokens_done": 500000000000},
+        request_example={"stage": "pretrain", "fraction_done": "0.25"},
     )
     async def progress(
         self,

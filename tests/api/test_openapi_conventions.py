@@ -2,8 +2,8 @@
 the committed document, so that an endpoint added later is held to them without editing this
 file: an operationId in lowerCamelCase that starts with its HTTP method, one tag from the
 top-level list (each described), a summary and a description, an example for every request
-body that is not binary, described schemas, problem details with `Retry-After` where a
-client must wait."""
+body that is not binary and every required parameter, described schemas, problem details
+with `Retry-After` where a client must wait, and a line in docs/reference/api.md."""
 
 from __future__ import annotations
 
@@ -61,6 +61,11 @@ def test_operation_follows_the_conventions(method: str, path: str, op: dict[str,
         if schema.get("format") == "binary" and media != "application/x-ndjson":
             continue  # no text can show a binary body; its description says what it holds
         assert "example" in content or "examples" in content, f"{media} body has no example"
+    for parameter in op.get("parameters", []):
+        if parameter.get("required"):
+            assert "example" in parameter or "examples" in parameter, (
+                f"parameter {parameter['name']!r} has no example (PARAMETER_EXAMPLES)"
+            )
 
 
 @pytest.mark.parametrize(("method", "path", "op"), OPERATIONS, ids=IDS)
