@@ -64,6 +64,7 @@ from .openapi import (
     describe_schemas,
     document_problems,
     security_components,
+    simplify_nullable_enums,
 )
 from .problems import from_client_error, from_validation, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
@@ -258,6 +259,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     document_problems(app)
     add_request_examples(app)
     describe_schemas(app)
+    simplify_nullable_enums(app)
     return app
 
 

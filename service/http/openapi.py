@@ -359,6 +359,42 @@ PARAMETER_EXAMPLES = {
 }
 
 
+def _nullable_enum(schema: Schema) -> Schema | None:
+    """`{"type": ["null", "string"], "enum": [..., null]}` (Litestar's `Literal[...] | None`) as
+    `{"oneOf": [{"type": "string", "enum": [...]}, {"type": "null"}]}`: the same values, which
+    generated clients read as one enum or None instead of three types."""
+    kinds = schema.type if isinstance(schema.type, list) else []
+    if OpenAPIType.NULL not in kinds or len(kinds) != 2 or not schema.enum:
+        return None
+    (kind,) = [k for k in kinds if k != OpenAPIType.NULL]
+    values = [v for v in schema.enum if v is not None]
+    return Schema(one_of=[Schema(type=kind, enum=values), Schema(type=OpenAPIType.NULL)])
+
+
+def _rewrite_nullable_enums(node: Any) -> None:
+    """Every schema under `node` (an OpenAPI object, a list or a dict of them), rewritten in
+    place by `_nullable_enum`."""
+    children: list[Any]
+    if isinstance(node, dict):
+        children = list(node.values())
+    elif isinstance(node, list):
+        children = list(node)
+    elif hasattr(node, "__dataclass_fields__"):
+        children = [getattr(node, name) for name in node.__dataclass_fields__]
+    else:
+        return
+    for child in children:
+        if isinstance(child, Schema) and (plain := _nullable_enum(child)) is not None:
+            child.type, child.enum, child.one_of = None, None, plain.one_of
+        _rewrite_nullable_enums(child)
+
+
+def simplify_nullable_enums(app: Litestar) -> None:
+    """Rewrite each nullable enum of the document (`_nullable_enum`)."""
+    _rewrite_nullable_enums(app.openapi_schema.paths)
+    _rewrite_nullable_enums(app.openapi_schema.components)
+
+
 def add_request_examples(app: Litestar) -> None:
     """Put each route's `request_example` into its operation's JSON request body, and an
     example into every required parameter (`PARAMETER_EXAMPLES`)."""
