@@ -322,15 +322,18 @@ def document_problems(app: Litestar) -> None:
 
 
 def _structs_by_name() -> dict[str, type[msgspec.Struct]]:
-    """Every msgspec Struct of this package by class name (a name two of them share is left
-    out: its schema's description cannot be told apart)."""
+    """Every msgspec Struct of the service by class name (a name two of them share is left
+    out: its schema's description cannot be told apart). The client side (`client`, `cli`)
+    is not the service: its models mirror the service's under the same names."""
     package = __name__.split(".", 1)[0]
+    client_side = (f"{package}.client.", f"{package}.cli.")
     found: dict[str, list[type[msgspec.Struct]]] = {}
     pending = list(msgspec.Struct.__subclasses__())
     while pending:
         struct = pending.pop()
         pending.extend(struct.__subclasses__())
-        if struct.__module__.split(".", 1)[0] == package:
+        module = struct.__module__
+        if module.split(".", 1)[0] == package and not (module + ".").startswith(client_side):
             found.setdefault(struct.__name__, []).append(struct)
     return {name: structs[0] for name, structs in found.items() if len(set(structs)) == 1}
 

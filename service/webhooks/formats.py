@@ -26,6 +26,9 @@ Formats (``FORMATS``):
 ``dingtalk``
     DingTalk custom robot, ``msgtype: "markdown"``. Optionally signed (``timestamp`` and
     ``sign`` query parameters, see ``signing.dingtalk_sign``).
+``teams``
+    Microsoft Teams Workflows webhook with an Adaptive Card (`service.webhooks.teams`).
+    Unsigned: the ``sig`` in the workflow URL is the secret.
 ``wecom``
     WeCom (企业微信) group robot, ``msgtype: "markdown"``; content capped at 4096 UTF-8
     bytes (``chat_formats.truncate_utf8``). Unsigned: the ``key`` in the URL is the secret.
@@ -63,21 +66,34 @@ from .signing import (
     unix_ms,
     unix_s,
 )
+from .teams import teams_body
 
 __all__ = [
     "FORMATS",
     "KINDS",
     "AlertMessage",
+    "CrossedThreshold",
     "OutgoingRequest",
     "build_request",
 ]
 
-FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom")
+FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
 KINDS: Final = ("threshold", "forecast", "growth", "waste")
 
 
+class CrossedThreshold(msgspec.Struct, frozen=True, kw_only=True):
+    """A lower threshold of the same budget that the same batch crossed: its own alert (in
+    the alert history) is told in the message of the highest one."""
+
+    id: str  # its alert id
+    threshold_pct: int | None
+    limit: str  # decimal string
+
+
 class AlertMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One alert, as the alerting engine hands it to a webhook sender."""
+    """One alert, as the alerting engine hands it to a webhook sender. Amounts are exact
+    decimal strings (the standard format's machine-readable payload); the chat formats
+    show them formatted for people."""
 
     id: str  # stable alert id; also the Standard Webhooks webhook-id
     kind: str  # "threshold" | "forecast" | "growth" | "waste"
@@ -92,10 +108,13 @@ class AlertMessage(msgspec.Struct, frozen=True, kw_only=True):
     limit: str  # the value that was crossed
     over_by: str  # spent - limit, decimal string (may be "0.00")
     currency: str
-    forecast: str | None = None
-    top_drivers: list[dict[str, str]] = []  # [{"name": ..., "cost": ...}], at most 5 used
+    forecast: str | None = None  # the period's spend projected to its end
+    # [{"name", "stage", "experiment", "sku", "cost"}] largest first; at most 3 used
+    top_drivers: list[dict[str, str]] = []
     occurred_at: datetime  # tz-aware
-    links: dict[str, str] = {}  # {"costs": url, "alerts": url, "budget": url}
+    links: dict[str, str] = {}  # {"dashboard": url, "costs": url, "alerts": url, "budget": url}
+    also_crossed: list[CrossedThreshold] = []  # highest first
+    test: bool = False  # a sample sent by POST /v1/webhooks/{id}/test, not an alert
 
 
 class OutgoingRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +157,9 @@ def _validate(alert: AlertMessage) -> None:
         raise ValueError(f"currency must be three capital letters, not {alert.currency!r}")
     if alert.threshold_pct is not None and alert.threshold_pct < 0:
         raise ValueError("threshold_pct must not be negative")
+    for other in alert.also_crossed:
+        if not _DECIMAL_RE.match(other.limit):
+            raise ValueError(f"also_crossed limit must be a decimal string, not {other.limit!r}")
 
 
 def _check_url(url: str) -> None:
@@ -170,7 +192,7 @@ def build_request(
 
     ``secret``: required for ``standard`` (a ``whsec_`` secret of at least 24 bytes);
     optional for ``feishu`` and ``dingtalk`` (the bot's signing secret); must be None for
-    ``slack`` and ``wecom``, which have no signing. ``now`` (tz-aware) is the attempt
+    ``slack``, ``wecom`` and ``teams``, which have no signing. ``now`` (tz-aware) is the attempt
     time used for signature timestamps; default the current time. Raises ``ValueError``
     for an unknown format, a bad URL or secret, or an alert with a naive timestamp,
     unknown kind, non-decimal amounts, or (``standard``) an id that is not printable
@@ -203,10 +225,12 @@ def build_request(
         headers["webhook-signature"] = standard_signature(secret, alert.id, stamp, body)
         return OutgoingRequest(url=url, headers=headers, body=body)
 
-    if secret is not None and fmt in ("slack", "wecom"):
+    if secret is not None and fmt in ("slack", "wecom", "teams"):
         raise ValueError(f"{fmt} webhooks are not signed; the URL is the secret")
     if secret == "":
         raise ValueError("secret is empty; pass None for an unsigned bot")
+    if fmt == "teams":
+        return OutgoingRequest(url=url, headers=headers, body=_encode(teams_body(alert)))
     view = chat_view(alert)
     if fmt == "slack":
         return OutgoingRequest(url=url, headers=headers, body=_encode(slack_body(view)))
