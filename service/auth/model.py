@@ -58,12 +58,18 @@ class Principal:
 
 
 class TokenIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `POST /v1/tokens`: the role of the new token and the projects it is limited to (all
+    when null)."""
+
     role: Role
     projects: list[ProjectName] | None = None
     name: Annotated[str, msgspec.Meta(max_length=200, pattern=SAFE_TEXT_PATTERN)] = ""
 
 
 class TokenView(msgspec.Struct, omit_defaults=True):
+    """A token: its id, role, projects, name and creation time; the secret `token` only in the
+    answer that creates it."""
+
     id: str
     role: str
     projects: list[str] | None

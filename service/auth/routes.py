@@ -38,6 +38,8 @@ class TokenController(Controller):
         summary="Create a token (shown once)",
         description="An admin token limited to some projects mints only tokens limited to a "
         "subset of them (`projects` must be given); an admin token for every project mints any.",
+        operation_id="postToken",
+        request_example={"role": "ingest", "projects": ["llm-7b"], "name": "slurm hook"},
     )
     async def create(
         self,
@@ -56,6 +58,7 @@ class TokenController(Controller):
         "/",
         summary="List tokens (without their secrets)",
         description="An admin token limited to some projects sees only tokens limited to them.",
+        operation_id="getTokens",
     )
     async def list_tokens(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
@@ -73,6 +76,7 @@ class TokenController(Controller):
                 None, description="The last admin token for every project: mint another first"
             )
         },
+        operation_id="deleteToken",
     )
     async def revoke(
         self,

@@ -52,6 +52,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class BudgetScope(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Which events a budget counts: any of stage, experiment, owner, SKU category or tags; empty
+    counts the whole project."""
+
     stage: str | None = None
     category: str | None = None
     experiment: Label | None = None
@@ -60,15 +63,23 @@ class BudgetScope(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
 
 
 class GrowthRule(msgspec.Struct, forbid_unknown_fields=True):
+    """An alert when a day's spend passes `multiple` times its average over the trailing days."""
+
     multiple: DecimalString = "3"
     trailing_days: Annotated[int, msgspec.Meta(ge=1, le=90)] = 7
 
 
 class ForecastRule(msgspec.Struct, forbid_unknown_fields=True):
+    """An alert when the spend forecast to the period's end passes the amount (once
+    `min_elapsed_pct` of the period has passed)."""
+
     min_elapsed_pct: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
 
 
 class BudgetIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Body of `POST /v1/budgets`: a budget over a period (monthly, weekly or a window) with its
+    scope, thresholds and alert rules."""
+
     project: ProjectName
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=120, pattern=SAFE_TEXT_PATTERN)]
     amount: DecimalString
@@ -85,6 +96,8 @@ class BudgetIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class Budget(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A budget as stored: its amount over a period, its scope and the rules of its alerts."""
+
     id: str
     created_at: datetime
     project: str

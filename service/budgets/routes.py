@@ -41,6 +41,14 @@ class BudgetController(Controller):
         summary="Create a budget",
         description="Its counters start from everything already accepted in its scope; "
         "thresholds already passed are recorded as alerts at once.",
+        operation_id="postBudget",
+        request_example={
+            "project": "llm-7b",
+            "name": "monthly compute",
+            "amount": "50000",
+            "period": "monthly",
+            "thresholds": [50, 80, 100],
+        },
     )
     async def create(
         self,
@@ -55,13 +63,28 @@ class BudgetController(Controller):
         except BudgetConflict as exc:
             raise problem(503, "Busy", str(exc), kind="busy", headers={"Retry-After": "1"}) from exc
 
-    @get("/", guards=[requires("read")], summary="A project's budgets")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="A project's budgets",
+        operation_id="getBudgets",
+        description="Every budget of a project, with its scope, period and alert thresholds.",
+    )
     async def list_all(
         self, project: ProjectParam, services: NamedDependency[Services]
     ) -> list[Budget]:
         return await list_budgets(services.store, project)
 
-    @get("/{budget_id:str}", guards=[requires("read")], summary="Spend against a budget now")
+    @get(
+        "/{budget_id:str}",
+        guards=[requires("read")],
+        summary="Spend against a budget now",
+        operation_id="getBudget",
+        description=(
+            "The budget with its spend in the current period, the share of the amount spent and "
+            "the forecast to the period's end."
+        ),
+    )
     async def status(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> BudgetStatus:
@@ -73,7 +96,12 @@ class BudgetController(Controller):
             raise _not_found(exc) from exc
 
     @delete(
-        "/{budget_id:str}", guards=[requires("admin")], summary="Delete a budget", status_code=204
+        "/{budget_id:str}",
+        guards=[requires("admin")],
+        summary="Delete a budget",
+        status_code=204,
+        operation_id="deleteBudget",
+        description="Deletes the budget; its past alerts stay in the history.",
     )
     async def remove(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
@@ -88,7 +116,17 @@ class AlertController(Controller):
     path = "/v1/alerts"
     tags = ["alerts"]
 
-    @get("/", guards=[requires("read")], summary="Alert history, oldest first")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="Alert history, oldest first",
+        operation_id="getAlerts",
+        description=(
+            "The budget alerts of a project that fired (threshold, forecast or growth), oldest "
+            "first, filtered by kind and time range. Page with `after`: the `cursor` of the last "
+            "alert seen."
+        ),
+    )
     async def history(
         self,
         project: ProjectParam,

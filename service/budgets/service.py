@@ -84,6 +84,9 @@ async def find_budget(store: Stores, project: str, budget_id: str) -> Budget | N
 
 
 class BudgetStatus(msgspec.Struct, kw_only=True):
+    """Answer of `GET /v1/budgets/{budget_id}`: the spend in the current period, what remains, the
+    forecast and the alerts fired."""
+
     budget: Budget
     period: str | None
     period_start: datetime | None

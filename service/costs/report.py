@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 
 class CostRow(msgspec.Struct, omit_defaults=False):
+    """One group of costs: its key (a value per grouping dimension), its cost and event count;
+    quantity and unit when grouped by SKU."""
+
     key: dict[str, str]
     cost: str
     currency: str | None
@@ -30,6 +33,9 @@ class CostRow(msgspec.Struct, omit_defaults=False):
 
 
 class CostReport(msgspec.Struct):
+    """Answer of `GET /v1/costs`: the rows of costs grouped by the dimensions asked for, and their
+    total."""
+
     project: str
     currency: str | None
     from_day: str | None

@@ -55,6 +55,7 @@ class CostsController(Controller):
         summary="Costs grouped by any dimensions",
         description="Filter by any dimension or attribution tag, split by hour, day, week or "
         "month, sort, keep the top N (the rest summed as '(other)'), and page.",
+        operation_id="getCosts",
     )
     async def costs(
         self,
@@ -118,6 +119,11 @@ class CostsController(Controller):
         "/summary",
         guards=[requires("read")],
         summary="Totals by category and stage, fixed vs elastic, peaks, rework",
+        operation_id="getCostSummary",
+        description=(
+            "A project's totals over a time range: by category and stage, fixed against elastic "
+            "spend, the peak hours and the cost of rework."
+        ),
     )
     async def summary(
         self,

@@ -22,6 +22,8 @@ REWORK_VALUES = frozenset({"1", "true", "yes"})
 
 
 class Breakdown(msgspec.Struct):
+    """One part of a project's total (a category or a stage): its cost and share of the total."""
+
     name: str
     cost: str
     share: str  # of the total, as a decimal fraction with 4 places
@@ -39,6 +41,8 @@ class Peak(msgspec.Struct):
 
 
 class ReworkShare(msgspec.Struct):
+    """The cost of rework in one stage, against the stage's whole cost."""
+
     stage: str
     rework_cost: str
     stage_cost: str
@@ -46,6 +50,9 @@ class ReworkShare(msgspec.Struct):
 
 
 class CostSummary(msgspec.Struct):
+    """Answer of `GET /v1/costs/summary`: a project's totals by category and stage, fixed against
+    elastic, peaks and rework."""
+
     project: str
     currency: str | None
     from_day: str | None

@@ -11,14 +11,7 @@ from litestar.background_tasks import BackgroundTask, BackgroundTasks
 from litestar.datastructures import Cookie, MutableScopeHeaders
 from litestar.di import NamedDependency
 from litestar.enums import MediaType
-from litestar.openapi.spec import (
-    OpenAPIMediaType,
-    OpenAPIType,
-    Operation,
-    Reference,
-    RequestBody,
-    Schema,
-)
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import JSONBody, QueryParameter
 from litestar.response.base import ASGIResponse
 from litestar.serialization import get_serializer
@@ -57,18 +50,18 @@ from .decoding import (
 
 @dataclass
 class EventsOperation(Operation):
-    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works."""
+    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works;
+    `service/http/openapi.py` documents each with its own schema (`events_body_content`)."""
 
     def __post_init__(self) -> None:
-        event = Reference(ref="#/components/schemas/EventIn")
-        ref = Schema(one_of=[event, Schema(type=OpenAPIType.ARRAY, items=event)])
         self.request_body = RequestBody(
             required=True,
             description=(
-                "One event or a batch. JSON, NDJSON (one event a line), msgpack, or CloudEvents "
-                "1.0 (structured or batch); see the README for the CloudEvents mapping."
+                "One event or a batch. JSON (one `EventIn` or an array), NDJSON (one event a "
+                "line), msgpack, or CloudEvents 1.0 (structured or batch). Fields, limits and "
+                "the CloudEvents mapping: docs/reference/events.md."
             ),
-            content={media: OpenAPIMediaType(schema=ref) for media in CONTENT_TYPES},
+            content={},  # filled by `add_wire_schemas`
         )
 
 
@@ -225,6 +218,7 @@ class EventsController(Controller):
         responses={},
         # Its own limit, `max_body_bytes` (read_body); the app's is for the other routes.
         request_max_body_size=None,
+        operation_id="postEvents",
     )
     async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
         authorize(request, "ingest")
@@ -247,7 +241,17 @@ class EventsController(Controller):
             raise _refused(exc) from exc
         return await _reported(report)
 
-    @get("/rejected", guards=[requires("read")], summary="List rejected events (dead letters)")
+    @get(
+        "/rejected",
+        guards=[requires("read")],
+        summary="List rejected events (dead letters)",
+        operation_id="getRejectedEvents",
+        description=(
+            "A page of the project's rejected events (dead letters): each with its index, id, "
+            "reason and the event as sent. Page with `offset` or with `after` (a page's "
+            "`next_cursor`)."
+        ),
+    )
     async def list_rejected(
         self,
         project: ProjectParam,
@@ -271,6 +275,8 @@ class EventsController(Controller):
         summary="Submit stored rejected events again",
         description="Use after fixing the cause (for example adding the SKU to the rate card). "
         "Accepted ones leave the dead-letter store; the others stay with their new reason.",
+        operation_id="postRejectedEventsReplay",
+        request_example={"ids": ["job-4242-step-1"]},
     )
     async def replay(
         self,
@@ -293,7 +299,16 @@ class EventsController(Controller):
         return await _reported(report)
 
     @delete(
-        "/rejected", guards=[requires("ingest")], summary="Drop rejected events", status_code=200
+        "/rejected",
+        guards=[requires("ingest")],
+        summary="Drop rejected events",
+        status_code=200,
+        operation_id="deleteRejectedEvents",
+        description=(
+            "Drops the named rejected events from the dead-letter store for good; answers how many"
+            " were deleted."
+        ),
+        request_example={"ids": ["job-4242-step-1"]},
     )
     async def drop_rejected(
         self,

@@ -62,6 +62,7 @@ class ExportController(Controller):
         ),
         media_type=CSV,
         response_description="CSV (RFC 4180, UTF-8, header row first)",
+        operation_id="getFocusExport",
     )
     async def focus(
         self,

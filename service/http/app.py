@@ -60,10 +60,14 @@ from .observability import (
     logging_config,
 )
 from .openapi import (
+    API_TAGS,
+    add_request_examples,
     add_wire_schemas,
+    describe_schemas,
     document_csv_answers,
     document_problems,
     security_components,
+    simplify_nullable_enums,
 )
 from .problems import from_client_error, from_validation, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
@@ -224,6 +228,7 @@ def _openapi_config() -> OpenAPIConfig:
         render_plugins=[ScalarRenderPlugin()],
         security=[{"bearer": []}],
         components=security_components(),
+        tags=API_TAGS,
     )
 
 
@@ -260,6 +265,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
     add_wire_schemas(app)
     document_problems(app)
     document_csv_answers(app)
+    add_request_examples(app)
+    describe_schemas(app)
+    simplify_nullable_enums(app)
     return app
 
 

@@ -15,6 +15,8 @@ from .problems import problem
 
 
 class Health(msgspec.Struct):
+    """Answer of `GET /healthz`: the status, the version and how the pricing kernel was built."""
+
     status: str
     version: str
     kernel: dict[str, str]
@@ -58,7 +60,18 @@ class StoreReachability:
             await asyncio.sleep(self.interval)
 
 
-@get("/healthz", exclude_from_auth=True, tags=["health"], summary="Liveness")
+@get(
+    "/healthz",
+    exclude_from_auth=True,
+    tags=["health"],
+    summary="Liveness",
+    operation_id="getHealthz",
+    description=(
+        "Liveness for an orchestrator: 200 while the process works and its Redis answered within "
+        "`TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS`, 503 after that (restart the process). No token"
+        " needed."
+    ),
+)
 async def healthz(state: State) -> Health:
     """200 while the process works and its Redis was reachable within
     `TRAINLEDGER_HEALTHZ_UNREACHABLE_SECONDS`; 503 after that (restart me)."""
@@ -77,7 +90,17 @@ async def healthz(state: State) -> Health:
     return Health("ok", __version__, info)
 
 
-@get("/readyz", exclude_from_auth=True, tags=["health"], summary="Readiness: Redis answers")
+@get(
+    "/readyz",
+    exclude_from_auth=True,
+    tags=["health"],
+    summary="Readiness: Redis answers",
+    operation_id="getReadyz",
+    description=(
+        "Readiness for a load balancer: 200 when the ledger's Redis answers a ping now, 503 when "
+        "it does not (send traffic elsewhere for a while). No token needed."
+    ),
+)
 async def readyz(state: State) -> Response[dict[str, str]]:
     reach: StoreReachability | None = state.get("store_reachability")
     if reach is None:  # an app without the background probe: a fresh one, for this ping

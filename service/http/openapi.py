@@ -1,22 +1,35 @@
 """OpenAPI additions Litestar cannot infer: the raw multi-format body of `POST /v1/events`,
-and the error answers, which are RFC 9457 problem details rather than Litestar's default shape."""
+the error answers (RFC 9457 problem details rather than Litestar's default shape, with
+`Retry-After` on 429 and 503), the tags, and the request examples the routes give.
+
+The conventions every operation follows (docs/development.md, "API conventions"; held by
+tests/api/test_openapi_conventions.py): an `operation_id` in lowerCamelCase that starts with
+the HTTP method, a tag from `API_TAGS`, a summary and a description, and for a body a
+`request_example=` in the route decorator (it lands in the handler's `opt`)."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import (
     Components,
+    OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
+    Parameter,
     Reference,
+    RequestBody,
     Schema,
     SecurityScheme,
+    Tag,
 )
 
+from ..events.decoding import CLOUDEVENT, CLOUDEVENT_BATCH, JSON, MSGPACK, NDJSON
 from ..events.model import EventIn
 
 
@@ -39,17 +52,148 @@ def security_components() -> Components:
     )
 
 
+API_TAGS = [
+    Tag(name="health", description="Liveness and readiness probes; no token needed."),
+    Tag(name="rate cards", description="Versioned, effective-dated price lists of SKUs."),
+    Tag(
+        name="events",
+        description="Usage events in (JSON, NDJSON, msgpack, CloudEvents) and the rejected "
+        "ones (dead letters). See docs/reference/events.md.",
+    ),
+    Tag(name="costs", description="Cost queries: grouped costs and a project's summary."),
+    Tag(name="projects", description="Project settings, the project list, rebuilds."),
+    Tag(name="tokens", description="Bearer tokens: a role and an optional list of projects."),
+    Tag(name="budgets", description="Budgets and the rules that fire their alerts."),
+    Tag(name="alerts", description="The history of the budget alerts that fired."),
+    Tag(name="plans", description="Plan estimates and plan against actual (earned value)."),
+    Tag(name="analysis", description="Decision calculators; they read and store nothing."),
+    Tag(
+        name="reports",
+        description="The waste report, its policy and experiment progress. See "
+        "docs/guides/waste.md.",
+    ),
+    Tag(name="export", description="The FOCUS cost-and-usage CSV export."),
+    Tag(name="webhooks", description="Webhooks for budget alerts and their deliveries."),
+]
+
+# The option a route decorator takes for its request body's example (`request_example=...`).
+REQUEST_EXAMPLE = "request_example"
+
+_EVENTS_EXAMPLE = {
+    "id": "job-4242-step-1",
+    "time": "2026-03-01T12:00:00Z",
+    "project": "llm-7b",
+    "sku": "gpu.h100.hour",
+    "quantity": "8",
+    "stage": "pretrain",
+    "experiment": "baseline",
+}
+_CLOUDEVENT_EXAMPLE = {
+    "specversion": "1.0",
+    "id": "job-4242-step-1",
+    "source": "//slurm/cluster-a",
+    "type": "dev.trainledger.usage",
+    "time": "2026-03-01T12:00:00Z",
+    "subject": "llm-7b",
+    "data": {"sku": "gpu.h100.hour", "quantity": "8", "stage": "pretrain"},
+}
+
+
+def _cloud_event_schemas(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The CloudEvents 1.0 envelope the server reads (service/events/decoding.py), with the
+    usage fields in `data`: `EventIn` without `id` (the envelope's), every field optional
+    because `subject` may stand for `project` and the envelope's `time` for `time`."""
+    data_properties = {k: v for k, v in event["properties"].items() if k != "id"}
+    text = {"type": "string"}
+    return {
+        "CloudEventData": {
+            "type": "object",
+            "title": "CloudEventData",
+            "description": "The usage fields of a CloudEvent: those of `EventIn` but `id`. "
+            "`project` defaults to the envelope's `subject`, `time` to its `time`; `sku` and "
+            "`quantity` are needed, and no other field is accepted.",
+            "properties": data_properties,
+            "additionalProperties": False,
+        },
+        "CloudEvent": {
+            "type": "object",
+            "title": "CloudEvent",
+            "description": "A CloudEvents 1.0 envelope in structured mode. `id` is the usage "
+            "event's id, `time` its time, `subject` its project (unless `data.project` is "
+            "set); `source` and `type` are kept as the tags `ce_source` and `ce_type`. "
+            "Other attributes (extensions) are ignored. See docs/reference/events.md.",
+            "required": ["specversion", "id", "source", "type"],
+            "properties": {
+                "specversion": {"type": "string", "enum": ["1.0"]},
+                "id": {**text, "description": "the usage event's id"},
+                "source": {**text, "description": "kept as the tag `ce_source`"},
+                "type": {**text, "description": "kept as the tag `ce_type`"},
+                "time": {**text, "description": "the event's time (RFC 3339)"},
+                "subject": {**text, "description": "the project, unless `data.project` is set"},
+                "datacontenttype": {**text, "description": "`application/json` (ignored)"},
+                "data": {"$ref": "#/components/schemas/CloudEventData"},
+            },
+            "additionalProperties": True,
+        },
+    }
+
+
 def add_wire_schemas(app: Litestar) -> None:
-    """Put the event model into the app's OpenAPI document as `#/components/schemas/EventIn`."""
+    """Put the event model and the CloudEvents envelope into the app's OpenAPI document
+    (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`), and the body of
+    `POST /v1/events` (read raw by its route) with a schema per content type."""
     _, components = msgspec.json.schema_components(
         [EventIn], ref_template="#/components/schemas/{name}"
     )
+    components.update(_cloud_event_schemas(components["EventIn"]))
     schema = app.openapi_schema
     assert schema.components is not None
     registry = schema.components.schemas if schema.components.schemas is not None else {}
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+    for item in (schema.paths or {}).values():
+        post = item.post
+        if post is not None and post.operation_id == "postEvents":
+            assert isinstance(post.request_body, RequestBody)
+            post.request_body.content = events_body_content()
+
+
+def events_body_content() -> dict[str, OpenAPIMediaType]:
+    """The body of `POST /v1/events`: one schema per content type."""
+    event = Reference(ref="#/components/schemas/EventIn")
+    cloud = Reference(ref="#/components/schemas/CloudEvent")
+    binary = {"type": "string", "format": "binary"}
+    return {
+        JSON: OpenAPIMediaType(
+            schema=Schema(one_of=[event, Schema(type=OpenAPIType.ARRAY, items=event)]),
+            example=[_EVENTS_EXAMPLE],
+        ),
+        NDJSON: OpenAPIMediaType(
+            schema=_RawSchema(
+                {
+                    **binary,
+                    "description": "NDJSON: one `EventIn` JSON object a line (blank lines "
+                    "skipped); a batch. Also accepted as `application/jsonl`.",
+                }
+            ),
+            example=msgspec.json.encode(_EVENTS_EXAMPLE).decode() + "\n",
+        ),
+        MSGPACK: OpenAPIMediaType(
+            schema=_RawSchema(
+                {
+                    **binary,
+                    "description": "msgpack: one `EventIn` map, or an array of them; the same "
+                    "fields as JSON (`quantity` a string or a number). Also accepted as "
+                    "`application/vnd.msgpack` and `application/x-msgpack`.",
+                }
+            )
+        ),
+        CLOUDEVENT: OpenAPIMediaType(schema=cloud, example=_CLOUDEVENT_EXAMPLE),
+        CLOUDEVENT_BATCH: OpenAPIMediaType(
+            schema=Schema(type=OpenAPIType.ARRAY, items=cloud), example=[_CLOUDEVENT_EXAMPLE]
+        ),
+    }
 
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -74,6 +218,32 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         },
     },
     "additionalProperties": True,
+}
+
+# The 422 of an ingest where every event was rejected: the report and a problem in one.
+INGEST_PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "IngestProblem",
+    "description": "Every event of the body was rejected: the ingest report (`accepted` and "
+    "`duplicates` are 0, `rejected` names each event's index, id and reason) merged with "
+    "an RFC 9457 problem whose `errors` name each rejected field.",
+    "required": ["accepted", "duplicates", "rejected", "type", "title", "status"],
+    "properties": {
+        "accepted": {"type": "integer"},
+        "duplicates": {"type": "integer"},
+        "rejected": {"type": "array", "items": {"$ref": "#/components/schemas/RejectedEvent"}},
+        "cost_by_project": {"type": "object", "additionalProperties": {"type": "string"}},
+        **PROBLEM_SCHEMA["properties"],
+    },
+    "additionalProperties": True,
+}
+INGEST_OPERATIONS = ("postEvents", "postRejectedEventsReplay")
+
+RETRY_AFTER: dict[str, OpenAPIHeader | Reference] = {
+    "Retry-After": OpenAPIHeader(
+        schema=Schema(type=OpenAPIType.INTEGER, minimum=0),
+        description="Seconds to wait before sending the same request again",
+    )
 }
 
 # Answers any operation can give, besides its own: bad parameters or body, missing or
@@ -106,10 +276,16 @@ def document_problems(app: Litestar) -> None:
     assert schema.components is not None
     registry = schema.components.schemas if schema.components.schemas is not None else {}
     registry["ProblemDetails"] = _RawSchema(PROBLEM_SCHEMA)
+    registry["IngestProblem"] = _RawSchema(INGEST_PROBLEM_SCHEMA)
     schema.components.schemas = registry
     problem_content = {
         PROBLEM_MEDIA_TYPE: OpenAPIMediaType(
             schema=Reference(ref="#/components/schemas/ProblemDetails")
+        )
+    }
+    ingest_problem = {
+        PROBLEM_MEDIA_TYPE: OpenAPIMediaType(
+            schema=Reference(ref="#/components/schemas/IngestProblem")
         )
     }
     public_paths = {
@@ -137,6 +313,11 @@ def document_problems(app: Litestar) -> None:
             for code, response in responses.items():
                 if code.isdigit() and int(code) >= 400 and isinstance(response, OpenAPIResponse):
                     response.content = problem_content
+                    if code == "422" and operation.operation_id in INGEST_OPERATIONS:
+                        response.content = ingest_problem
+                        response.description = "Every event was rejected: the report and a problem"
+                    if code in ("429", "503"):
+                        response.headers = RETRY_AFTER
             operation.responses = responses
 
 
@@ -152,6 +333,107 @@ def document_csv_answers(app: Litestar) -> None:
             ok = (item.get.responses or {}).get("200")
             if isinstance(ok, OpenAPIResponse) and ok.content is not None:
                 ok.content["text/csv"] = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING))
+
+
+def _structs_by_name() -> dict[str, type[msgspec.Struct]]:
+    """Every msgspec Struct of the service by class name (a name two of them share is left
+    out: its schema's description cannot be told apart). The client side (`client`, `cli`)
+    is not the service: its models mirror the service's under the same names."""
+    package = __name__.split(".", 1)[0]
+    client_side = (f"{package}.client.", f"{package}.cli.")
+    found: dict[str, list[type[msgspec.Struct]]] = {}
+    pending = list(msgspec.Struct.__subclasses__())
+    while pending:
+        struct = pending.pop()
+        pending.extend(struct.__subclasses__())
+        module = struct.__module__
+        if module.split(".", 1)[0] == package and not (module + ".").startswith(client_side):
+            found.setdefault(struct.__name__, []).append(struct)
+    return {name: structs[0] for name, structs in found.items() if len(set(structs)) == 1}
+
+
+def describe_schemas(app: Litestar) -> None:
+    """Give each component schema without a description its Struct's docstring (its first
+    paragraph): Litestar leaves them out."""
+    schema = app.openapi_schema
+    registry = schema.components.schemas if schema.components is not None else None
+    structs = _structs_by_name()
+    for name, component in (registry or {}).items():
+        struct = structs.get(name)
+        if isinstance(component, Schema) and not component.description and struct is not None:
+            doc = inspect.cleandoc(struct.__dict__.get("__doc__") or "")
+            component.description = " ".join(doc.split("\n\n", 1)[0].split()) or None
+
+
+# An example for every required parameter, by name (a new parameter name adds one here).
+PARAMETER_EXAMPLES = {
+    "project": "llm-7b",
+    "name": "default",
+    "budget_id": "bud_78d6a17d887e",
+    "plan_id": "pln_c80070d03b96",
+    "token_id": "f4fc7947a918",
+    "webhook_id": "wh_fae76b744643eb62",
+}
+
+
+def _nullable_enum(schema: Schema) -> Schema | None:
+    """`{"type": ["null", "string"], "enum": [..., null]}` (Litestar's `Literal[...] | None`) as
+    `{"oneOf": [{"type": "string", "enum": [...]}, {"type": "null"}]}`: the same values, which
+    generated clients read as one enum or None instead of three types."""
+    kinds = schema.type if isinstance(schema.type, list) else []
+    if OpenAPIType.NULL not in kinds or len(kinds) != 2 or not schema.enum:
+        return None
+    (kind,) = [k for k in kinds if k != OpenAPIType.NULL]
+    values = [v for v in schema.enum if v is not None]
+    return Schema(one_of=[Schema(type=kind, enum=values), Schema(type=OpenAPIType.NULL)])
+
+
+def _rewrite_nullable_enums(node: Any) -> None:
+    """Every schema under `node` (an OpenAPI object, a list or a dict of them), rewritten in
+    place by `_nullable_enum`."""
+    children: list[Any]
+    if isinstance(node, dict):
+        children = list(node.values())
+    elif isinstance(node, list):
+        children = list(node)
+    elif hasattr(node, "__dataclass_fields__"):
+        children = [getattr(node, name) for name in node.__dataclass_fields__]
+    else:
+        return
+    for child in children:
+        if isinstance(child, Schema) and (plain := _nullable_enum(child)) is not None:
+            child.type, child.enum, child.one_of = None, None, plain.one_of
+        _rewrite_nullable_enums(child)
+
+
+def simplify_nullable_enums(app: Litestar) -> None:
+    """Rewrite each nullable enum of the document (`_nullable_enum`)."""
+    _rewrite_nullable_enums(app.openapi_schema.paths)
+    _rewrite_nullable_enums(app.openapi_schema.components)
+
+
+def add_request_examples(app: Litestar) -> None:
+    """Put each route's `request_example` into its operation's JSON request body, and an
+    example into every required parameter (`PARAMETER_EXAMPLES`)."""
+    schema = app.openapi_schema
+    for item in (schema.paths or {}).values():
+        for method in ("get", "put", "post", "delete", "patch"):
+            operation = getattr(item, method)
+            for parameter in (operation.parameters or []) if operation is not None else []:
+                if isinstance(parameter, Parameter) and parameter.required:
+                    parameter.example = PARAMETER_EXAMPLES.get(parameter.name)
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            example = handler.opt.get(REQUEST_EXAMPLE)
+            path_item = (schema.paths or {}).get(re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
+            if example is None or path_item is None:
+                continue
+            for method in handler.http_methods:
+                operation = getattr(path_item, method.lower())
+                body = operation.request_body if operation is not None else None
+                if isinstance(body, RequestBody) and body.content:
+                    for media in body.content.values():
+                        media.example = example
 
 
 def openapi_document() -> dict[str, Any]:

@@ -36,6 +36,9 @@ class RejectedRecord(msgspec.Struct):
 
 
 class RejectedPage(msgspec.Struct):
+    """Answer of `GET /v1/events/rejected`: a page of rejected events and where the next page
+    starts."""
+
     project: str
     items: list[RejectedRecord]
     offset: int
@@ -48,10 +51,15 @@ class RejectedPage(msgspec.Struct):
 
 
 class ReplayIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `POST /v1/events/rejected/replay`: the ids of the rejected events to submit again
+    (all of them when null)."""
+
     ids: list[str] | None = None  # None: every stored rejected event of the project
 
 
 class DeleteRejectedIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `DELETE /v1/events/rejected`: the ids of the rejected events to drop."""
+
     ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10_000)]
 
 

@@ -6,6 +6,9 @@ import msgspec
 
 
 class RejectedEvent(msgspec.Struct):
+    """One rejected event of a body: its index in the body, its id, the reason, and the field at
+    fault."""
+
     index: int
     id: str | None
     reason: str
@@ -14,6 +17,9 @@ class RejectedEvent(msgspec.Struct):
 
 
 class IngestReport(msgspec.Struct):
+    """Answer of an ingest: how many events were accepted, how many were duplicates (already
+    counted, by id), each rejected event, and the cost of the accepted ones by project."""
+
     accepted: int
     duplicates: int
     rejected: list[RejectedEvent]

@@ -204,6 +204,8 @@ class ModelDerivation(msgspec.Struct, kw_only=True):
 
 
 class StageEstimate(msgspec.Struct, kw_only=True):
+    """The estimate of one stage of a plan: its priced lines, subtotal and contingency."""
+
     index: int
     stage: str
     label: str | None

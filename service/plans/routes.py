@@ -38,6 +38,22 @@ class PlanController(Controller):
         guards=[requires("read")],
         status_code=200,
         summary="Price a plan without saving it (dry run)",
+        operation_id="postPlanEstimate",
+        description=(
+            "Prices a plan (6·N·D compute, energy, emissions, storage) against the project's rate "
+            "card without saving it."
+        ),
+        request_example={
+            "project": "llm-7b",
+            "name": "7b-pretrain",
+            "rate_card": "default",
+            "currency": "USD",
+            "window_start": "2026-03-01T00:00:00Z",
+            "window_end": "2026-04-01T00:00:00Z",
+            "stages": [
+                {"stage": "pretrain", "resources": [{"sku": "gpu.h100.hour", "quantity": "40000"}]}
+            ],
+        },
     )
     async def estimate_only(
         self,
@@ -56,6 +72,18 @@ class PlanController(Controller):
         summary="Register a plan and create its budgets",
         description="Creates a budget for the whole plan (with a forecast alert) and one per "
         "stage, each over the plan's window.",
+        operation_id="postPlan",
+        request_example={
+            "project": "llm-7b",
+            "name": "7b-pretrain",
+            "rate_card": "default",
+            "currency": "USD",
+            "window_start": "2026-03-01T00:00:00Z",
+            "window_end": "2026-04-01T00:00:00Z",
+            "stages": [
+                {"stage": "pretrain", "resources": [{"sku": "gpu.h100.hour", "quantity": "40000"}]}
+            ],
+        },
     )
     async def create(
         self,
@@ -68,13 +96,25 @@ class PlanController(Controller):
         except (PlanError, BudgetError) as exc:
             raise invalid(exc.field, exc.reason) from exc
 
-    @get("/", guards=[requires("read")], summary="A project's plans")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="A project's plans",
+        operation_id="getPlans",
+        description="Every plan registered for a project.",
+    )
     async def list_all(
         self, project: ProjectParam, services: NamedDependency[Services]
     ) -> list[PlanRecord]:
         return await list_plans(services.store, project)
 
-    @get("/{plan_id:str}", guards=[requires("read")], summary="A plan and its estimate")
+    @get(
+        "/{plan_id:str}",
+        guards=[requires("read")],
+        summary="A plan and its estimate",
+        operation_id="getPlan",
+        description="A registered plan with the estimate made when it was registered.",
+    )
     async def get_one(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanRecord:
@@ -83,7 +123,16 @@ class PlanController(Controller):
         except PlanNotFound as exc:
             raise _not_found(project, plan_id) from exc
 
-    @get("/{plan_id:str}/status", guards=[requires("read")], summary="Plan against actual")
+    @get(
+        "/{plan_id:str}/status",
+        guards=[requires("read")],
+        summary="Plan against actual",
+        operation_id="getPlanStatus",
+        description=(
+            "Plan against actual: planned and actual cost, the burn rate, the forecast at "
+            "completion and the variance, by stage, from the reported progress."
+        ),
+    )
     async def status(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanStatus:
@@ -97,6 +146,12 @@ class PlanController(Controller):
         guards=[requires("ingest")],
         status_code=200,
         summary="Report a stage's progress (tokens done or fraction done)",
+        operation_id="postPlanProgress",
+        description=(
+            "Records how far a stage of the plan has got, in tokens done or as a fraction; plan-"
+            "against-actual reads it to compute earned value."
+        ),
+        request_example={"stage": "pretrain", "fraction_done": "0.25"},
     )
     async def progress(
         self,

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 
 class PlanRecord(msgspec.Struct, kw_only=True):
+    """A registered plan: its body, the estimate made when it was registered, and the budgets
+    created for it."""
+
     id: str
     created_at: datetime
     plan: PlanIn
@@ -51,6 +54,8 @@ class ProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
 
 
 class ProgressRecord(msgspec.Struct, kw_only=True):
+    """A stage's progress as recorded: the fraction done and, when given, the tokens done."""
+
     stage_index: int
     fraction: str
     tokens_done: int | None
@@ -58,6 +63,9 @@ class ProgressRecord(msgspec.Struct, kw_only=True):
 
 
 class StageStatus(msgspec.Struct, kw_only=True):
+    """Plan against actual for one stage: planned and actual cost, fraction done, earned value and
+    cost performance index."""
+
     index: int
     stage: str
     label: str | None
@@ -72,6 +80,8 @@ class StageStatus(msgspec.Struct, kw_only=True):
 
 
 class PlanStatus(msgspec.Struct, kw_only=True):
+    """Answer of `GET /v1/plans/{plan_id}/status`: plan against actual, in total and by stage."""
+
     plan_id: str
     project: str
     currency: str

@@ -115,6 +115,9 @@ def settings_fields(
 
 
 class ProjectIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Body of `PUT /v1/projects/{project}`: the rate card and the attribution tags (a field left
+    out is kept)."""
+
     rate_card: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)] | None = None
     # Tags that costs are attributed by (filter and group by them); a rebuild applies a
     # change to events already accepted.
@@ -122,6 +125,9 @@ class ProjectIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class ProjectView(msgspec.Struct):
+    """A project's settings and counters: its rate card and currency, events accepted and
+    duplicates, attribution tags."""
+
     project: str
     rate_card: str
     currency: str | None

@@ -26,19 +26,45 @@ class ProjectController(Controller):
     path = "/v1/projects"
     tags = ["projects"]
 
-    @get("/", guards=[requires("read")], summary="Projects this token may see")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="Projects this token may see",
+        operation_id="getProjects",
+        description=(
+            "The names of the projects this token may see (every project for an unrestricted "
+            "token)."
+        ),
+    )
     async def list_projects(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[str]:
         return await visible_projects(services.store, request.user)
 
-    @get("/{project:str}", guards=[requires("read")], summary="A project's settings and counters")
+    @get(
+        "/{project:str}",
+        guards=[requires("read")],
+        summary="A project's settings and counters",
+        operation_id="getProject",
+        description="A project's settings (its rate card, its attribution tags) and its counters.",
+    )
     async def get_project(
         self, project: PathProject, services: NamedDependency[Services]
     ) -> ProjectView:
         return await project_view(services.store, project)
 
-    @put("/{project:str}", guards=[requires("admin")], summary="Choose the project's rate card")
+    @put(
+        "/{project:str}",
+        guards=[requires("admin")],
+        summary="Choose the project's rate card",
+        operation_id="putProject",
+        description=(
+            "Sets the project's settings: the rate card its events are priced with, and its "
+            "attribution tags. Events already counted keep their price until the project is "
+            "rebuilt."
+        ),
+        request_example={"rate_card": "default", "attribution_tags": ["team"]},
+    )
     async def put_project(
         self, project: PathProject, data: JSONBody[ProjectIn], services: NamedDependency[Services]
     ) -> ProjectView:
@@ -64,6 +90,7 @@ class ProjectController(Controller):
         status_code=200,
         summary="Rebuild the project's totals from its event log",
         description="Prices the accepted-event log again, in order, with the current rate cards.",
+        operation_id="postProjectRebuild",
     )
     async def rebuild(
         self, project: PathProject, services: NamedDependency[Services]

@@ -53,6 +53,9 @@ class Tier(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Sku(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One SKU of a rate card: its code, category, unit and price (flat, or in tiers), and whether
+    it is a fixed cost."""
+
     code: SkuCode
     category: CostCategory
     unit: Annotated[str, msgspec.Meta(min_length=1, max_length=32, examples=["hour"])]
@@ -74,6 +77,8 @@ class RateCardIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RateCardVersion(msgspec.Struct, kw_only=True):
+    """One version of a rate card: its SKUs and prices from `effective_from` on."""
+
     name: str
     version: int
     currency: str

@@ -31,6 +31,8 @@ CardName = Annotated[str, PathParameter(pattern=NAME_PATTERN, description="rate-
 
 
 class RateCardList(msgspec.Struct):
+    """Answer of `GET /v1/rate-cards`: the names of every rate card."""
+
     names: list[str]
 
 
@@ -38,7 +40,13 @@ class RateCardController(Controller):
     path = "/v1/rate-cards"
     tags = ["rate cards"]
 
-    @get("/", guards=[requires("read")], summary="List rate-card names")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="List rate-card names",
+        operation_id="getRateCards",
+        description="The names of every rate card.",
+    )
     async def list_cards(self, services: NamedDependency[Services]) -> RateCardList:
         return RateCardList(await rate_card_names(services.store))
 
@@ -50,6 +58,19 @@ class RateCardController(Controller):
         description="Each PUT adds an immutable version that takes effect at `effective_from`. "
         "Rate cards are global (every project that picks one is priced by it): only an admin "
         "token for every project may add a version.",
+        operation_id="putRateCard",
+        request_example={
+            "currency": "USD",
+            "effective_from": "2026-01-01T00:00:00Z",
+            "skus": [
+                {
+                    "code": "gpu.h100.hour",
+                    "category": "compute",
+                    "unit": "hour",
+                    "unit_price": "2.50",
+                }
+            ],
+        },
     )
     async def put_card(
         self,
@@ -70,7 +91,15 @@ class RateCardController(Controller):
         except RateCardError as exc:
             raise invalid(exc.field, exc.reason) from exc
 
-    @get("/{name:str}", guards=[requires("read")], summary="Current version and history")
+    @get(
+        "/{name:str}",
+        guards=[requires("read")],
+        summary="Current version and history",
+        operation_id="getRateCard",
+        description=(
+            "The rate card's current version and every earlier version with its effective date."
+        ),
+    )
     async def get_card(self, name: CardName, services: NamedDependency[Services]) -> RateCardView:
         try:
             return await rate_card_view(services.rate_cards, name)

@@ -38,6 +38,9 @@ _budget_decoder = msgspec.json.Decoder(Budget)
 
 
 class RebuildReport(msgspec.Struct):
+    """Answer of `POST /v1/projects/{project}/rebuild`: the events priced again and the total
+    before and after."""
+
     project: str
     events: int
     batches: int

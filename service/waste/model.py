@@ -104,6 +104,8 @@ class CheckpointPolicy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
 
 
 class LogPolicy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The log thresholds of the waste policy: a cap on ingest per day and the retention."""
+
     max_ingest_gb_per_day: DecimalString | None = None  # None: no cap
     retention_days: RetentionDaysValue = 30
 
@@ -166,6 +168,9 @@ class DayLine(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Evidence(msgspec.Struct, kw_only=True):
+    """What a finding rests on: its keys, the first event ids, the event count and the waste of
+    each day."""
+
     keys: dict[str, str]
     event_ids: list[str]  # the first MAX_EVIDENCE_IDS, in time order
     event_count: int
@@ -180,6 +185,9 @@ class FindingWindow(msgspec.Struct, kw_only=True):
 
 
 class Finding(msgspec.Struct, kw_only=True):
+    """One waste finding: its kind, its cost so far and per day if left alone, the evidence and
+    what to do."""
+
     kind: Kind
     title: str
     cost_so_far: str
@@ -191,6 +199,9 @@ class Finding(msgspec.Struct, kw_only=True):
 
 
 class WasteReport(msgspec.Struct, kw_only=True):
+    """Answer of `GET /v1/reports/waste`: the findings over a window, largest cost first, and their
+    totals."""
+
     project: str
     currency: str
     window_from: date

@@ -32,7 +32,8 @@ class ReportController(Controller):
         description="Idle reserved capacity, experiments without progress, storage and logs "
         "past retention, checkpoint growth, repeated cross-region pulls; each with its cost so "
         "far, its cost per day if left alone, the evidence and what to do. The rules and the "
-        "tags they read are in the README.",
+        "tags they read: docs/guides/waste.md.",
+        operation_id="getWasteReport",
     )
     async def waste(
         self,
@@ -50,7 +51,13 @@ class ReportController(Controller):
         except ValueError as exc:
             raise invalid("from", str(exc), status=400) from exc
 
-    @get("/waste/policy", guards=[requires("read")], summary="The project's waste policy")
+    @get(
+        "/waste/policy",
+        guards=[requires("read")],
+        summary="The project's waste policy",
+        operation_id="getWastePolicy",
+        description="The thresholds the waste report applies to this project.",
+    )
     async def get_policy(
         self, project: ProjectParam, services: NamedDependency[Services]
     ) -> WastePolicy:
@@ -61,6 +68,9 @@ class ReportController(Controller):
         guards=[requires("admin")],
         status_code=200,
         summary="Set the project's waste policy",
+        operation_id="putWastePolicy",
+        description="Replaces the thresholds the waste report applies to this project.",
+        request_example={"idle_days": 2, "stall_days": 3, "min_improvement_pct": "0.5"},
     )
     async def put_policy(
         self,
@@ -80,6 +90,17 @@ class ExperimentController(Controller):
         guards=[requires("ingest")],
         status_code=200,
         summary="Report an experiment's progress (a metric value)",
+        operation_id="postExperimentProgress",
+        description=(
+            "Records one value of an experiment's metric at a time; the waste report reads them to"
+            " find experiments that stopped improving."
+        ),
+        request_example={
+            "experiment": "baseline",
+            "metric": "eval_loss",
+            "value": "2.31",
+            "time": "2026-03-01T12:00:00Z",
+        },
     )
     async def progress(
         self,

@@ -45,6 +45,8 @@ class DeliveryRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class DeliveryView(msgspec.Struct, kw_only=True):
+    """One delivery of an alert to a webhook: its status, attempts and the last error."""
+
     id: str
     alert_id: str
     webhook_id: str
@@ -66,6 +68,8 @@ class DeliveryView(msgspec.Struct, kw_only=True):
 
 
 class DeliveryPage(msgspec.Struct, kw_only=True):
+    """Answer of `GET /v1/webhooks/deliveries`: a page of a project's alert deliveries."""
+
     project: str
     status: DeliveryStatus | None
     items: list[DeliveryView]
@@ -76,11 +80,17 @@ class DeliveryPage(msgspec.Struct, kw_only=True):
 
 
 class RedeliverIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of `POST /v1/webhooks/deliveries/redeliver`: the ids of the failed deliveries to send
+    again (all failed ones when null)."""
+
     # None: every failed delivery of the project.
     ids: Annotated[list[str], msgspec.Meta(max_length=10_000)] | None = None
 
 
 class RedeliverReport(msgspec.Struct, kw_only=True):
+    """Answer of `POST /v1/webhooks/deliveries/redeliver`: the deliveries queued again and the ids
+    that were not failed."""
+
     project: str
     redelivered: list[str]
     not_failed: list[str]  # ids asked for that are unknown, pending or already delivered

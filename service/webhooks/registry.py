@@ -55,6 +55,9 @@ def check_target(url: str, allowlist: AllowList | Sequence[str] = ()) -> Target:
 
 
 class WebhookIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Body of `POST /v1/webhooks`: the URL, the message format, an optional signing secret, the
+    projects and alert kinds it receives."""
+
     url: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
     format: WebhookFormat = "standard"
     # standard: a whsec_ secret (generated when absent); feishu/dingtalk: the bot's signing

@@ -57,6 +57,13 @@ class WebhookController(Controller):
         "must be https (smtp: TLS) and its host must resolve only to public addresses, unless "
         "the host is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` "
         "and the reason.",
+        operation_id="postWebhook",
+        request_example={
+            "url": "https://hooks.example.com/trainledger",
+            "format": "standard",
+            "projects": ["llm-7b"],
+            "kinds": ["threshold", "forecast"],
+        },
     )
     async def create(
         self,
@@ -83,7 +90,15 @@ class WebhookController(Controller):
                 field=f"$.projects[{exc.index}]",
             ) from exc
 
-    @get("/", guards=[requires("admin")], summary="Registered webhooks (never their secrets)")
+    @get(
+        "/",
+        guards=[requires("admin")],
+        summary="Registered webhooks (never their secrets)",
+        operation_id="getWebhooks",
+        description=(
+            "The registered webhooks, with their URL, format and projects; never their secrets."
+        ),
+    )
     async def list_webhooks(
         self, request: Request[Principal, str, State], services: NamedDependency[Services]
     ) -> list[WebhookView]:
@@ -95,6 +110,7 @@ class WebhookController(Controller):
         summary="Delete a webhook",
         description="Its pending deliveries fail (as dead letters) instead of being sent.",
         status_code=204,
+        operation_id="deleteWebhook",
     )
     async def remove(
         self,
@@ -117,6 +133,7 @@ class WebhookController(Controller):
         "checked as every delivery is, and answers what became of it: `delivered` (the "
         "endpoint answered 2xx), its status code, or the error. Sent once, not retried, not "
         "listed with the deliveries. A webhook outside the token's projects is a 404.",
+        operation_id="postWebhookTest",
     )
     async def send_test(
         self,
@@ -142,6 +159,7 @@ class WebhookController(Controller):
         summary="Deliveries of a project's alerts",
         description="`pending` (ordered by next attempt), `failed` (dead letters, by failure "
         "time) or `delivered`; without `status`, all of them in that order.",
+        operation_id="getWebhookDeliveries",
     )
     async def deliveries(
         self,
@@ -162,6 +180,8 @@ class WebhookController(Controller):
         summary="Send failed deliveries again",
         description="`ids: null` redelivers every failed delivery of the project. Each gets a "
         "fresh set of attempts and keeps its webhook-id.",
+        operation_id="postWebhookRedelivery",
+        request_example={"ids": ["1767225600000-0"]},
     )
     async def redeliver(
         self,
