@@ -111,6 +111,8 @@ class BenchmarkCell(msgspec.Struct, kw_only=True):
 
 
 class ExperimentRow(msgspec.Struct, kw_only=True):
+    """One experiment's row of the cost-effect report: its cost, its scores, what they gained."""
+
     experiment: str
     is_baseline: bool
     cost: str
@@ -129,18 +131,24 @@ class ExperimentRow(msgspec.Struct, kw_only=True):
 
 
 class FrontPoint(msgspec.Struct):
+    """An experiment on a benchmark's cost/score Pareto front."""
+
     experiment: str
     cost: str
     value: str
 
 
 class Front(msgspec.Struct):
+    """The cost/score Pareto front of one target benchmark."""
+
     benchmark: str
     higher_is_better: bool
     experiments: list[FrontPoint]
 
 
 class CostEffectReport(msgspec.Struct, kw_only=True):
+    """`GET /v1/reports/cost-effect`: one row per experiment and the fronts."""
+
     project: str
     currency: str
     baseline: str | None

@@ -42,9 +42,24 @@ class EvaluationController(Controller):
         guards=[requires("ingest")],
         status_code=200,
         summary="Report evaluation results (a batch, idempotent by id)",
+        operation_id="postEvaluations",
         description="Each result: an experiment's value on a benchmark at a step or tokens "
         "seen. A result whose id is already stored is counted as a duplicate and changes "
         "nothing.",
+        request_example={
+            "project": "llm-7b",
+            "results": [
+                {
+                    "id": "mix-a:gsm8k:step-20000",
+                    "experiment": "mix-a",
+                    "benchmark": "gsm8k",
+                    "value": "41.5",
+                    "higher_is_better": True,
+                    "step": 20000,
+                    "tokens_seen": 84000000000,
+                }
+            ],
+        },
     )
     async def report(
         self, data: JSONBody[ResultsIn], services: NamedDependency[Services]
@@ -52,7 +67,13 @@ class EvaluationController(Controller):
         # The guard checked the body's project (`service.http.security`).
         return await add_results(services.store, data)
 
-    @get("/", guards=[requires("read")], summary="A project's evaluation results")
+    @get(
+        "/",
+        guards=[requires("read")],
+        summary="A project's evaluation results",
+        operation_id="getEvaluations",
+        description="Every stored result of the project (or of one experiment), oldest first.",
+    )
     async def results(
         self,
         project: ProjectParam,
@@ -61,7 +82,14 @@ class EvaluationController(Controller):
     ) -> list[EvaluationResult]:
         return await list_results(services.store, project, experiment)
 
-    @get("/settings", guards=[requires("read")], summary="The project's evaluation settings")
+    @get(
+        "/settings",
+        guards=[requires("read")],
+        summary="The project's evaluation settings",
+        operation_id="getEvaluationSettings",
+        description="The baseline experiment, each benchmark's kind, the regression tolerance "
+        "and experiments' planned tokens.",
+    )
     async def get_settings(
         self, project: ProjectParam, services: NamedDependency[Services]
     ) -> EvaluationSettings:
@@ -72,8 +100,15 @@ class EvaluationController(Controller):
         guards=[requires("admin")],
         status_code=200,
         summary="Set the project's evaluation settings",
+        operation_id="putEvaluationSettings",
         description="The baseline experiment, each benchmark's kind (general or target), the "
         "regression tolerance and experiments' planned tokens.",
+        request_example={
+            "baseline": "flat",
+            "benchmarks": {"general_qa": "general", "gsm8k": "target"},
+            "tolerance": "1.5",
+            "planned_tokens": {"mix-a": 200000000000},
+        },
     )
     async def put_settings(
         self,
@@ -92,6 +127,7 @@ class CostEffectController(Controller):
         "/cost-effect",
         guards=[requires("read")],
         summary="Cost and effect per experiment, in one table",
+        operation_id="getCostEffectReport",
         description="Per experiment: its cost from the ledger (by category and stage), "
         "accelerator-hours, tokens seen, the latest value of each benchmark against the "
         "baseline, cost per point gained on target benchmarks, regressions on general "

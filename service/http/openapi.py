@@ -66,14 +66,22 @@ API_TAGS = [
     Tag(name="budgets", description="Budgets and the rules that fire their alerts."),
     Tag(name="alerts", description="The history of the budget alerts that fired."),
     Tag(name="plans", description="Plan estimates and plan against actual (earned value)."),
-    Tag(name="analysis", description="Decision calculators; they read and store nothing."),
+    Tag(
+        name="analysis",
+        description="Decision calculators, on typed-in figures or on experiments' measured "
+        "costs and scores (docs/guides/cost-effect.md); they store nothing.",
+    ),
     Tag(
         name="reports",
-        description="The waste report, its policy and experiment progress. See "
-        "docs/guides/waste.md.",
+        description="The waste report, its policy and experiment progress "
+        "(docs/guides/waste.md); the cost-effect table (docs/guides/cost-effect.md).",
     ),
     Tag(name="export", description="The FOCUS cost-and-usage CSV export."),
     Tag(name="webhooks", description="Webhooks for budget alerts and their deliveries."),
+    Tag(
+        name="evaluations",
+        description="Experiments' evaluation results and the project's evaluation settings.",
+    ),
 ]
 
 # The option a route decorator takes for its request body's example (`request_example=...`).
