@@ -109,26 +109,34 @@ class Client:
 
     @contextmanager
     def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        """A streamed answer; opening it retries like any request (not once it streams)."""
+        """A streamed answer; opening it retries like any request. Once its body is being
+        read a failure is not retried (part of it was consumed): it raises to the caller."""
+        response = self._open_stream(method, path, **kwargs)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response)
+            yield response
+        finally:
+            response.close()
+
+    def _open_stream(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         for retry in range(self.retry.attempts):
             last = retry == self.retry.attempts - 1
             try:
-                with self.http.stream(method, path, **kwargs) as response:
-                    if not last and retryable_status(response.status_code):
-                        response.read()
-                        cause: int | Exception = response.status_code
-                    else:
-                        if response.status_code >= 400:
-                            response.read()
-                            raise ApiError(response)
-                        yield response
-                        return
-            except httpx.TransportError as exc:
+                request = self.http.build_request(method, path, **kwargs)
+                response = self.http.send(request, stream=True)
+            except Exception as exc:
                 if last or not retryable_error(exc):
                     raise
                 self._wait(retry, exc, None)
                 continue
-            self._wait(retry, cause, response)
+            if last or not retryable_status(response.status_code):
+                return response
+            response.read()
+            response.close()
+            self._wait(retry, response.status_code, response)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- events -------------------------------------------------------------------------
 
