@@ -22,7 +22,13 @@ from .models import (
     ndjson,
     read_report,
 )
-from .retry import RetryPolicy, retry_after_seconds, retryable_error, retryable_status
+from .retry import (
+    RetryPolicy,
+    idempotent_method,
+    retry_after_seconds,
+    retryable_error,
+    retryable_status,
+)
 
 if TYPE_CHECKING:
     from .spool import DrainReport, Spool
@@ -78,19 +84,25 @@ class Client:
             self.on_retry(retry + 1, delay, cause)
         self._sleep(delay)
 
-    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def send(
+        self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
+    ) -> httpx.Response:
         """The answer to a request, retried under the policy; the last answer (any status)
-        once retrying is over; raises the transport error when the last try had no answer."""
+        once retrying is over; raises the transport error when the last try had no answer.
+        `idempotent` (default: GET, HEAD, OPTIONS, DELETE) says whether the request may be
+        repeated after an unknown outcome (a timeout, a 502); if not, only refusals (429, 503)
+        and requests that never left are retried."""
+        repeatable = idempotent_method(method) if idempotent is None else idempotent
         for retry in range(self.retry.attempts):
             last = retry == self.retry.attempts - 1
             try:
                 response = self.http.request(method, path, **kwargs)
             except Exception as exc:
-                if last or not retryable_error(exc):
+                if last or not retryable_error(exc, repeatable):
                     raise
                 self._wait(retry, exc, None)
                 continue
-            if last or not retryable_status(response.status_code):
+            if last or not retryable_status(response.status_code, repeatable):
                 return response
             self._wait(retry, response.status_code, response)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -142,8 +154,13 @@ class Client:
 
     def post_ndjson(self, lines: Sequence[bytes]) -> IngestReport:
         """Post events already encoded as JSON (one a line) as one batch."""
+        # Idempotent by the events' ids: a post repeated after a timeout counts nothing twice.
         response = self.send(
-            "POST", "/v1/events", content=ndjson(lines), headers={"Content-Type": NDJSON}
+            "POST",
+            "/v1/events",
+            idempotent=True,
+            content=ndjson(lines),
+            headers={"Content-Type": NDJSON},
         )
         if response.status_code in (200, 422):
             report = read_report(response.content)
