@@ -187,3 +187,51 @@ def test_nothing_lost_nothing_twice_through_a_restart_and_429s(
         assert counted(reader, "spooled") == (250, expected(range(250)))
         assert counted(reader, "batched") == (300, expected(range(300)))
     assert spool.files() == [] and list(spool.failed.iterdir()) == []
+
+
+def start_agent(service: Service, spool: Spool, log: Path, token: str) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                *(
+                    sys.executable,
+                    "-m",
+                    "trainledger.cli",
+                    "agent",
+                    "--spool",
+                    str(spool.directory),
+                ),
+                *("--interval", "0.1", "--max-backoff", "0.5", "--batch-size", "5"),
+            ],
+            cwd=REPO,
+            env=env_for(service.data_dir, TRAINLEDGER_URL=service.url, TRAINLEDGER_TOKEN=token),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_an_agent_killed_mid_drain_loses_nothing(service: Service, tmp_path: Path) -> None:
+    token = service.token()
+    spool = Spool(tmp_path / "spool")
+    for n in range(0, 200, 5):
+        spool.put(events("crash", n, 5))
+    with Client(service.url, token, retry=PATIENT) as client:
+        client.request("PUT", "/v1/rate-cards/default", json=TEST_CARD)
+        first = start_agent(service, spool, tmp_path / "agent.log", token)
+        try:
+            # SIGKILL (no clean shutdown) once some, not all, of the spool is counted.
+            wait_for(lambda: counted(client, "crash")[0] > 0)
+            first.kill()
+            first.wait()
+        finally:
+            if first.poll() is None:
+                first.kill()
+        second = start_agent(service, spool, tmp_path / "agent.log", token)
+        try:
+            wait_for(lambda: spool.pending() == 0)
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=60) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+        assert counted(client, "crash") == (200, expected(range(200)))
