@@ -2,7 +2,8 @@
 RFC 9457 problem document is shown.
 
 URL: `--url`, else `$TRAINLEDGER_URL`, else http://127.0.0.1:8000. Token: `--token`, else
-`$TRAINLEDGER_TOKEN`, else the local admin token `trainledger serve` wrote in the data
+`$TRAINLEDGER_TOKEN`, else the file `$TRAINLEDGER_TOKEN_FILE` names (a mounted secret), else the
+admin token `trainledger serve` was given (`$TRAINLEDGER_ADMIN_TOKEN_FILE`) or wrote in the data
 directory (`$TRAINLEDGER_DATA_DIR/admin-token`, `.trainledger/admin-token` by default).
 """
 
@@ -21,7 +22,7 @@ from ..client import ApiError as ApiError
 from ..client import Client as HttpClient
 from ..client import RetryPolicy
 from ..config import Settings
-from .serve import ADMIN_TOKEN_FILE
+from .serve import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
 from .ui import ui
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -36,7 +37,8 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--url", help=f"the service (default: $TRAINLEDGER_URL or {DEFAULT_URL})")
     group.add_argument(
         "--token",
-        help="bearer token (default: $TRAINLEDGER_TOKEN, else the admin token in the data dir)",
+        help="bearer token (default: $TRAINLEDGER_TOKEN, $TRAINLEDGER_TOKEN_FILE, else the local "
+        "admin token)",
     )
     group.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
 
@@ -49,13 +51,18 @@ def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
     token = args.token or os.environ.get("TRAINLEDGER_TOKEN")
     if token:
         return str(token).strip()
-    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    # A mounted secret; else the admin token serve was given, or wrote in the data dir.
+    path = Path(
+        os.environ.get("TRAINLEDGER_TOKEN_FILE")
+        or os.environ.get(ADMIN_TOKEN_FILE_ENV)
+        or Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    )
     try:
         return path.read_text().strip()
     except OSError as exc:
         raise CliError(
-            f"no token: pass --token, set TRAINLEDGER_TOKEN, or run where `trainledger serve` "
-            f"wrote {path} ({exc.strerror or exc})"
+            f"no token: pass --token, set TRAINLEDGER_TOKEN or TRAINLEDGER_TOKEN_FILE, or run "
+            f"where `trainledger serve` wrote {path} ({exc.strerror or exc})"
         ) from exc
 
 
