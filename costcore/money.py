@@ -13,7 +13,7 @@ integer, so it is exact and independent of the active ``decimal`` context.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from functools import cache
 
 from iso4217 import Currency
@@ -206,6 +206,20 @@ def format_money_for_people(nano: int, currency: str) -> str:
     whole, frac = divmod(units, 10**places)
     text = f"{whole:,}" + (f".{frac:0{places}d}" if places else "")
     return f"{prefix}{sign}{text} {currency}" if currency else f"{prefix}{sign}{text}"
+
+
+def amount_for_people(amount: object, currency: str) -> str:
+    """A decimal amount as the API answers it (text or Decimal) shown to people, through
+    `format_money_for_people`: the chat formats, the Teams card, the email and the CLI's
+    tables all show money this one way. Text that is not a finite decimal is shown as it is."""
+    try:
+        value = Decimal(str(amount))
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite():
+        return f"{amount} {currency}" if currency else str(amount)
+    nano = int(value.scaleb(MONEY_DECIMALS).to_integral_value(rounding=ROUND_HALF_EVEN))
+    return format_money_for_people(nano, currency)
 
 
 def format_quantity(micro: int) -> str:

@@ -7,31 +7,22 @@ service's answer, exact to the nano-unit.
 from __future__ import annotations
 
 import argparse
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+
+from costcore.money import amount_for_people
 
 from ..config import Settings
 from .client import Client, CliError, add_client_options
 from .commands import print_json, read_json_file
 from .ui import ui
 
-# ISO 4217 minor units of the currencies that are not shown with 2 decimals.
-MINOR_UNITS = {"JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "BHD": 3, "KWD": 3, "OMR": 3}
-
 
 def money(amount: object, currency: str | None = None) -> str:
-    """`12,345.68 USD`: rounded half-even to the currency's minor unit, digits grouped."""
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation:
-        return str(amount)
-    places = MINOR_UNITS.get(currency or "", 2)
-    shown = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
-    text = f"{shown:,.{places}f}"
-    return f"{text} {currency}" if currency else text
+    """`12,345.68 USD`: the one formatter for people (`costcore.money.amount_for_people`)."""
+    return amount_for_people(amount, currency or "")
 
 
 def _table(title: str, *columns: str) -> Table:

@@ -26,6 +26,9 @@ Formats (``FORMATS``):
 ``dingtalk``
     DingTalk custom robot, ``msgtype: "markdown"``. Optionally signed (``timestamp`` and
     ``sign`` query parameters, see ``signing.dingtalk_sign``).
+``teams``
+    Microsoft Teams Workflows webhook with an Adaptive Card (`service.webhooks.teams`).
+    Unsigned: the ``sig`` in the workflow URL is the secret.
 ``wecom``
     WeCom (企业微信) group robot, ``msgtype: "markdown"``; content capped at 4096 UTF-8
     bytes (``chat_formats.truncate_utf8``). Unsigned: the ``key`` in the URL is the secret.
@@ -63,6 +66,7 @@ from .signing import (
     unix_ms,
     unix_s,
 )
+from .teams import teams_body
 
 __all__ = [
     "FORMATS",
@@ -73,7 +77,7 @@ __all__ = [
     "build_request",
 ]
 
-FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom")
+FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
 KINDS: Final = ("threshold", "forecast", "growth", "waste")
 
 
@@ -188,7 +192,7 @@ def build_request(
 
     ``secret``: required for ``standard`` (a ``whsec_`` secret of at least 24 bytes);
     optional for ``feishu`` and ``dingtalk`` (the bot's signing secret); must be None for
-    ``slack`` and ``wecom``, which have no signing. ``now`` (tz-aware) is the attempt
+    ``slack``, ``wecom`` and ``teams``, which have no signing. ``now`` (tz-aware) is the attempt
     time used for signature timestamps; default the current time. Raises ``ValueError``
     for an unknown format, a bad URL or secret, or an alert with a naive timestamp,
     unknown kind, non-decimal amounts, or (``standard``) an id that is not printable
@@ -221,10 +225,12 @@ def build_request(
         headers["webhook-signature"] = standard_signature(secret, alert.id, stamp, body)
         return OutgoingRequest(url=url, headers=headers, body=body)
 
-    if secret is not None and fmt in ("slack", "wecom"):
+    if secret is not None and fmt in ("slack", "wecom", "teams"):
         raise ValueError(f"{fmt} webhooks are not signed; the URL is the secret")
     if secret == "":
         raise ValueError("secret is empty; pass None for an unsigned bot")
+    if fmt == "teams":
+        return OutgoingRequest(url=url, headers=headers, body=_encode(teams_body(alert)))
     view = chat_view(alert)
     if fmt == "slack":
         return OutgoingRequest(url=url, headers=headers, body=_encode(slack_body(view)))

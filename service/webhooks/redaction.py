@@ -14,6 +14,8 @@ def redacted_url(url: str, fmt: str) -> str:
     shown for them; for `standard`, query values are masked."""
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
+    if fmt == "email":  # an SMTP server: the URL is only its host and port
+        return origin
     if fmt != "standard":
         return origin + "/…"
     query = "&".join(p.split("=", 1)[0] + "=…" for p in parts.query.split("&") if p)

@@ -15,6 +15,7 @@ import msgspec
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
 from ..storage.sealing import Sealer, Unsealable
 from .formats import AlertMessage, build_request
+from .mail import EmailSettings, build_email
 from .redaction import redacted_url
 from .signing import generate_secret
 from .targets import (
@@ -24,6 +25,7 @@ from .targets import (
     Target,
     UnresolvedTarget,
     UnsafeTarget,
+    check_smtp_target,
     resolve_target,
 )
 from .targets import check_target as _check_target
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trainledger.webhooks")
 
-WebhookFormat = Literal["standard", "slack", "feishu", "dingtalk", "wecom"]
+WebhookFormat = Literal["standard", "slack", "feishu", "dingtalk", "wecom", "teams", "email"]
 AlertKindName = Literal["threshold", "forecast", "growth"]
 
 
@@ -56,8 +58,10 @@ class WebhookIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     url: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
     format: WebhookFormat = "standard"
     # standard: a whsec_ secret (generated when absent); feishu/dingtalk: the bot's signing
-    # secret, if it has one; slack/wecom: none (the URL is the secret).
+    # secret, if it has one; slack/wecom/teams: none (the URL is the secret); email: the
+    # SMTP password (with email.username).
     secret: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    email: EmailSettings | None = None  # format email only: sender, recipients, TLS, login
     projects: Annotated[list[ProjectName], msgspec.Meta(min_length=1, max_length=1000)] | None = (
         None  # None: every project
     )
@@ -77,6 +81,7 @@ class WebhookRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     kinds: list[str] | None = None
     created_at: datetime
     description: str = ""
+    email: EmailSettings | None = None
     # Why the stored URL and secret could not be opened (another key): then `url` is "".
     unsealable: str | None = None
 
@@ -102,6 +107,7 @@ class StoredWebhook(msgspec.Struct, kw_only=True, omit_defaults=True):
     kinds: list[str] | None = None
     created_at: datetime
     description: str = ""
+    email: EmailSettings | None = None  # the password is sealed (the secret)
 
 
 class WebhookView(msgspec.Struct, kw_only=True):
@@ -115,6 +121,8 @@ class WebhookView(msgspec.Struct, kw_only=True):
     kinds: list[str] | None
     created_at: datetime
     description: str
+    # format email: sender, recipients, TLS mode and login user (never the password).
+    email: EmailSettings | None = None
     # Set when the configured key cannot open the stored URL and secret (they were
     # encrypted with another TRAINLEDGER_SECRET_KEY): `url` is then empty, and deliveries
     # to it fail with this reason until the key is configured again.
@@ -151,6 +159,7 @@ def seal_webhook(record: WebhookRecord, sealer: Sealer) -> bytes:
             kinds=record.kinds,
             created_at=record.created_at,
             description=record.description,
+            email=record.email,
         )
     )
 
@@ -177,6 +186,7 @@ def open_webhook(raw: bytes, sealer: Sealer) -> WebhookRecord:
         kinds=stored.kinds,
         created_at=stored.created_at,
         description=stored.description,
+        email=stored.email,
         unsealable=why,
     )
 
@@ -199,23 +209,51 @@ _SAMPLE_ALERT = AlertMessage(
 )
 
 
+def webhook_target(url: str, fmt: str, email: EmailSettings | None, allowlist: AllowList) -> Target:
+    """The checked target of a webhook: its SMTP server for `email`, else its HTTP URL."""
+    if fmt == "email":
+        return check_smtp_target(url, allowlist, (email.tls or "") if email else "")
+    return check_target(url, allowlist)
+
+
+def _email_settings(data: WebhookIn) -> EmailSettings | None:
+    """The email settings of a registration, the TLS mode made explicit (WebhookError)."""
+    if data.format != "email":
+        if data.email is not None:
+            raise WebhookError("$.email", "only an email webhook has email settings")
+        return None
+    if data.email is None:
+        raise WebhookError("$.email", "an email webhook needs email settings (from, to)")
+    if (data.email.username is None) != (data.secret is None):
+        raise WebhookError("$.secret", "an SMTP login needs both email.username and secret")
+    tls = data.email.tls or ("implicit" if data.url.lower().startswith("smtps:") else "starttls")
+    settings = msgspec.structs.replace(data.email, tls=tls)
+    try:  # a dry run: the addresses as the message will carry them
+        build_email(_SAMPLE_ALERT, settings, webhook_id="wh_sample", now=datetime.now(UTC))
+    except ValueError as exc:
+        raise WebhookError("$.email", f"not a usable address: {exc}") from exc
+    return settings
+
+
 def new_webhook(
     data: WebhookIn, now: datetime | None = None, allowlist: AllowList | None = None
 ) -> WebhookRecord:
     """Validate a registration and give it an id (and a secret, for `standard`)."""
+    email = _email_settings(data)
     try:
-        check_target(data.url, allowlist or AllowList())
+        webhook_target(data.url, data.format, email, allowlist or AllowList())
     except UnsafeTarget as exc:
         raise WebhookError("$.url", str(exc)) from exc
     secret = data.secret
     if data.format == "standard" and secret is None:
         secret = generate_secret()
-    if data.format in ("slack", "wecom") and secret is not None:
+    if data.format in ("slack", "wecom", "teams") and secret is not None:
         raise WebhookError(
             "$.secret", f"{data.format} webhooks are not signed; the URL is the secret"
         )
     try:  # a dry run validates the URL and the secret the way every delivery will use them
-        build_request(_SAMPLE_ALERT, data.format, data.url, secret)
+        if data.format != "email":
+            build_request(_SAMPLE_ALERT, data.format, data.url, secret)
     except ValueError as exc:
         field = "$.secret" if "secret" in str(exc) else "$.url"
         raise WebhookError(field, str(exc)) from exc
@@ -228,6 +266,7 @@ def new_webhook(
         kinds=sorted(set(data.kinds)) if data.kinds is not None else None,
         created_at=now or datetime.now(UTC),
         description=data.description,
+        email=email,
     )
 
 
@@ -241,6 +280,7 @@ def webhook_view(record: WebhookRecord) -> WebhookView:
         kinds=record.kinds,
         created_at=record.created_at,
         description=record.description,
+        email=record.email,
         unreadable=record.unsealable,
     )
 
@@ -263,7 +303,7 @@ async def create_webhook(
     since every delivery resolves and checks it again before sending."""
     allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
     record = new_webhook(data, allowlist=allow)
-    target = check_target(record.url, allow)
+    target = webhook_target(record.url, record.format, record.email, allow)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_S):
             await resolve_target(target, allow, resolver)

@@ -49,11 +49,14 @@ class WebhookController(Controller):
         summary="Register a webhook for budget alerts",
         description="Formats: standard (Standard Webhooks, signed; the `whsec_` secret is "
         "generated when not given and shown only in this answer), slack, feishu and dingtalk "
-        "(signed when a secret is given), wecom. `projects` and `kinds` narrow which alerts "
+        "(signed when a secret is given), wecom, teams (a Teams Workflows webhook, Adaptive "
+        "Card), and email (the URL is `smtp://host[:port]` or `smtps://host[:port]`, `email` "
+        "names the sender, the recipients, the TLS mode and the login user, `secret` is the "
+        "SMTP password, never shown again). `projects` and `kinds` narrow which alerts "
         "it receives (null: all). Alerts decided from now on are delivered to it. The URL "
-        "must be https and its host must resolve only to public addresses, unless the host "
-        "is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` and the "
-        "reason.",
+        "must be https (smtp: TLS) and its host must resolve only to public addresses, unless "
+        "the host is on TRAINLEDGER_WEBHOOK_ALLOWLIST; a refused URL is a 422 naming `$.url` "
+        "and the reason.",
     )
     async def create(
         self,

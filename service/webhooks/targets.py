@@ -24,6 +24,9 @@ ledger send requests wherever the registrant likes. The rules:
   for certificate verification). A second DNS answer (DNS rebinding) has nothing to swap.
   Each attempt uses a fresh connection, so a connection opened for one name and address is
   never reused for another name. Redirects are never followed: a 3xx is a failed attempt.
+* **The same for SMTP** (`check_smtp_target`, `smtp.send_email`): an ``email`` webhook's
+  server passes the same host and address rules, plain text only when allow-listed, and
+  the connection goes to the checked address with the name verified by TLS.
 
 Nothing here logs, and no error message carries the URL's path or query (they hold the chat
 tools' secrets); `service.webhooks.redaction` removes them from text that came from elsewhere.
@@ -355,6 +358,50 @@ def _check_target(url: str, allow: AllowList) -> Target:
         raise UnsafeTarget(
             f"only https is allowed for {host} (http needs the host on the allow-list)"
         )
+    if ip is not None and not listed:
+        reason = refusal_reason(ip)
+        if reason is not None:
+            raise UnsafeTarget(f"{ip} is {reason}")
+    return target
+
+
+SMTP_PORTS: Final = {"smtp": 587, "smtps": 465}
+
+
+def check_smtp_target(url: str, allow: AllowList | None = None, tls: str = "") -> Target:
+    """`check_target` for an ``email`` webhook's server, ``smtp://host[:port]`` (STARTTLS,
+    port 587) or ``smtps://host[:port]`` (implicit TLS, 465): the same host and address rules;
+    no credentials, path or query; and plain text (`tls` "none") only to an allow-listed host,
+    as http is. Resolving and pinned sending are as for the HTTP formats."""
+    allow = allow or AllowList()
+    if any(ch.isspace() or ord(ch) < 0x20 or ch == "\\" for ch in url):
+        raise UnsafeTarget("the URL contains whitespace, control characters or a backslash")
+    try:
+        split = urlsplit(url)
+        port_given = split.port
+    except ValueError as exc:
+        raise UnsafeTarget("not a valid smtp:// or smtps:// URL (host and port)") from exc
+    scheme = split.scheme.lower()
+    if scheme not in SMTP_PORTS:
+        raise UnsafeTarget("an email webhook's URL must be smtp://host[:port] or smtps://…")
+    if split.username is not None or split.password is not None:
+        raise UnsafeTarget("credentials in the URL are not allowed (use username and secret)")
+    if split.path not in ("", "/") or split.query or split.fragment:
+        raise UnsafeTarget("an smtp(s) URL names only the host and port")
+    if not split.hostname or port_given == 0:
+        raise UnsafeTarget("the URL has no host, or a port that is not from 1 to 65535")
+    try:
+        ip = parse_literal(split.hostname)
+        host = ip.compressed if ip is not None else _check_name(split.hostname)
+    except UnicodeError as exc:
+        raise UnsafeTarget("the URL's host is not a valid internationalized domain name") from exc
+    default_port = SMTP_PORTS["smtps" if tls == "implicit" else scheme]
+    target = Target(url, scheme, host, port_given or default_port, ip)
+    listed = allow.host_allowed(target)
+    if scheme == "smtps" and tls not in ("", "implicit"):
+        raise UnsafeTarget(f"smtps:// is implicit TLS; tls {tls!r} needs smtp://")
+    if tls == "none" and not listed:
+        raise UnsafeTarget(f"plain-text SMTP is allowed only for an allow-listed host, not {host}")
     if ip is not None and not listed:
         reason = refusal_reason(ip)
         if reason is not None:

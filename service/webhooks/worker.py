@@ -45,35 +45,31 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import msgspec
 
-from ..budgets.service import AlertView, alert_view
-from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
+from ..cancellation import raise_if_cancelled
+from ..metrics import WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from ..storage.sealing import Sealer, load_sealer
 from .config import DeliveryConfig, parse_retry_after, retry_delay
-from .deliveries import (
-    DeliveryRecord,
-    delivery_decoder,
-    delivery_id,
-    highest_first,
-    now_ms,
-    one_message_each,
-)
+from .deliveries import DeliveryRecord, delivery_decoder, now_ms
+from .dispatch import dispatch_alerts
 from .formats import AlertMessage, OutgoingRequest, build_request
 from .messages import alert_message
 from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
-from .registry import WebhookRecord, check_target, load_webhooks, wants
+from .registry import WebhookRecord, check_target, load_webhooks
 from .sending import send_checked
-from .targets import AllowList, Resolver, Target, UnsafeTarget
+from .smtp import deliver_email
+from .targets import (
+    AllowList,
+    Resolver,
+    Target,
+    UnsafeTarget,
+)
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 
-DELIVERY_GROUP = "deliverers"
-# Messages one dispatch round orders by their due time, each a millisecond after the one
-# before, in the second before the round (past that many, the rest are due a little later).
-_ORDERED_PER_ROUND = 1000
 _MAX_ERROR_CHARS = 300
 
 
@@ -85,20 +81,6 @@ class _Job:
     token: int  # the lease's end, which is its token
     webhook: WebhookRecord | None
     entry: tuple[int, int]  # its alert's stream entry: alert order
-
-
-def _stop_if_cancelled(cause: BaseException | None = None) -> None:
-    """Raise CancelledError if this task was asked to stop but the request got lost.
-
-    On Python 3.11, ``asyncio.wait_for`` drops a cancellation that arrives as the awaited
-    operation completes (fixed in 3.12), and redis-py wraps every socket write in it: a loop
-    that talks to Redis all the time would then survive ``task.cancel()``. The request still
-    shows in ``Task.cancelling()``, so the loop checks it on every round. (A client library
-    turning a cancelled call into an error of its own is caught the same way.)
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError from cause
 
 
 def _clip(text: str) -> str:
@@ -165,7 +147,7 @@ class DeliveryWorker:
                         failures = 0
                         pause = self.config.poll_s
                     except Exception as exc:
-                        _stop_if_cancelled(exc)
+                        raise_if_cancelled(exc)
                         failures += 1
                         pause = min(30.0, self.config.poll_s * 2 ** min(failures, 8))
                         log.warning(
@@ -174,7 +156,7 @@ class DeliveryWorker:
                             exc,
                             pause,
                         )
-                    _stop_if_cancelled()
+                    raise_if_cancelled()
                     await asyncio.sleep(pause)
         finally:
             for task in inflight:
@@ -199,86 +181,14 @@ class DeliveryWorker:
         (`send_pinned`), so there is no client or pool to share."""
         yield self.ssl_context or httpx.create_ssl_context()
 
-    # Dispatch: alerts stream -> outbox --------------------------------------------------
+    # Dispatch: alerts stream -> outbox (service/webhooks/dispatch.py) -------------------
 
     async def dispatch(self) -> int:
         """Move every new (or abandoned) alert of every project into the outbox. Returns the
         number of deliveries created."""
-        webhooks = await load_webhooks(self.store, self.sealer)
-        created = 0
-        idle_ms = int(self.config.claim_idle_s * 1000)
-        for project in await self.store.projects.projects():
-            queued = 0  # messages queued for this project in this round, in stream order
-            while True:
-                entries = await self.store.webhooks.alerts_to_dispatch(
-                    project, DELIVERY_GROUP, self.consumer, self.config.batch, idle_ms
-                )
-                views = [self._read_alert(project, e, f) for e, f in entries]
-                for group in one_message_each(views):
-                    created += await self._dispatch_group(
-                        project,
-                        [entries[i][0] for i in group],
-                        [v for i in group if (v := views[i]) is not None],
-                        webhooks,
-                        queued,
-                    )
-                    queued += 1
-                if len(entries) < self.config.batch:
-                    break
-        return created
-
-    def _read_alert(
-        self, project: str, entry_id: str, fields_: dict[str, bytes] | None
-    ) -> AlertView | None:
-        if fields_ is None:
-            return None  # deleted while pending: acknowledged, nothing to deliver
-        try:
-            view = alert_view(entry_id, fields_)
-        except (KeyError, ValueError, msgspec.MsgspecError) as exc:
-            log.error("alert %s of %s is unreadable (%s); not delivered", entry_id, project, exc)
-            return None
-        return view
-
-    async def _dispatch_group(
-        self,
-        project: str,
-        entry_ids: Sequence[str],
-        views: Sequence[AlertView],
-        webhooks: Sequence[WebhookRecord],
-        queued: int,
-    ) -> int:
-        """Queue one delivery per webhook for alerts told in one message, and acknowledge
-        their entries. The due time orders the queue as the stream is ordered: the queue
-        sorts equal times by delivery id ("…:t100|…" before "…:t50|…"), so each message
-        of a round is due one millisecond after the one before it, all of them already due
-        (up to `_ORDERED_PER_ROUND`)."""
-        now = self._clock()
-        due = now - _ORDERED_PER_ROUND + queued
-        records: list[tuple[str, bytes]] = []
-        if views:
-            view, *also = highest_first(views)
-            for webhook in webhooks:
-                if not wants(webhook, project, view.kind):
-                    continue
-                did = delivery_id(view.id, webhook.id)
-                record = DeliveryRecord(
-                    id=did,
-                    alert_id=view.id,
-                    webhook_id=webhook.id,
-                    project=project,
-                    entry=entry_ids[0],
-                    alert=view,
-                    also=also,
-                    created_at=now,
-                    next_at=due,
-                )
-                records.append((did, msgspec.json.encode(record)))
-        created = await self.store.webhooks.dispatch_alert(
-            project, DELIVERY_GROUP, entry_ids, due, records
+        return await dispatch_alerts(
+            self.store, self.sealer, self.config, self.consumer, self._clock
         )
-        for fired in views:
-            ALERTS_FIRED.labels(fired.kind).inc()
-        return created
 
     # Send: outbox -> receivers --------------------------------------------------------------
 
@@ -335,7 +245,7 @@ class DeliveryWorker:
         try:
             await self.attempt(tls, job, cache)
         except Exception as exc:  # Redis away: the lease runs out and another round retries
-            _stop_if_cancelled(exc)
+            raise_if_cancelled(exc)
             text = str(exc)
             if job.webhook is not None:  # an error may quote the URL: never log its secrets
                 hook = job.webhook
@@ -380,6 +290,9 @@ class DeliveryWorker:
         if webhook.unsealable is not None:  # the wrong key: retried, as the key may be fixed
             await self._failed_attempt(job, record, None, _clip(webhook.unsealable), None)
             return
+        if webhook.format == "email":  # SMTP, not HTTP: service.webhooks.smtp
+            await self._attempt_email(job, record, webhook, tls, cache)
+            return
         secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
         try:
             target = check_target(webhook.url, self.allowlist)
@@ -401,6 +314,27 @@ class DeliveryWorker:
             await self._finish(job, record, "delivered", http_status=status, attempted=True)
             return
         await self._failed_attempt(job, record, status, _clip(scrub(error, secrets_)), retry_after)
+
+    async def _attempt_email(
+        self,
+        job: _Job,
+        record: DeliveryRecord,
+        webhook: WebhookRecord,
+        tls: ssl.SSLContext,
+        cache: dict[str, asyncio.Task[AlertMessage]],
+    ) -> None:
+        """`attempt` for an email webhook (`service.webhooks.smtp`): `last_status_code` holds
+        the SMTP reply code, and a 5xx reply makes a dead letter at once."""
+        outcome = await deliver_email(
+            webhook, await self._message(record, cache), allowlist=self.allowlist,
+            resolver=self.resolver, ssl_context=tls, timeout_s=self.config.timeout_s,
+        )  # fmt: skip
+        if outcome.error is not None and not outcome.permanent:
+            await self._failed_attempt(job, record, outcome.code, _clip(outcome.error), None)
+            return
+        done: Literal["delivered", "failed"] = "failed" if outcome.error else "delivered"
+        error = _clip(outcome.error) if outcome.error else outcome.note
+        await self._finish(job, record, done, http_status=outcome.code, error=error, attempted=True)
 
     async def _send(
         self, tls: ssl.SSLContext, target: Target, request: OutgoingRequest, message_id: str

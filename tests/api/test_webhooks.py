@@ -778,7 +778,7 @@ async def test_registration_validates_and_never_shows_secrets(
                 {"url": "https://x.example/", "format": "slack", "secret": "s"}, 422, "$.secret"
             )
             await refused({"url": "https://x.example/", "secret": "whsec_AAAA"}, 422, "$.secret")
-            await refused({"url": "https://x.example/", "format": "teams"}, 400, None)
+            await refused({"url": "https://x.example/", "format": "telegram"}, 400, None)
             await refused({"url": "https://x.example/", "projects": ["Bad Name"]}, 400, None)
 
         scoped = await api.token("admin", ["llm"])

@@ -451,7 +451,7 @@ SECRETS: dict[str, str | None] = {"slack": None, "feishu": "s", "dingtalk": "s",
 
 
 def test_formats_constant() -> None:
-    assert FORMATS == ("standard", "slack", "feishu", "dingtalk", "wecom")
+    assert FORMATS == ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
 
 
 @pytest.mark.parametrize("fmt", CHAT_FORMATS)
@@ -566,7 +566,7 @@ def test_long_names_are_clipped() -> None:
 def test_argument_errors() -> None:
     alert = make_alert()
     with pytest.raises(ValueError, match="format"):
-        build_request(alert, "teams", "https://c.example/h", None)
+        build_request(alert, "carrier-pigeon", "https://c.example/h", None)
     with pytest.raises(ValueError, match="url"):
         build_request(alert, "slack", "ftp://c.example/h", None)
     with pytest.raises(ValueError, match="not signed"):
