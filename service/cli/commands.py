@@ -74,7 +74,8 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_plan_estimate(args: argparse.Namespace, settings: Settings) -> int:
     body = read_json_file(args.file)
     with Client.from_args(args, settings) as client:
-        estimate = client.json("POST", "/v1/plans/estimate", json=body)
+        # A computation that stores nothing: safe to repeat after a timeout.
+        estimate = client.json("POST", "/v1/plans/estimate", json=body, idempotent=True)
     if args.json:
         print_json(estimate)
         return 0

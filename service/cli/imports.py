@@ -206,8 +206,13 @@ def post_events(
         for first in range(0, len(events), batch_size):
             batch = events[first : first + batch_size]
             # 422 is the answer when every event of the batch was rejected: still a report.
+            # Idempotent by the events' ids: retried even after a timeout.
             response = client.request(
-                "POST", "/v1/events", json=[e.as_json() for e in batch], ok=(422,)
+                "POST",
+                "/v1/events",
+                json=[e.as_json() for e in batch],
+                ok=(422,),
+                idempotent=True,
             )
             report = response.json()
             if "accepted" not in report:  # a 422 problem that is not an ingest report

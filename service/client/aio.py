@@ -21,7 +21,13 @@ from .models import (
     ndjson,
     read_report,
 )
-from .retry import RetryPolicy, retry_after_seconds, retryable_error, retryable_status
+from .retry import (
+    RetryPolicy,
+    idempotent_method,
+    retry_after_seconds,
+    retryable_error,
+    retryable_status,
+)
 from .sync import DEFAULT_BATCH, BatcherError, OnRetry
 
 if TYPE_CHECKING:
@@ -73,18 +79,21 @@ class AsyncClient:
             self.on_retry(retry + 1, delay, cause)
         await self._sleep(delay)
 
-    async def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def send(
+        self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
+    ) -> httpx.Response:
         """The answer to a request, retried under the policy (see `Client.send`)."""
+        repeatable = idempotent_method(method) if idempotent is None else idempotent
         for retry in range(self.retry.attempts):
             last = retry == self.retry.attempts - 1
             try:
                 response = await self.http.request(method, path, **kwargs)
             except Exception as exc:
-                if last or not retryable_error(exc):
+                if last or not retryable_error(exc, repeatable):
                     raise
                 await self._wait(retry, exc, None)
                 continue
-            if last or not retryable_status(response.status_code):
+            if last or not retryable_status(response.status_code, repeatable):
                 return response
             await self._wait(retry, response.status_code, response)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -101,8 +110,13 @@ class AsyncClient:
         return (await self.request(method, path, **kwargs)).json()
 
     async def post_ndjson(self, lines: Sequence[bytes]) -> IngestReport:
+        # Idempotent by the events' ids: a post repeated after a timeout counts nothing twice.
         response = await self.send(
-            "POST", "/v1/events", content=ndjson(lines), headers={"Content-Type": NDJSON}
+            "POST",
+            "/v1/events",
+            idempotent=True,
+            content=ndjson(lines),
+            headers={"Content-Type": NDJSON},
         )
         if response.status_code in (200, 422):
             report = read_report(response.content)

@@ -54,16 +54,34 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts=1)
 
 
-def retryable_status(status: int) -> bool:
-    return status in RETRY_STATUSES
+# Answers that say the request was not acted on: retried even when a second request would
+# not be harmless (429: refused by the rate limit; 503: busy or storage away, nothing done).
+REFUSED_STATUSES = frozenset({429, 503})
+# Errors raised before a request left: it cannot have been acted on.
+NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Methods whose repetition changes nothing more (RFC 9110 §9.2.2). An event post is made
+# idempotent by its ids; the client says so itself.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 
 
-def retryable_error(error: Exception) -> bool:
+def idempotent_method(method: str) -> bool:
+    return method.upper() in IDEMPOTENT_METHODS
+
+
+def retryable_status(status: int, idempotent: bool = True) -> bool:
+    """Whether to try again after this answer: any transient one for a request that may be
+    repeated; only the ones that say nothing was done for one that may not (a budget created
+    twice, a rate card given two versions)."""
+    return status in (RETRY_STATUSES if idempotent else REFUSED_STATUSES)
+
+
+def retryable_error(error: Exception, idempotent: bool = True) -> bool:
     """A connection refused or reset, a timeout, a broken answer: the moment, not the request.
-    (An unsupported URL scheme is a mistake in the request: not retried.)"""
-    return isinstance(error, httpx.TransportError) and not isinstance(
-        error, httpx.UnsupportedProtocol
-    )
+    A request that may not be repeated is retried only when it never left (refused connection,
+    connect timeout). An unsupported URL scheme is a mistake in the request: never retried."""
+    if not isinstance(error, httpx.TransportError) or isinstance(error, httpx.UnsupportedProtocol):
+        return False
+    return idempotent or isinstance(error, NOT_SENT_ERRORS)
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:

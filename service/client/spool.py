@@ -72,7 +72,6 @@ class Spool:
         self.tmp = self.directory / "tmp"
         self.new = self.directory / "new"
         self.failed = self.directory / "failed"
-        self.batch_size = 5_000
         for path in (self.tmp, self.new, self.failed):
             path.mkdir(parents=True, exist_ok=True)
 
@@ -128,7 +127,6 @@ class Spool:
         file once the service has answered for all its events. Raises what the client raises
         when the service stays unreachable (the files stay, for the next drain)."""
         report = DrainReport()
-        self.batch_size = batch_size
         with self.draining(wait):
             self._remove_stale_tmp()
             batch: list[bytes] = []
@@ -138,30 +136,37 @@ class Spool:
                 if lines is None:
                     continue
                 if batch and len(batch) + len(lines) > batch_size:
-                    self._send(client, batch, paths, report)
+                    self._send(client, batch, paths, batch_size, report)
                     batch, paths = [], []
                 batch.extend(lines)
                 paths.append(path)
             if batch:
-                self._send(client, batch, paths, report)
+                self._send(client, batch, paths, batch_size, report)
         return report
 
     def _send(
-        self, client: Client, lines: list[bytes], paths: list[Path], report: DrainReport
+        self,
+        client: Client,
+        lines: list[bytes],
+        paths: list[Path],
+        batch_size: int,
+        report: DrainReport,
     ) -> None:
         from .errors import ApiError
 
         try:
             answers = [
-                client.post_ndjson(lines[first : first + self.batch_size])
-                for first in range(0, len(lines), self.batch_size)
+                client.post_ndjson(lines[first : first + batch_size])
+                for first in range(0, len(lines), batch_size)
             ]
         except ApiError as exc:
             if not exc.refused_batch:
                 raise
             if len(paths) > 1:  # find the file the service refuses; send the others
                 for path in paths:
-                    self._send(client, _read_lines(path) or [], [path], report)
+                    alone = _read_lines(path)
+                    if alone:
+                        self._send(client, alone, [path], batch_size, report)
                 return
             # Refused as a whole (not NDJSON, a project the token may not reach, too large):
             # sending it again would be refused again. Kept beside the service's answer.

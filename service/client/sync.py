@@ -22,7 +22,13 @@ from .models import (
     ndjson,
     read_report,
 )
-from .retry import RetryPolicy, retry_after_seconds, retryable_error, retryable_status
+from .retry import (
+    RetryPolicy,
+    idempotent_method,
+    retry_after_seconds,
+    retryable_error,
+    retryable_status,
+)
 
 if TYPE_CHECKING:
     from .spool import DrainReport, Spool
@@ -78,19 +84,25 @@ class Client:
             self.on_retry(retry + 1, delay, cause)
         self._sleep(delay)
 
-    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def send(
+        self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
+    ) -> httpx.Response:
         """The answer to a request, retried under the policy; the last answer (any status)
-        once retrying is over; raises the transport error when the last try had no answer."""
+        once retrying is over; raises the transport error when the last try had no answer.
+        `idempotent` (default: GET, HEAD, OPTIONS, DELETE) says whether the request may be
+        repeated after an unknown outcome (a timeout, a 502); if not, only refusals (429, 503)
+        and requests that never left are retried."""
+        repeatable = idempotent_method(method) if idempotent is None else idempotent
         for retry in range(self.retry.attempts):
             last = retry == self.retry.attempts - 1
             try:
                 response = self.http.request(method, path, **kwargs)
             except Exception as exc:
-                if last or not retryable_error(exc):
+                if last or not retryable_error(exc, repeatable):
                     raise
                 self._wait(retry, exc, None)
                 continue
-            if last or not retryable_status(response.status_code):
+            if last or not retryable_status(response.status_code, repeatable):
                 return response
             self._wait(retry, response.status_code, response)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -109,33 +121,46 @@ class Client:
 
     @contextmanager
     def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        """A streamed answer; opening it retries like any request (not once it streams)."""
+        """A streamed answer; opening it retries like any request. Once its body is being
+        read a failure is not retried (part of it was consumed): it raises to the caller."""
+        response = self._open_stream(method, path, **kwargs)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise ApiError(response)
+            yield response
+        finally:
+            response.close()
+
+    def _open_stream(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         for retry in range(self.retry.attempts):
             last = retry == self.retry.attempts - 1
             try:
-                with self.http.stream(method, path, **kwargs) as response:
-                    if not last and retryable_status(response.status_code):
-                        response.read()
-                        cause: int | Exception = response.status_code
-                    else:
-                        if response.status_code >= 400:
-                            response.read()
-                            raise ApiError(response)
-                        yield response
-                        return
-            except httpx.TransportError as exc:
+                request = self.http.build_request(method, path, **kwargs)
+                response = self.http.send(request, stream=True)
+            except Exception as exc:
                 if last or not retryable_error(exc):
                     raise
                 self._wait(retry, exc, None)
                 continue
-            self._wait(retry, cause, response)
+            if last or not retryable_status(response.status_code):
+                return response
+            response.read()
+            response.close()
+            self._wait(retry, response.status_code, response)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- events -------------------------------------------------------------------------
 
     def post_ndjson(self, lines: Sequence[bytes]) -> IngestReport:
         """Post events already encoded as JSON (one a line) as one batch."""
+        # Idempotent by the events' ids: a post repeated after a timeout counts nothing twice.
         response = self.send(
-            "POST", "/v1/events", content=ndjson(lines), headers={"Content-Type": NDJSON}
+            "POST",
+            "/v1/events",
+            idempotent=True,
+            content=ndjson(lines),
+            headers={"Content-Type": NDJSON},
         )
         if response.status_code in (200, 422):
             report = read_report(response.content)

@@ -148,40 +148,32 @@ async def test_agent_stops_on_sigterm_and_loses_nothing(
     spool = Spool(tmp_path / "spool")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
     env.update(TRAINLEDGER_URL=f"http://127.0.0.1:{free_port()}", TRAINLEDGER_TOKEN=api.admin_token)
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainledger.cli",
-            "agent",
-            "--spool",
-            str(spool.directory),
-            "--interval",
-            "0.05",
-            "--max-backoff",
-            "0.2",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "trainledger.cli", "agent"),
+                *("--spool", str(spool.directory), "--interval", "0.05", "--max-backoff", "0.2"),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         spool.put([event(f"g-{i}", "1") for i in range(4)])
-        # It is retrying against a service that is not there; SIGTERM stops it at once.
+        # Wait until it is retrying against a service that is not there, then stop it.
         for _ in range(MAX_POLLS):
-            if agent.poll() is not None:
+            if agent.poll() is not None or "Connection refused" in log_path.read_text():
                 break
             await asyncio.sleep(0.05)
-            if (spool.directory / "drain.lock").exists():
-                break
-        await asyncio.sleep(0.5)
         agent.send_signal(signal.SIGTERM)
-        out, _ = agent.communicate(timeout=60)
+        agent.wait(timeout=60)
     finally:
         if agent.poll() is None:
             agent.kill()
+            agent.wait()
+    out = log_path.read_text()
     assert agent.returncode == 0, out
     assert "Connection refused" in out
     assert "agent: stopped; 4 events spooled" in out

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainledger.client.retry import (
     RetryPolicy,
+    idempotent_method,
     retry_after_seconds,
     retryable_error,
     retryable_status,
@@ -77,3 +78,19 @@ def test_a_policy_needs_one_attempt() -> None:
         RetryPolicy(attempts=0)
     with pytest.raises(ValueError):
         RetryPolicy(base=-1)
+
+
+def test_a_request_that_may_not_be_repeated_is_retried_only_when_nothing_was_done() -> None:
+    # A budget created twice, a rate card given two versions: after a timeout or a 502 the
+    # outcome is unknown, so only refusals and requests that never left are retried.
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/budgets")
+    assert retryable_status(429, idempotent=False)
+    assert retryable_status(503, idempotent=False)
+    for status in (408, 500, 502, 504):
+        assert not retryable_status(status, idempotent=False), status
+    assert retryable_error(httpx.ConnectError("refused", request=request), idempotent=False)
+    assert retryable_error(httpx.ConnectTimeout("slow", request=request), idempotent=False)
+    assert not retryable_error(httpx.ReadTimeout("slow", request=request), idempotent=False)
+    assert not retryable_error(httpx.RemoteProtocolError("x", request=request), idempotent=False)
+    assert idempotent_method("get") and idempotent_method("DELETE")
+    assert not idempotent_method("POST") and not idempotent_method("PUT")
