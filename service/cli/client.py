@@ -3,7 +3,8 @@ RFC 9457 problem document is shown.
 
 URL: `--url`, else `$TRAINLEDGER_URL`, else http://127.0.0.1:8000. Token: `--token`, else
 `$TRAINLEDGER_TOKEN`, else the local admin token `trainledger serve` wrote in the data
-directory (`$TRAINLEDGER_DATA_DIR/admin-token`, `.trainledger/admin-token` by default).
+directory (`$TRAINLEDGER_DATA_DIR/admin-token`; by default the user data dir, e.g.
+`~/.local/share/trainledger/admin-token` on Linux, whatever directory a command runs from).
 """
 
 from __future__ import annotations
