@@ -11,6 +11,7 @@ docs/reference/configuration.md (a test keeps the two together).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,14 +229,25 @@ def read_variables(environ: Mapping[str, str]) -> dict[str, Any]:
         except (ValueError, UnicodeError):
             problems.append(refusal(var, raw, var.kind.allowed, secret=var.secret))
     if not problems:
-        delivery = {k: environ[v] for k, v in DeliveryConfig.ENV.items() if environ.get(v)}
-        try:
-            DeliveryConfig.from_env(delivery)
-        except SystemExit as exc:  # values allowed one by one, but not together
-            problems.append(f"{exc.code} (TRAINLEDGER_WEBHOOK_LEASE_S, _TIMEOUT_S...)")
+        problems += _delivery_conflicts(environ)
     if problems:
         raise ConfigError(problems)
     return values
+
+
+def _delivery_conflicts(environ: Mapping[str, str]) -> list[str]:
+    """The webhook delivery values allowed one by one but not together (the lease must
+    outlast the timeout), with `DeliveryConfig`'s field names put back as variable names."""
+    given = {v: environ[v] for v in DeliveryConfig.ENV.values() if environ.get(v, "").strip()}
+    try:
+        DeliveryConfig.from_env(given)
+    except SystemExit as exc:
+        text = str(exc.code).removeprefix("webhook delivery settings: ")
+        for name, var in DeliveryConfig.ENV.items():
+            text = re.sub(rf"\b{name}\b", var, text)
+        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        return [f"{text} (set: {shown or 'the defaults'})"]
+    return []
 
 
 @dataclass(frozen=True)

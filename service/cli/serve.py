@@ -297,6 +297,24 @@ def _serve(args: argparse.Namespace, settings: Settings, url: str, sealer: Seale
     return 0
 
 
+# Where versions before the user data dir kept their data: relative to the working directory.
+OLD_DATA_DIR = Path(".trainledger")
+
+
+def _warn_of_an_older_data_dir(data_dir: Path) -> None:
+    """Say so when the working directory holds the data of an earlier version that this
+    start does not use: a ledger must not seem to vanish without a word."""
+    old = OLD_DATA_DIR.absolute()
+    if old != data_dir and (old / ADMIN_TOKEN_FILE).exists():
+        log.warning(
+            "%s holds the data of an earlier start (the old default); this one uses %s. "
+            "To keep using it, set TRAINLEDGER_DATA_DIR=%s (or --data-dir), or move it there",
+            old,
+            data_dir,
+            old,
+        )
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ..http.protocol import read_timeouts
 
@@ -314,6 +332,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.data_dir,
         extra={"fields": {"data_dir": str(settings.data_dir)}},
     )
+    _warn_of_an_older_data_dir(settings.data_dir)
     url = settings.redis_url
     # uvicorn shuts down on SIGTERM and then raises the signal again; with the default
     # disposition that kills the process before the `finally` below stops the embedded
