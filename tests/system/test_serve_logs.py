@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pty
 import selectors
 import shutil
 import signal
@@ -363,3 +364,40 @@ def test_one_data_dir_whatever_the_working_directory(short_dir: Path) -> None:
     finally:
         again.stop()
     assert "created on first start" not in again.output()
+
+
+def test_the_token_is_shown_on_a_terminal_only(short_dir: Path) -> None:
+    """With stderr a terminal, the first start's token is shown there, as a line in the log
+    format; the same start into a file or a pipe (the other tests here) never shows it."""
+    data_dir = short_dir / "data"
+    port = free_port()
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainledger.cli", "serve", "--port", str(port)],
+        cwd=short_dir,
+        env=clean_env(TRAINLEDGER_DATA_DIR=str(data_dir)),
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    shown = b""
+    try:
+        deadline = time.monotonic() + MAX_WAIT_S
+        with selectors.DefaultSelector() as sel:
+            sel.register(controller, selectors.EVENT_READ)
+            while b"serving on" not in shown:
+                assert time.monotonic() < deadline and proc.poll() is None, shown
+                if sel.select(timeout=1):
+                    shown += os.read(controller, 65536)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        os.close(controller)
+    token = (data_dir / "admin-token").read_text().strip()
+    lines = json_lines(shown.decode())
+    (shown_token,) = [line for line in lines if token in line["message"]]
+    assert shown_token["logger"] == "trainledger.serve"
