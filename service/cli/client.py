@@ -76,8 +76,9 @@ def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
         return path.read_text().strip()
     except OSError as exc:
         raise CliError(
-            f"no token: pass --token, set TRAINLEDGER_TOKEN, or run where `trainledger serve` "
-            f"wrote {path} ({exc.strerror or exc})"
+            f"no token: pass --token, set TRAINLEDGER_TOKEN, or use the data dir where "
+            f"`trainledger serve` wrote its admin token (TRAINLEDGER_DATA_DIR; here {path}: "
+            f"{exc.strerror or exc})"
         ) from exc
 
 
