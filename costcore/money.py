@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import cache
+
+from iso4217 import Currency
 
 __all__ = [
     "DECIMAL_TEXT_PATTERN",
@@ -27,7 +30,9 @@ __all__ = [
     "QUANTITY_SCALE",
     "decimal_text_problem",
     "format_money",
+    "format_money_for_people",
     "format_quantity",
+    "minor_units",
     "parse_money",
     "parse_price",
     "parse_quantity",
@@ -172,6 +177,35 @@ def format_money(nano: int) -> str:
     ``12500000000 -> "12.50"``, ``1 -> "0.000000001"``, ``-1500000000 -> "-1.50"``.
     """
     return _format_fixed(nano, MONEY_DECIMALS, 2)
+
+
+@cache
+def minor_units(currency: str) -> int:
+    """The currency's minor units: its ISO 4217 exponent (``USD`` 2, ``JPY`` 0, ``KWD`` 3,
+    ``CLF`` 4), from the ISO table the ``iso4217`` package ships. A code ISO gives no minor
+    unit (``XAU``, ``XXX``) or does not know shows cents, the common precision."""
+    try:
+        exponent = Currency(currency).exponent
+    except ValueError:
+        return 2
+    return 2 if exponent is None else exponent
+
+
+def format_money_for_people(nano: int, currency: str) -> str:
+    """A nano-currency amount as people read it: rounded (half to even) to the currency's
+    minor units, thousands grouped with ",", the ISO code after it: ``1562680000400, "USD"
+    -> "1,562.68 USD"``, ``"JPY" -> "1,563 JPY"``. An amount that is not zero but rounds to
+    zero shows as below the smallest unit (``"<0.01 USD"``), never as a bare zero. Money
+    shown to people goes through this; machine-readable answers keep `format_money`."""
+    places = minor_units(currency)
+    units = round_half_even_div(abs(nano), 10 ** (MONEY_DECIMALS - places))
+    sign = "-" if nano < 0 else ""
+    prefix = ""
+    if units == 0 and nano != 0:
+        prefix, units = "<", 1
+    whole, frac = divmod(units, 10**places)
+    text = f"{whole:,}" + (f".{frac:0{places}d}" if places else "")
+    return f"{prefix}{sign}{text} {currency}" if currency else f"{prefix}{sign}{text}"
 
 
 def format_quantity(micro: int) -> str:

@@ -192,6 +192,7 @@ VARIABLES: tuple[Variable, ...] = (
         secret=True,
     ),
     Variable("TRAINLEDGER_SECRET_KEY_FILE", PATH, "(unset)"),
+    Variable("TRAINLEDGER_ADMIN_TOKEN_FILE", PATH, "(unset)"),
     _delivery("enabled", ON_OFF),
     _delivery("max_attempts", _integer(1)),
     _delivery("base_delay_s", _seconds(positive=False)),
@@ -205,6 +206,7 @@ VARIABLES: tuple[Variable, ...] = (
     _delivery("batch", _integer(1)),
     Variable("TRAINLEDGER_URL", _url("http", "https"), "http://127.0.0.1:8000"),
     Variable("TRAINLEDGER_TOKEN", TEXT, "the admin token in the data dir", secret=True),
+    Variable("TRAINLEDGER_TOKEN_FILE", PATH, "(unset)"),
 )
 
 

@@ -6,6 +6,7 @@ A token is shown once, when it is created; only its SHA-256 digest is stored.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -75,9 +76,12 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def mint(role: str, projects: list[str] | None, name: str = "") -> tuple[str, str, dict[str, str]]:
-    """A new token: (token, its digest, the record to store)."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+def mint(
+    role: str, projects: list[str] | None, name: str = "", token: str | None = None
+) -> tuple[str, str, dict[str, str]]:
+    """A new token: (token, its digest, the record to store). `token` registers one an
+    operator made (checked by `supplied_token_problem`) instead of a random one."""
+    token = token or TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = secrets.token_hex(6)
     record = {
         "id": token_id,
@@ -87,6 +91,22 @@ def mint(role: str, projects: list[str] | None, name: str = "") -> tuple[str, st
         "created_at": str(int(time.time())),
     }
     return token, digest(token), record
+
+
+# A token an operator supplies (a Docker or Kubernetes secret): long enough to be unguessable,
+# and characters a header carries as they are.
+SUPPLIED_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{32,512}$")
+
+
+def supplied_token_problem(token: str) -> str | None:
+    """Why `token` cannot be a bearer token, or None."""
+    if SUPPLIED_TOKEN_RE.match(token):
+        return None
+    return (
+        f"must be 32 to 512 characters of A-Z a-z 0-9 . _ ~ + / = - (got {len(token)} "
+        f"characters); make one with: python3 -c 'import secrets; "
+        f'print("{TOKEN_PREFIX}" + secrets.token_urlsafe(32))\''
+    )
 
 
 def principal_from_record(record: dict[str, str]) -> Principal:

@@ -211,6 +211,16 @@ def forecast_limit(amount: int, bounds: PeriodBounds, now: datetime, min_pct: in
     return amount * elapsed // length  # forecast > amount  <=>  spent > this
 
 
+def linear_forecast(spent: int, start: datetime, end: datetime, now: datetime) -> int | None:
+    """The spend at the period's end if it goes on as it went from `start` to `now` (None
+    before the period starts)."""
+    elapsed = (min(now, end) - start).total_seconds()
+    if elapsed <= 0:
+        return None
+    length = (end - start).total_seconds()
+    return spent * int(length) // max(int(elapsed), 1)
+
+
 def growth_limit(multiple: str, trailing: Sequence[int]) -> int | None:
     """A day's spend strictly above this is abnormal growth (None: no history yet).
 

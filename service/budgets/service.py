@@ -22,6 +22,7 @@ from .model import (
     counters_for,
     daily_for,
     forecast_limit,
+    linear_forecast,
     new_budget,
     period_of,
 )
@@ -113,11 +114,7 @@ async def budget_status(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )
     amount = amount_nano(budget)
-    elapsed = (min(now, bounds.end) - bounds.start).total_seconds()
-    length = (bounds.end - bounds.start).total_seconds()
-    forecast: int | None = None
-    if elapsed > 0:
-        forecast = spent * int(length) // max(int(elapsed), 1)
+    forecast = linear_forecast(spent, bounds.start, bounds.end, now)
     limit = forecast_limit(amount, bounds, now, 1)
     fired = sorted(
         k for k in await store.budgets.fired_alerts(budget.project) if k.startswith(budget.id + ":")

@@ -2,7 +2,10 @@
 
 Server side: `serve`, `token create|list|revoke` (straight to the service's Redis/Valkey),
 `openapi`. Client side, over HTTP to a running service (`--url`, `--token`): `ratecard apply`,
-`plan estimate`, `costs`, `export focus`, `import slurm|pods`. And `demo`.
+`plan estimate`, `costs`, `export focus`, `import slurm|pods`, `events post`, `spool
+flush`, `agent`, `budgets`, `webhooks`, `alerts` (retried through outages and 429s by
+trainledger.client). `spool put` needs no service, nor does `slurm-hook` (it spools a
+Slurm job's usage as the job ends). And `demo`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import httpx
 
 from .. import __version__
 from ..config import ConfigError, Settings
-from . import commands, imports, serve, spec, tokens
+from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
 from .serve import ensure_admin_token, redis_url_for, run_with_store
 from .spec import openapi_json
@@ -53,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_parser(sub)
     commands.add_parsers(sub)
     imports.add_parsers(sub)
+    events.add_parsers(sub)
+    oncall.add_parsers(sub)
+    slurm_hook.add_parser(sub)
     # The demo declares its own options; they are parsed when it runs (see cmd_demo), so
     # `trainledger demo --help` is the demo's own help.
     demo = sub.add_parser("demo", help="a guided tour on simulated data", add_help=False)

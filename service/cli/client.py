@@ -2,7 +2,8 @@
 RFC 9457 problem document is shown.
 
 URL: `--url`, else `$TRAINLEDGER_URL`, else http://127.0.0.1:8000. Token: `--token`, else
-`$TRAINLEDGER_TOKEN`, else the local admin token `trainledger serve` wrote in the data
+`$TRAINLEDGER_TOKEN`, else the file `$TRAINLEDGER_TOKEN_FILE` names (a mounted secret), else the
+admin token `trainledger serve` was given (`$TRAINLEDGER_ADMIN_TOKEN_FILE`) or wrote in the data
 directory (`$TRAINLEDGER_DATA_DIR/admin-token`; by default the user data dir, e.g.
 `~/.local/share/trainledger/admin-token` on Linux, whatever directory a command runs from).
 """
@@ -11,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +19,18 @@ import httpx
 from rich.table import Table
 from rich.text import Text
 
+from ..client import ApiError as ApiError
+from ..client import Client as HttpClient
+from ..client import RetryPolicy
 from ..config import Settings
-from .serve import ADMIN_TOKEN_FILE
+from .serve import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
 from .ui import ui
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-# 503 "busy" (contention) and "storage unavailable" answers carry Retry-After: honour it a
-# few times before giving up (the same request again: event ids make a retry safe).
-RETRIES = 5
 
 
 class CliError(Exception):
     """A failure to report in one line (no token, unreadable file, ...): exit status 1."""
-
-
-class ApiError(Exception):
-    """The service answered with an error; ``problem`` is its problem document when it sent one."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.status = response.status_code
-        self.problem: dict[str, Any] | None = None
-        self.text = ""
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            self.problem = body
-        else:
-            self.text = response.text[:2000]
-        super().__init__(f"HTTP {self.status}")
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +38,8 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--url", help=f"the service (default: $TRAINLEDGER_URL or {DEFAULT_URL})")
     group.add_argument(
         "--token",
-        help="bearer token (default: $TRAINLEDGER_TOKEN, else the admin token in the data dir)",
+        help="bearer token (default: $TRAINLEDGER_TOKEN, $TRAINLEDGER_TOKEN_FILE, else the local "
+        "admin token)",
     )
     group.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
 
@@ -71,77 +52,53 @@ def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
     token = args.token or os.environ.get("TRAINLEDGER_TOKEN")
     if token:
         return str(token).strip()
-    path = Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    # A mounted secret; else the admin token serve was given, or wrote in the data dir.
+    path = Path(
+        os.environ.get("TRAINLEDGER_TOKEN_FILE")
+        or os.environ.get(ADMIN_TOKEN_FILE_ENV)
+        or Path(settings.data_dir) / ADMIN_TOKEN_FILE
+    )
     try:
         return path.read_text().strip()
     except OSError as exc:
         raise CliError(
-            f"no token: pass --token, set TRAINLEDGER_TOKEN, or use the data dir where "
-            f"`trainledger serve` wrote its admin token (TRAINLEDGER_DATA_DIR; here {path}: "
-            f"{exc.strerror or exc})"
+            f"no token: pass --token, set TRAINLEDGER_TOKEN or TRAINLEDGER_TOKEN_FILE, or use "
+            f"the data dir where `trainledger serve` wrote its admin token "
+            f"(TRAINLEDGER_DATA_DIR; here {path}: {exc.strerror or exc})"
         ) from exc
 
 
-class Client:
-    """A synchronous httpx client for one service; raises ApiError on any 4xx/5xx answer."""
+# Commands that post events ride out a service restart (the library's default policy: about
+# 30 s of retries at worst); the others, run by a person waiting for an answer, give up after
+# a few seconds.
+POSTING = RetryPolicy()
+INTERACTIVE = RetryPolicy(attempts=5, base=0.25, cap=4.0)
 
-    def __init__(self, url: str, token: str, timeout: float = 120.0) -> None:
-        self.url = url
-        self.http = httpx.Client(
-            base_url=url,
-            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-            timeout=timeout,
-            follow_redirects=False,
-        )
+
+class Client(HttpClient):
+    """The library's client (trainledger.client: retries connection errors, timeouts, 429
+    and 5xx, honouring Retry-After) with the URL and token from the command line, saying on
+    stderr when it waits to retry."""
+
+    def __init__(self, url: str, token: str, timeout: float = 120.0, **options: Any) -> None:
+        options.setdefault("retry", INTERACTIVE)
+        super().__init__(url, token, timeout=timeout, on_retry=_say_retry, **options)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, settings: Settings) -> Client:
-        return cls(resolve_url(args), resolve_token(args, settings), args.timeout)
-
-    def close(self) -> None:
-        self.http.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def request(
-        self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any
-    ) -> httpx.Response:
-        """Send, retrying 503 answers that say when to retry; other errors raise ApiError
-        unless their status is in ``ok`` (for answers a caller reads itself)."""
-        for attempt in range(RETRIES + 1):
-            response = self.http.request(method, path, **kwargs)
-            if response.status_code == 503 and attempt < RETRIES:
-                delay = _retry_after(response)
-                if delay is not None:
-                    time.sleep(delay)
-                    continue
-            if response.status_code >= 400 and response.status_code not in ok:
-                raise ApiError(response)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.request(method, path, **kwargs).json()
-
-    @contextmanager
-    def stream(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        with self.http.stream(method, path, **kwargs) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise ApiError(response)
-            yield response
+    def from_args(
+        cls, args: argparse.Namespace, settings: Settings, *, posting: bool = False
+    ) -> Client:
+        return cls(
+            resolve_url(args),
+            resolve_token(args, settings),
+            args.timeout,
+            retry=POSTING if posting else INTERACTIVE,
+        )
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    raw = response.headers.get("retry-after")
-    try:
-        return min(30.0, max(0.0, float(raw))) if raw is not None else None
-    except ValueError:
-        return None
+def _say_retry(attempt: int, delay: float, cause: int | Exception) -> None:
+    why = f"HTTP {cause}" if isinstance(cause, int) else (str(cause) or type(cause).__name__)
+    ui.err.print(Text(f"retrying in {delay:.1f} s ({why}), attempt {attempt + 1}", style="yellow"))
 
 
 def print_problem(error: ApiError) -> None:

@@ -110,7 +110,7 @@ def finish(
         if args.dry_run:
             ui.err.print("dry run: nothing posted", highlight=False)
         return 1 if incomplete else 0
-    with Client.from_args(args, settings) as client:
+    with Client.from_args(args, settings, posting=True) as client:
         try:
             accepted, duplicates, rejected = post_events(client, result.events, args.batch_size)
         except (ApiError, httpx.HTTPError):

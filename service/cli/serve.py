@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..auth.model import mint
+from ..auth.model import digest as digest_of
+from ..auth.model import mint, supplied_token_problem
 from ..config import LOG_LEVELS, Settings
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
@@ -45,6 +46,25 @@ from .serve_logging import (
 
 # The local admin token `serve` writes on first start; client commands fall back to it.
 ADMIN_TOKEN_FILE = "admin-token"
+# Or an admin token the operator supplies as a file (a Docker or Kubernetes secret): registered
+# at start, never printed and never copied into the data dir.
+ADMIN_TOKEN_FILE_ENV = "TRAINLEDGER_ADMIN_TOKEN_FILE"
+
+
+def supplied_admin_token() -> str | None:
+    """The token in the file `$TRAINLEDGER_ADMIN_TOKEN_FILE` names; raises ValueError saying
+    why it cannot be used (never showing it)."""
+    path = os.environ.get(ADMIN_TOKEN_FILE_ENV)
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"{ADMIN_TOKEN_FILE_ENV}: cannot read {path}: {exc.strerror}") from exc
+    problem = supplied_token_problem(token)
+    if problem is not None:
+        raise ValueError(f"{ADMIN_TOKEN_FILE_ENV}: the token in {path} {problem}")
+    return token
 
 
 @contextmanager
@@ -84,8 +104,17 @@ def run_with_store(settings: Settings, action: Callable[[Stores], Coroutine[Any,
         return asyncio.run(go(url))
 
 
-async def ensure_admin_token(store: Stores, data_dir: Path) -> str | None:
-    """On first start (no admin token yet) mint a local admin token and keep it in the data dir."""
+async def ensure_admin_token(
+    store: Stores, data_dir: Path, supplied: str | None = None
+) -> str | None:
+    """On first start (no admin token yet) mint a local admin token and keep it in the data dir.
+    A `supplied` token is registered instead whenever it is not yet known (a changed secret
+    is a new admin token: revoke the old one), and nothing is returned to show."""
+    if supplied is not None:
+        if await store.tokens.token_record(digest_of(supplied)) is None:
+            _, token_digest, record = mint("admin", None, ADMIN_TOKEN_FILE_ENV, supplied)
+            await store.tokens.put_token(token_digest, record["id"], record)
+        return None
     if any(r.get("role") == "admin" for r in await store.tokens.token_records()):
         return None
     token, digest, record = mint("admin", None, "local admin (first start)")
@@ -198,13 +227,15 @@ def _cannot_start(reason: object) -> int:
     return 2
 
 
-async def _bootstrap(url: str, sealer: Sealer, data_dir: Path) -> tuple[str | None, str | None]:
+async def _bootstrap(
+    url: str, sealer: Sealer, data_dir: Path, supplied: str | None
+) -> tuple[str | None, str | None]:
     """(the local admin token minted on first start, why the server must not start)."""
     async with open_store(url) as store:
         refused = await ensure_secret_key(store, sealer)
         if refused is not None:
             return None, refused
-        return await ensure_admin_token(store, data_dir), None
+        return await ensure_admin_token(store, data_dir, supplied), None
 
 
 def log_format_of(args: argparse.Namespace, settings: Settings) -> str:
@@ -277,10 +308,12 @@ def _run_workers(args: argparse.Namespace, log_level: str) -> None:
         sock.close()
 
 
-def _serve(args: argparse.Namespace, settings: Settings, url: str, sealer: Sealer) -> int:
+def _serve(
+    args: argparse.Namespace, settings: Settings, url: str, sealer: Sealer, supplied: str | None
+) -> int:
     """Serve on the running store at `url` until stopped: check the key, mint the first admin
     token, then the folding process and the workers."""
-    token, refused = asyncio.run(_bootstrap(url, sealer, settings.data_dir))
+    token, refused = asyncio.run(_bootstrap(url, sealer, settings.data_dir, supplied))
     if refused is not None:
         return _cannot_start(refused)
     if token:
@@ -347,16 +380,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # first start. An external Redis may be shared by several servers, which must all
         # use one key: it has to be given.
         sealer = load_sealer(settings.data_dir, create=url is None)
-    except SecretKeyError as exc:
+        supplied = supplied_admin_token()
+    except (SecretKeyError, ValueError) as exc:
         return _cannot_start(exc)
     if url is not None:
-        return _serve(args, settings, url, sealer)
+        return _serve(args, settings, url, sealer, supplied)
     embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
     url = embedded.start()
     # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
     log.info("embedded Valkey on %s", redact(url))
     try:
-        return _serve(args, settings, url, sealer)
+        return _serve(args, settings, url, sealer, supplied)
     finally:
         embedded.stop()
 

@@ -72,6 +72,21 @@ from .common import (
     usage_slices,
 )
 
+# The columns `trainledger slurm-hook` asks sacct for; give `import slurm` the same (with
+# `TZ=UTC` and the same `--cluster`) and the two make the same event ids.
+SACCT_FIELDS = (
+    "JobID",
+    "Account",
+    "Partition",
+    "AllocTRES",
+    "ElapsedRaw",
+    "Start",
+    "End",
+    "State",
+    "User",
+    "Comment",
+    "WCKey",
+)
 REQUIRED = ("jobid", "account", "partition", "alloctres", "elapsedraw", "start", "end", "state")
 # Not finished: their allocation may still grow. Import them again once they have ended.
 NOT_FINISHED_STATES = frozenset(

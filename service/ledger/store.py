@@ -69,11 +69,9 @@ def _fold_args(
             i = key_index[key] = len(keys)
         return i
 
-    # Each hash's key spelled once (a fold addresses a few hundred hashes with many thousand
-    # increments), then the increments as increment_args takes them, in their order.
-    key_of = {a: sums_key(project, a) for a in {a for a, _, _ in increments}}
-    keyed = [(key_of[address], field, delta) for address, field, delta in increments]
-    inc, his = increment_args(ref, keyed)
+    # Each hash's key is spelled once: a fold addresses a few hundred hashes with many
+    # thousand increments.
+    inc, his = increment_args(ref, increments, lambda address: sums_key(project, address))
     return keys, msgspec.msgpack.encode([*head, str(events), inc, his])
 
 

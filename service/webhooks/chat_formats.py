@@ -6,7 +6,10 @@ have control characters removed and are clipped, then escaped for the target mar
 Slack mrkdwn gets ``& < >`` as entities (Slack's documented escaping) and every mrkdwn
 text object is ``verbatim``; DingTalk/WeCom markdown get ``& < >`` as entities and
 ``\\ ` * _ [ ] ~ |`` backslash-escaped. Amounts must be decimal strings and the currency
-three capital letters (`service.webhooks.formats` checks), so they never need escaping.
+three capital letters (`service.webhooks.formats` checks); they are shown formatted for
+people (`costcore.money.format_money_for_people`: grouped, rounded to the currency's minor
+units, the code after), which needs no escaping either. The exact figures stay in the
+standard format's payload.
 """
 
 from __future__ import annotations
@@ -14,15 +17,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlsplit
 
 import msgspec
 
+from costcore.money import format_money_for_people, parse_money
+
 if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
     from .formats import AlertMessage
 
-MAX_DRIVERS: Final = 5
+MAX_DRIVERS: Final = 3
 WECOM_MAX_BYTES: Final = 4096
 # C0/C1 controls, line/paragraph separators and bidi overrides/isolates.
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
@@ -35,8 +41,13 @@ _KIND_LABEL: Final = {
     "growth": "Abnormal daily growth",
     "waste": "Waste finding",
 }
-_LINK_ORDER: Final = ("costs", "alerts", "budget")
-_LINK_LABEL: Final = {"costs": "Costs", "alerts": "Alerts", "budget": "Budget"}
+_LINK_ORDER: Final = ("dashboard", "costs", "alerts", "budget")
+_LINK_LABEL: Final = {
+    "dashboard": "Dashboard",
+    "costs": "Costs",
+    "alerts": "Alerts",
+    "budget": "Budget",
+}
 
 Escape = Callable[[str], str]
 
@@ -61,6 +72,29 @@ def _esc_md(value: str) -> str:
 
 def _plain(value: str) -> str:
     return value
+
+
+def _nano(exact: str) -> int | None:
+    try:
+        return parse_money(Decimal(exact))
+    except (ArithmeticError, ValueError, TypeError):
+        return None
+
+
+def people_amount(exact: str, currency: str) -> str:
+    """An exact decimal string as people read it, without the code (the formats put the
+    code after it): ``"1562.6800004", "USD" -> "1,562.68"``. Text that is not an amount is
+    only cleaned."""
+    nano = _nano(exact)
+    if nano is None:
+        return _clean(exact, 40) or "?"
+    return format_money_for_people(nano, currency).removesuffix(" " + currency)
+
+
+def _used_pct(spent: str, amount: str) -> int | None:
+    """Spent as a whole percentage of the budget's amount (rounded down)."""
+    s, a = _nano(spent), _nano(amount)
+    return s * 100 // a if s is not None and a else None
 
 
 def _safe_link(url: str) -> str | None:
@@ -116,6 +150,8 @@ class ChatView(msgspec.Struct, frozen=True, kw_only=True):
     over_by: str
     forecast: str | None
     currency: str
+    used_pct: int | None  # spent as a percentage of the budget's amount
+    also: list[tuple[int | None, str]]  # other thresholds crossed: (pct, limit), highest first
     drivers: list[tuple[str, str]]
     links: list[tuple[str, str]]
     alert_id: str
@@ -134,7 +170,7 @@ def chat_view(alert: AlertMessage) -> ChatView:
     drivers = [
         (
             _clean(driver.get("name", ""), 160) or "(unnamed)",
-            _clean(driver.get("cost", ""), 40) or "?",
+            people_amount(driver.get("cost", ""), alert.currency),
         )
         for driver in alert.top_drivers[:MAX_DRIVERS]
     ]
@@ -146,16 +182,23 @@ def chat_view(alert: AlertMessage) -> ChatView:
         if url is not None:
             links.append((_LINK_LABEL.get(key) or _clean(key, 40) or "link", url))
     shown = budget or "(none)"
+    also = [(a.threshold_pct, people_amount(a.limit, alert.currency)) for a in alert.also_crossed]
     if alert.kind == "threshold":
         pct = f" {alert.threshold_pct}%" if alert.threshold_pct is not None else " its limit"
+        lower = [f"{p}%" for p, _ in also if p is not None]
         title = f"{project}: budget {shown} crossed{pct}"
+        if lower:
+            title += f" (and {', '.join(lower)})"
     elif alert.kind == "forecast":
         title = f"{project}: forecast overrun on budget {shown}"
     elif alert.kind == "growth":
         title = f"{project}: abnormal daily spend growth"
     else:
         title = f"{project}: waste finding"
+    if alert.test:
+        title = "Test message (a sample, not an alert): " + title
     occurred = alert.occurred_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cur = alert.currency
     return ChatView(
         kind=alert.kind,
         title=title,
@@ -164,12 +207,14 @@ def chat_view(alert: AlertMessage) -> ChatView:
         period=_clean(alert.period, 40) or "?",
         budget=budget,
         threshold_pct=alert.threshold_pct,
-        amount=alert.amount,
-        spent=alert.spent,
-        limit=alert.limit,
-        over_by=alert.over_by,
-        forecast=alert.forecast,
-        currency=alert.currency,
+        amount=people_amount(alert.amount, cur),
+        spent=people_amount(alert.spent, cur),
+        limit=people_amount(alert.limit, cur),
+        over_by=people_amount(alert.over_by, cur),
+        forecast=people_amount(alert.forecast, cur) if alert.forecast is not None else None,
+        currency=cur,
+        used_pct=_used_pct(alert.spent, alert.amount),
+        also=also,
         drivers=drivers,
         links=links,
         alert_id=_clean(alert.id, 120),
@@ -177,26 +222,41 @@ def chat_view(alert: AlertMessage) -> ChatView:
     )
 
 
+def _also(v: ChatView) -> str:
+    """The other thresholds the same batch crossed: "80% (8.00 USD), 50% (5.00 USD)"."""
+    return ", ".join(
+        f"{pct}% ({limit} {v.currency})" if pct is not None else f"{limit} {v.currency}"
+        for pct, limit in v.also
+    )
+
+
 def _summary(v: ChatView, esc: Escape) -> str:
-    """One sentence: what crossed what, and by how much."""
+    """What crossed what and by how much; the other thresholds crossed with it; the
+    forecast."""
     cur = v.currency
     budget = esc(v.budget or "(none)")
     over = f"{v.over_by} {cur}"
+    ahead = f" Forecast for {esc(v.period)}: {v.forecast} {cur}." if v.forecast else ""
     if v.kind == "threshold":
         if v.threshold_pct is not None:
-            return (
+            text = (
                 f"Spent {v.spent} {cur} crossed the {v.threshold_pct}% threshold "
-                f"({v.limit} {cur} of {v.amount} {cur}) of budget {budget}, over by {over}."
+                f"({v.limit} {cur}) of budget {budget} ({v.amount} {cur}), over by {over}."
             )
-        return (
-            f"Spent {v.spent} {cur} crossed the limit {v.limit} {cur} "
-            f"of budget {budget}, over by {over}."
-        )
+        else:
+            text = (
+                f"Spent {v.spent} {cur} crossed the limit {v.limit} {cur} "
+                f"of budget {budget}, over by {over}."
+            )
+        if v.also:
+            text += f" Also crossed in the same batch: {_also(v)}."
+        return text + ahead
     if v.kind == "forecast":
         projected = v.forecast if v.forecast is not None else v.spent
         return (
-            f"Forecast {projected} {cur} for {esc(v.period)} exceeds the limit {v.limit} {cur} "
-            f"of budget {budget} by {over} (spent so far {v.spent} {cur})."
+            f"Forecast {projected} {cur} for {esc(v.period)} exceeds budget {budget} "
+            f"({v.amount} {cur}): spent so far {v.spent} {cur}, over the pace limit "
+            f"{v.limit} {cur} by {over}."
         )
     if v.kind == "growth":
         return f"Daily spend {v.spent} {cur} exceeded the growth limit {v.limit} {cur} by {over}."
@@ -210,8 +270,11 @@ def _facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
         facts.append(("Budget", f"{esc(v.budget)} ({v.amount} {cur})"))
     if v.threshold_pct is not None:
         facts.append(("Threshold", f"{v.threshold_pct}% = {v.limit} {cur}"))
+    if v.also:
+        facts.append(("Also crossed", _also(v)))
+    used = f" ({v.used_pct}% of the budget)" if v.used_pct is not None and v.budget else ""
     facts += [
-        ("Spent", f"{v.spent} {cur}"),
+        ("Spent", f"{v.spent} {cur}{used}"),
         ("Limit", f"{v.limit} {cur}"),
         ("Over by", f"{v.over_by} {cur}"),
     ]
@@ -242,7 +305,10 @@ def slack_body(v: ChatView) -> dict[str, Any]:
         },
         {
             "type": "section",
-            "text": mrkdwn("*Top cost drivers*\n" + (drivers or "_no breakdown available_")),
+            "text": mrkdwn(
+                "*Top cost drivers* (SKU / stage / experiment)\n"
+                + (drivers or "_no breakdown available_")
+            ),
         },
         {"type": "context", "elements": [mrkdwn(" · ".join(context))]},
     ]
@@ -262,7 +328,7 @@ def feishu_body(v: ChatView) -> dict[str, Any]:
 
     content: list[list[dict[str, Any]]] = [[text(_summary(v, _plain))]]
     content += [[text(f"{label}: ", bold=True), text(value)] for label, value in _facts(v, _plain)]
-    content.append([text("Top cost drivers:", bold=True)])
+    content.append([text("Top cost drivers (SKU / stage / experiment):", bold=True)])
     if v.drivers:
         content += [
             [text(f"{i}. {name} — {cost} {v.currency}")]
@@ -288,7 +354,7 @@ def dingtalk_body(v: ChatView) -> dict[str, Any]:
     esc = _esc_md
     lines = [f"#### {esc(v.title)}", "", _summary(v, esc), ""]
     lines += [f"- **{label}:** {value}" for label, value in _facts(v, esc)]
-    lines += ["", "**Top cost drivers**", ""]
+    lines += ["", "**Top cost drivers** (SKU / stage / experiment)", ""]
     if v.drivers:
         lines += [
             f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
@@ -308,7 +374,7 @@ def wecom_body(v: ChatView) -> dict[str, Any]:
     for label, value in _facts(v, esc):
         shown = f'<font color="warning">{value}</font>' if label == "Over by" else value
         lines.append(f"> **{label}:** {shown}")
-    lines.append("**Top cost drivers**")
+    lines.append("**Top cost drivers** (SKU / stage / experiment)")
     if v.drivers:
         lines += [
             f"{i}. {esc(name)} — {esc(cost)} {v.currency}"

@@ -27,8 +27,11 @@ class DeliveryRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     alert_id: str
     webhook_id: str
     project: str
-    entry: str  # the alert's stream entry
-    alert: AlertView
+    entry: str  # the alert's stream entry (the first of `entries`)
+    alert: AlertView  # the alert the message is about (the highest threshold crossed)
+    # The lower thresholds of the same budget the same batch crossed, told in the same
+    # message; their stream entries, after `entry`.
+    also: list[AlertView] = []
     status: DeliveryStatus = "pending"
     attempts: int = 0
     created_at: int
@@ -57,6 +60,9 @@ class DeliveryView(msgspec.Struct, kw_only=True):
     failed_at: datetime | None
     redeliveries: int
     alert: AlertView
+    # Lower thresholds of the same budget crossed by the same batch: one message tells them
+    # with `alert` (each is still in the alert history).
+    also_alert_ids: list[str]
 
 
 class DeliveryPage(msgspec.Struct, kw_only=True):
@@ -87,6 +93,34 @@ def delivery_id(alert_id: str, webhook_id: str) -> str:
     return f"{alert_id}|{webhook_id}"
 
 
+def one_message_each(views: Sequence[AlertView | None]) -> list[list[int]]:
+    """The alerts (in stream order; None: unreadable) that go in one message, as lists of
+    indexes: consecutive threshold alerts of one budget and period together (the ingest
+    script appends one batch's crossings of a budget one after another, and nothing comes
+    between them), everything else alone."""
+    groups: list[list[int]] = []
+    for i, view in enumerate(views):
+        if groups and view is not None and view.kind == "threshold":
+            first = views[groups[-1][0]]
+            if (
+                first is not None
+                and first.kind == "threshold"
+                and (first.project, first.budget_id, first.period)
+                == (view.project, view.budget_id, view.period)
+            ):
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+def highest_first(views: Sequence[AlertView]) -> list[AlertView]:
+    """A group's alerts, the one its message is about first: the highest threshold (the
+    latest in the stream among equals), then the others from high to low."""
+    order = sorted(enumerate(views), key=lambda iv: (iv[1].threshold_pct or 0, iv[0]), reverse=True)
+    return [view for _, view in order]
+
+
 def _when(ms: int | None) -> datetime | None:
     return _EPOCH + timedelta(milliseconds=ms) if ms is not None else None
 
@@ -110,6 +144,7 @@ def delivery_view(record: DeliveryRecord) -> DeliveryView:
         failed_at=_when(record.failed_at),
         redeliveries=record.redeliveries,
         alert=record.alert,
+        also_alert_ids=[a.id for a in record.also],
     )
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "FORMATS",
     "KINDS",
     "AlertMessage",
+    "CrossedThreshold",
     "OutgoingRequest",
     "build_request",
 ]
@@ -76,8 +77,19 @@ FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom")
 KINDS: Final = ("threshold", "forecast", "growth", "waste")
 
 
+class CrossedThreshold(msgspec.Struct, frozen=True, kw_only=True):
+    """A lower threshold of the same budget that the same batch crossed: its own alert (in
+    the alert history) is told in the message of the highest one."""
+
+    id: str  # its alert id
+    threshold_pct: int | None
+    limit: str  # decimal string
+
+
 class AlertMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One alert, as the alerting engine hands it to a webhook sender."""
+    """One alert, as the alerting engine hands it to a webhook sender. Amounts are exact
+    decimal strings (the standard format's machine-readable payload); the chat formats
+    show them formatted for people."""
 
     id: str  # stable alert id; also the Standard Webhooks webhook-id
     kind: str  # "threshold" | "forecast" | "growth" | "waste"
@@ -92,10 +104,13 @@ class AlertMessage(msgspec.Struct, frozen=True, kw_only=True):
     limit: str  # the value that was crossed
     over_by: str  # spent - limit, decimal string (may be "0.00")
     currency: str
-    forecast: str | None = None
-    top_drivers: list[dict[str, str]] = []  # [{"name": ..., "cost": ...}], at most 5 used
+    forecast: str | None = None  # the period's spend projected to its end
+    # [{"name", "stage", "experiment", "sku", "cost"}] largest first; at most 3 used
+    top_drivers: list[dict[str, str]] = []
     occurred_at: datetime  # tz-aware
-    links: dict[str, str] = {}  # {"costs": url, "alerts": url, "budget": url}
+    links: dict[str, str] = {}  # {"dashboard": url, "costs": url, "alerts": url, "budget": url}
+    also_crossed: list[CrossedThreshold] = []  # highest first
+    test: bool = False  # a sample sent by POST /v1/webhooks/{id}/test, not an alert
 
 
 class OutgoingRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +153,9 @@ def _validate(alert: AlertMessage) -> None:
         raise ValueError(f"currency must be three capital letters, not {alert.currency!r}")
     if alert.threshold_pct is not None and alert.threshold_pct < 0:
         raise ValueError("threshold_pct must not be negative")
+    for other in alert.also_crossed:
+        if not _DECIMAL_RE.match(other.limit):
+            raise ValueError(f"also_crossed limit must be a decimal string, not {other.limit!r}")
 
 
 def _check_url(url: str) -> None:

@@ -1,25 +1,32 @@
-"""The message an alert becomes: what crossed what and by how much, the top cost drivers over
-the alert's period, and links back to the API."""
+"""The message an alert becomes: what crossed what and by how much, the forecast, the top
+cost drivers of the budget's scope over the alert's period, and links to the dashboard view
+that explains it and back to the API."""
 
 from __future__ import annotations
 
 import re
+import secrets
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from costcore.money import format_money, parse_money
 
+from ..budgets.model import linear_forecast
 from ..budgets.service import AlertView, find_budget
 from ..costs.report import cost_report
-from .formats import AlertMessage
+from .formats import AlertMessage, CrossedThreshold
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
-TOP_DRIVERS = 5
+TOP_DRIVERS = 3
+DRIVER_DIMENSIONS = ("stage", "experiment", "sku")
+DASHBOARD_MAX_DAYS = 366  # the most the dashboard shows at once (dashboard/service.py)
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
+_SCOPED = ("stage", "category", "experiment", "owner")  # scope labels the totals keep
 
 
 def period_bounds(
@@ -43,49 +50,86 @@ def period_bounds(
 
 
 def _day_range(bounds: tuple[datetime, datetime]) -> tuple[date, date]:
+    """The period as days, `to` exclusive (as the cost queries take it)."""
     start, end = bounds
     last = end.date() if end.time() == datetime.min.time() else end.date() + timedelta(days=1)
     return start.date(), last
 
 
+def driver_name(sku: str, stage: str, experiment: str) -> str:
+    return " / ".join(part for part in (sku, stage, experiment) if part)
+
+
 async def top_drivers(
     store: Stores, view: AlertView, days: tuple[date, date] | None
 ) -> list[dict[str, str]]:
-    """The largest (SKU, stage) costs of the alert's project over its period, narrowed to
-    the budget's stage, category, experiment and owner when it has them (tags are not kept
-    in the totals, so a tag scope is not narrowed)."""
-    narrow = [d for d in ("category", "experiment", "owner") if d in view.scope]
-    group_by = ["sku", "stage", *narrow]
+    """The largest (stage, experiment, SKU) costs of the alert's project over its period,
+    narrowed to the budget's stage, category, experiment and owner when it has them (tags
+    are not kept in the totals, so a tag scope is not narrowed). Costs stay exact here."""
+    narrow = [d for d in ("category", "owner") if d in view.scope]
     lo, hi = days if days is not None else (None, None)
+    group_by = ["sku", "stage", "experiment", *narrow]
     report = await cost_report(store, view.project, lo, hi, group_by, {}, 0, 100_000)
-    sums: dict[tuple[str, str], int] = {}
+    sums: dict[tuple[str, str, str], int] = {}
     for row in report.rows:
-        if any(row.key.get(d) != v for d, v in view.scope.items() if d in ("stage", *narrow)):
+        if any(row.key.get(d) != v for d, v in view.scope.items() if d in _SCOPED):
             continue
-        key = (row.key["sku"], row.key["stage"])
+        key = (row.key["stage"] or "", row.key["experiment"] or "", row.key["sku"] or "")
         sums[key] = sums.get(key, 0) + parse_money(Decimal(row.cost))
     ranked = sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_DRIVERS]
     return [
-        {"name": f"{sku} / {stage}" if stage else sku, "cost": format_money(cost)}
-        for (sku, stage), cost in ranked
+        {
+            "name": driver_name(sku, stage, experiment),
+            "stage": stage,
+            "experiment": experiment,
+            "sku": sku,
+            "cost": format_money(cost),
+        }
+        for (stage, experiment, sku), cost in ranked
         if cost > 0
     ]
 
 
 def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str | None:
-    if view.kind != "forecast" or bounds is None:
+    """The budget period's spend projected linearly to its end, as the budget's status
+    shows it (None for growth alerts, whose period is one day)."""
+    if view.kind not in ("threshold", "forecast") or bounds is None:
         return None
-    start, end = bounds
-    elapsed = int((min(view.occurred_at, end) - start).total_seconds())
-    if elapsed <= 0:
-        return None
-    length = int((end - start).total_seconds())
-    return format_money(parse_money(Decimal(view.spent)) * length // elapsed)
+    forecast = linear_forecast(parse_money(Decimal(view.spent)), *bounds, view.occurred_at)
+    return format_money(forecast) if forecast is not None else None
 
 
-async def alert_message(store: Stores, view: AlertView, public_url: str) -> AlertMessage:
-    """The message for one alert: what crossed what and by how much, the top cost drivers over
-    the alert's period, and links back to the API."""
+def dashboard_link(base: str, project: str, days: tuple[date, date] | None, on: date) -> str:
+    """The dashboard page of the project over the alert's period up to the day it fired
+    (both ends inclusive there; at most the days the dashboard shows at once)."""
+    url = f"{base}/ui/{quote(project, safe='')}"
+    if days is None:
+        return url
+    first, after = days
+    last = min(max(on, first), after - timedelta(days=1))
+    first = max(first, last - timedelta(days=DASHBOARD_MAX_DAYS - 1))
+    return url + "?" + urlencode({"from": first.isoformat(), "to": last.isoformat()})
+
+
+def _links(base: str, view: AlertView, days: tuple[date, date] | None) -> dict[str, str]:
+    project = quote(view.project, safe="")
+    costs = f"{base}/v1/costs?project={project}&group_by=sku,stage"
+    if days is not None:
+        costs += f"&from={days[0].isoformat()}&to={days[1].isoformat()}"
+    return {
+        "dashboard": dashboard_link(base, view.project, days, view.occurred_at.date()),
+        "costs": costs,
+        "alerts": f"{base}/v1/alerts?project={project}",
+        "budget": f"{base}/v1/budgets/{quote(view.budget_id, safe='')}?project={project}",
+    }
+
+
+async def alert_message(
+    store: Stores, view: AlertView, public_url: str, also: Sequence[AlertView] = ()
+) -> AlertMessage:
+    """The message for one alert (and `also`, the lower thresholds of the same budget that
+    the same batch crossed, listed in it): what crossed what and by how much, the forecast,
+    the top cost drivers over the alert's period, and links to the dashboard and the API."""
     window: tuple[datetime, datetime] | None = None
     if view.period == "window":
         budget = await find_budget(store, view.project, view.budget_id)
@@ -93,16 +137,6 @@ async def alert_message(store: Stores, view: AlertView, public_url: str) -> Aler
             window = (budget.window_start, budget.window_end)
     bounds = period_bounds(view.period, window)
     days = _day_range(bounds) if bounds is not None else None
-    base = public_url.rstrip("/")
-    project = quote(view.project, safe="")
-    costs = f"{base}/v1/costs?project={project}&group_by=sku,stage"
-    if days is not None:
-        costs += f"&from={days[0].isoformat()}&to={days[1].isoformat()}"
-    links = {
-        "costs": costs,
-        "alerts": f"{base}/v1/alerts?project={project}",
-        "budget": f"{base}/v1/budgets/{quote(view.budget_id, safe='')}?project={project}",
-    }
     currency = view.currency if _CURRENCY_RE.match(view.currency) else "XXX"  # ISO: no currency
     return AlertMessage(
         id=view.id,
@@ -121,5 +155,72 @@ async def alert_message(store: Stores, view: AlertView, public_url: str) -> Aler
         forecast=_forecast(view, bounds),
         top_drivers=await top_drivers(store, view, days),
         occurred_at=view.occurred_at,
-        links=links,
+        links=_links(public_url.rstrip("/"), view, days),
+        also_crossed=[
+            CrossedThreshold(id=a.id, threshold_pct=a.threshold_pct, limit=a.limit)
+            for a in sorted(also, key=lambda a: (a.threshold_pct or 0, a.id), reverse=True)
+        ],
+    )
+
+
+_SAMPLE_DRIVERS = (
+    ("pretrain", "exp-42", "gpu.h100.hour", "8160.00"),
+    ("pretrain", "exp-42", "storage.gb.month", "1402.5"),
+    ("pretrain", "", "network.egress.gb", "750.00"),
+)
+
+
+def sample_message(project: str | None, public_url: str, now: datetime) -> AlertMessage:
+    """What `POST /v1/webhooks/{id}/test` sends: a made-up alert, marked `test`, shaped as a
+    real one (a batch that crossed 50, 80 and 100 % of a budget), for a first look at how
+    the endpoint shows it. Its id is new each time, so a receiver that drops repeated ids
+    shows every test."""
+    project = project or "sample-project"
+    month = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    after = (month + timedelta(days=32)).replace(day=1)
+    days = (month.date(), after.date())
+    base = public_url.rstrip("/")
+    quoted = quote(project, safe="")
+    budget_id = "bud_sample"
+    period = month.strftime("%Y-%m")
+    alert_id = f"test_{secrets.token_hex(8)}"
+    return AlertMessage(
+        id=alert_id,
+        kind="threshold",
+        project=project,
+        budget_id=budget_id,
+        budget_name="sample monthly budget",
+        scope={"stage": "pretrain"},
+        period=period,
+        threshold_pct=100,
+        amount="10000.00",
+        spent="10312.5",
+        limit="10000.00",
+        over_by="312.50",
+        currency="USD",
+        forecast=format_money(
+            linear_forecast(10_312_500_000_000, month, after, now) or 10_312_500_000_000
+        ),
+        top_drivers=[
+            {
+                "name": driver_name(sku, stage, experiment),
+                "stage": stage,
+                "experiment": experiment,
+                "sku": sku,
+                "cost": cost,
+            }
+            for stage, experiment, sku, cost in _SAMPLE_DRIVERS
+        ],
+        occurred_at=now,
+        links={
+            "dashboard": dashboard_link(base, project, days, now.date()),
+            "costs": f"{base}/v1/costs?project={quoted}&group_by=sku,stage",
+            "alerts": f"{base}/v1/alerts?project={quoted}",
+            "budget": f"{base}/v1/budgets/{budget_id}?project={quoted}",
+        },
+        also_crossed=[
+            CrossedThreshold(id=f"{alert_id}_80", threshold_pct=80, limit="8000.00"),
+            CrossedThreshold(id=f"{alert_id}_50", threshold_pct=50, limit="5000.00"),
+        ],
+        test=True,
     )

@@ -29,10 +29,12 @@ from .registry import (
     WebhookView,
 )
 from .service import (
+    SampleDelivery,
     WebhookForbidden,
     WebhookNotFound,
     register_webhook,
     remove_webhook,
+    send_test_message,
     visible_webhooks,
 )
 
@@ -99,6 +101,35 @@ class WebhookController(Controller):
     ) -> None:
         try:
             await remove_webhook(services.store, services.sealer, request.user, webhook_id)
+        except WebhookNotFound as exc:
+            raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found") from exc
+
+    @post(
+        "/{webhook_id:str}/test",
+        guards=[requires("admin")],
+        status_code=200,
+        summary="Send a signed sample message to a webhook",
+        description="Sends one made-up alert (marked `test`: a batch that crossed 50, 80 and "
+        "100 % of a sample budget) in the webhook's format, signed with its secret and "
+        "checked as every delivery is, and answers what became of it: `delivered` (the "
+        "endpoint answered 2xx), its status code, or the error. Sent once, not retried, not "
+        "listed with the deliveries. A webhook outside the token's projects is a 404.",
+    )
+    async def send_test(
+        self,
+        webhook_id: FromPath[str],
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
+    ) -> SampleDelivery:
+        try:
+            return await send_test_message(
+                services.store,
+                services.sealer,
+                request.user,
+                webhook_id,
+                public_url=services.settings.public_url,
+                allowlist=services.settings.webhook_allowlist,
+            )
         except WebhookNotFound as exc:
             raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found") from exc
 

@@ -3,19 +3,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
 
+from .. import __version__
+from .formats import OutgoingRequest
 from .targets import (
+    AllowList,
     IPAddress,
+    Resolver,
     Target,
     UnresolvedTarget,
     UnsafeTarget,
     normalize_host,
     parse_literal,
+    resolve_target,
 )
 
 
@@ -94,3 +100,56 @@ async def send_pinned(
             return Answer(response.status_code, response.headers, head[:read_limit])
     assert last is not None
     raise last
+
+
+def answer_error(answer: Answer) -> str | None:
+    """Why an answer is a failed attempt (None: delivered). A 3xx is never followed."""
+    status = answer.status
+    if 300 <= status < 400:
+        where = answer.headers.get("location", "")
+        return f"HTTP {status}: redirect not followed" + (f" (to {where})" if where else "")
+    if not 200 <= status < 300:
+        text = answer.head[:200].decode("utf-8", "replace")
+        return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    return None
+
+
+async def send_checked(
+    target: Target,
+    request: OutgoingRequest,
+    message_id: str,
+    *,
+    allowlist: AllowList,
+    resolver: Resolver | None,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext,
+) -> tuple[int | None, str | None, str | None]:
+    """Resolve the target, send the request to a checked address and judge the answer:
+    (HTTP status or None, its Retry-After, the error or None when delivered). Errors may
+    quote the URL: the caller scrubs its secrets before showing them."""
+    headers = dict(request.headers)
+    headers.setdefault("webhook-id", message_id)  # the dedup key, in every format
+    headers.setdefault("user-agent", f"trainledger-webhooks/{__version__}")
+    try:
+        # Resolving and sending share one budget, which the lease outlasts.
+        async with asyncio.timeout(timeout_s):
+            # Looked up again now and every answer checked (DNS rebinding); the send
+            # goes to these addresses and nowhere else.
+            addresses = await resolve_target(target, allowlist, resolver)
+            answer = await send_pinned(
+                target,
+                addresses,
+                method=request.method,
+                url=request.url,
+                headers=headers,
+                body=request.body,
+                timeout_s=timeout_s,
+                ssl_context=ssl_context,
+            )
+    except UnsafeTarget as exc:  # nothing was sent
+        return None, None, f"target refused: {exc}"
+    except UnresolvedTarget as exc:  # nothing was sent
+        return None, None, f"target not resolved: {exc}"
+    except (httpx.HTTPError, TimeoutError, OSError) as exc:
+        return None, None, type(exc).__name__ + (f": {exc}" if str(exc) else "")
+    return answer.status, answer.headers.get("retry-after"), answer_error(answer)

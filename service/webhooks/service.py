@@ -4,22 +4,33 @@ projects. A token limited to some projects sees only webhooks limited to those p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+import httpx
+import msgspec
 
 from ..auth.model import Principal
 from ..storage.sealing import Sealer
+from .config import DeliveryConfig
+from .formats import build_request
+from .messages import sample_message
+from .redaction import scrub, secret_parts
 from .registry import (
     WebhookCreated,
     WebhookError,
+    WebhookFormat,
     WebhookIn,
     WebhookRecord,
     WebhookView,
+    check_target,
     create_webhook,
     created_view,
     load_webhooks,
     webhook_view,
 )
-from .targets import AllowList
+from .sending import send_checked
+from .targets import AllowList, Resolver, UnsafeTarget
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -82,3 +93,68 @@ async def remove_webhook(
     if not found or not visible(principal, found[0]):
         raise WebhookNotFound(webhook_id)
     await store.webhooks.delete_webhook(webhook_id)
+
+
+class SampleDelivery(msgspec.Struct, kw_only=True):
+    """What became of a test message: sent once, never retried, never in the outbox."""
+
+    webhook_id: str
+    format: WebhookFormat
+    message_id: str  # its webhook-id header (the standard format's signed id)
+    delivered: bool  # the endpoint answered 2xx
+    status_code: int | None  # the endpoint's answer, if it answered
+    error: str | None  # why it was not delivered (secrets in the URL never shown)
+
+
+async def send_test_message(
+    store: Stores,
+    sealer: Sealer,
+    principal: Principal,
+    webhook_id: str,
+    *,
+    public_url: str,
+    allowlist: AllowList | Sequence[str],
+    config: DeliveryConfig | None = None,
+    resolver: Resolver | None = None,
+) -> SampleDelivery:
+    """Send a sample alert (`messages.sample_message`) to a webhook the token may see, in
+    its format and signed with its secret as every delivery is, through the same target
+    checks. Raises WebhookNotFound (also for one the token may not see)."""
+    found = [w for w in await load_webhooks(store, sealer) if w.id == webhook_id]
+    if not found or not visible(principal, found[0]):
+        raise WebhookNotFound(webhook_id)
+    webhook = found[0]
+    allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
+    now = datetime.now(UTC)
+    project = webhook.projects[0] if webhook.projects else None
+    message = sample_message(project, public_url, now)
+    secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
+
+    def result(status: int | None, error: str | None) -> SampleDelivery:
+        return SampleDelivery(
+            webhook_id=webhook.id,
+            format=webhook.format,
+            message_id=message.id,
+            delivered=error is None,
+            status_code=status,
+            error=scrub(error, secrets_) if error is not None else None,
+        )
+
+    if webhook.unsealable is not None:
+        return result(None, webhook.unsealable)
+    try:
+        target = check_target(webhook.url, allow)
+        request = build_request(message, webhook.format, webhook.url, webhook.secret, now=now)
+    except (UnsafeTarget, ValueError) as exc:
+        return result(None, f"not sent: {exc}")
+    secrets_ = secret_parts(request.url, webhook.format, webhook.secret) + secrets_
+    status, _, error = await send_checked(
+        target,
+        request,
+        message.id,
+        allowlist=allow,
+        resolver=resolver,
+        timeout_s=(config or DeliveryConfig.from_env()).timeout_s,
+        ssl_context=httpx.create_ssl_context(),
+    )
+    return result(status, error)

@@ -91,12 +91,13 @@ class WebhookStore:
         self,
         project: str,
         group: str,
-        entry_id: str,
+        entry_ids: Sequence[str],
         due_ms: int,
         deliveries: Sequence[tuple[str, bytes]],
     ) -> int:
-        """Create the alert's deliveries (those not yet there) and acknowledge the entry."""
-        args: list[Any] = [group, entry_id, due_ms]
+        """Create the deliveries of alerts told in one message (those not yet there) and
+        acknowledge the alerts' entries."""
+        args: list[Any] = [group, due_ms, len(entry_ids), *entry_ids]
         for delivery_id, record in deliveries:
             args += [delivery_id, record]
         keys = [Keys.alerts(project), Keys.deliveries(project), Keys.delivery_queue(project)]

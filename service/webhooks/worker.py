@@ -5,10 +5,12 @@ The outbox lives in Redis, next to the alerts it delivers:
 1. The ingest script appends every decided alert to the project's alerts stream. Each worker
    runs a dispatcher that reads that stream through the consumer group ``deliverers``
    (``XREADGROUP``), and claims entries another worker read but never acknowledged
-   (``XAUTOCLAIM`` after ``claim_idle_s``: that worker died). For each alert one Lua script
-   creates a delivery record per matching webhook (``HSETNX``, so a second dispatch of the
-   same alert creates nothing), queues it, and acknowledges the entry. An alert is therefore
-   never lost between being decided and being queued, whatever crashes in between.
+   (``XAUTOCLAIM`` after ``claim_idle_s``: that worker died). For each alert (or each run of
+   threshold alerts of one budget and period: one batch's crossings, told in one message
+   about the highest) one Lua script creates a delivery record per matching webhook
+   (``HSETNX``, so a second dispatch of the same alert creates nothing), queues it, and
+   acknowledges the entries. An alert is therefore never lost between being decided and
+   being queued, whatever crashes in between.
 2. A sender leases due deliveries (a Lua script moves each one's queue score to the end of
    the lease, so no other worker takes it meanwhile), sends them with httpx, and records the
    outcome with another script that only writes while the lease is still its own: delivered,
@@ -17,6 +19,8 @@ The outbox lives in Redis, next to the alerts it delivers:
    over the API). A sender that dies mid-send loses its lease; the delivery is retried after
    it ends. Every attempt of one alert carries the same ``webhook-id`` (the alert id), so a
    receiver drops the duplicates an expired lease can cause.
+3. One endpoint is sent one request at a time, in alert order (`ordering.EndpointLines`);
+   different endpoints side by side. A delivery waiting for its retry does not hold the line.
 
 Delivery is at least once. Sending never happens on the ingest path: a slow or dead receiver
 only holds one of the sender's ``concurrency`` slots, never a Redis connection.
@@ -41,25 +45,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import msgspec
 
-from .. import __version__
 from ..budgets.service import AlertView, alert_view
 from ..metrics import ALERTS_FIRED, WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
 from ..storage.sealing import Sealer, load_sealer
 from .config import DeliveryConfig, parse_retry_after, retry_delay
-from .deliveries import DeliveryRecord, delivery_decoder, delivery_id, now_ms
+from .deliveries import (
+    DeliveryRecord,
+    delivery_decoder,
+    delivery_id,
+    highest_first,
+    now_ms,
+    one_message_each,
+)
 from .formats import AlertMessage, OutgoingRequest, build_request
 from .messages import alert_message
+from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord, check_target, load_webhooks, wants
-from .sending import Answer, send_pinned
-from .targets import (
-    AllowList,
-    Resolver,
-    Target,
-    UnresolvedTarget,
-    UnsafeTarget,
-    resolve_target,
-)
+from .sending import send_checked
+from .targets import AllowList, Resolver, Target, UnsafeTarget
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -67,6 +71,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainledger.webhooks")
 
 DELIVERY_GROUP = "deliverers"
+# Messages one dispatch round orders by their due time, each a millisecond after the one
+# before, in the second before the round (past that many, the rest are due a little later).
+_ORDERED_PER_ROUND = 1000
 _MAX_ERROR_CHARS = 300
 
 
@@ -77,6 +84,7 @@ class _Job:
     claimed: bytes  # the record as leased
     token: int  # the lease's end, which is its token
     webhook: WebhookRecord | None
+    entry: tuple[int, int]  # its alert's stream entry: alert order
 
 
 def _stop_if_cancelled(cause: BaseException | None = None) -> None:
@@ -96,18 +104,6 @@ def _stop_if_cancelled(cause: BaseException | None = None) -> None:
 def _clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 1] + "…"
-
-
-def _answer_error(answer: Answer) -> str | None:
-    """Why an answer is a failed attempt (None: delivered). A 3xx is never followed."""
-    status = answer.status
-    if 300 <= status < 400:
-        where = answer.headers.get("location", "")
-        return f"HTTP {status}: redirect not followed" + (f" (to {where})" if where else "")
-    if not 200 <= status < 300:
-        text = answer.head[:200].decode("utf-8", "replace")
-        return f"HTTP {status}: {text}" if text else f"HTTP {status}"
-    return None
 
 
 class DeliveryWorker:
@@ -143,6 +139,7 @@ class DeliveryWorker:
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._rng = rng or random.Random()
         self._clock = clock
+        self._lines = EndpointLines()  # per webhook, one send at a time, in alert order
 
     # The loop ------------------------------------------------------------------------------
 
@@ -162,7 +159,7 @@ class DeliveryWorker:
                         free = self.config.concurrency - len(inflight)
                         if free > 0:
                             for job in await self.claim(free):
-                                task = asyncio.create_task(self._attempt_logged(tls, job, {}))
+                                task = self._send_in_order(tls, job, {})
                                 inflight.add(task)
                                 task.add_done_callback(inflight.discard)
                         failures = 0
@@ -192,7 +189,7 @@ class DeliveryWorker:
         if jobs:
             cache: dict[str, asyncio.Task[AlertMessage]] = {}
             async with self._http() as tls:
-                await asyncio.gather(*(self._attempt_logged(tls, j, cache) for j in jobs))
+                await asyncio.gather(*(self._send_in_order(tls, j, cache) for j in jobs))
         return len(jobs)
 
     @contextlib.asynccontextmanager
@@ -211,55 +208,76 @@ class DeliveryWorker:
         created = 0
         idle_ms = int(self.config.claim_idle_s * 1000)
         for project in await self.store.projects.projects():
+            queued = 0  # messages queued for this project in this round, in stream order
             while True:
                 entries = await self.store.webhooks.alerts_to_dispatch(
                     project, DELIVERY_GROUP, self.consumer, self.config.batch, idle_ms
                 )
-                for entry_id, fields_ in entries:
-                    created += await self._dispatch_one(project, entry_id, fields_, webhooks)
+                views = [self._read_alert(project, e, f) for e, f in entries]
+                for group in one_message_each(views):
+                    created += await self._dispatch_group(
+                        project,
+                        [entries[i][0] for i in group],
+                        [v for i in group if (v := views[i]) is not None],
+                        webhooks,
+                        queued,
+                    )
+                    queued += 1
                 if len(entries) < self.config.batch:
                     break
         return created
 
-    async def _dispatch_one(
+    def _read_alert(
+        self, project: str, entry_id: str, fields_: dict[str, bytes] | None
+    ) -> AlertView | None:
+        if fields_ is None:
+            return None  # deleted while pending: acknowledged, nothing to deliver
+        try:
+            view = alert_view(entry_id, fields_)
+        except (KeyError, ValueError, msgspec.MsgspecError) as exc:
+            log.error("alert %s of %s is unreadable (%s); not delivered", entry_id, project, exc)
+            return None
+        return view
+
+    async def _dispatch_group(
         self,
         project: str,
-        entry_id: str,
-        fields_: dict[str, bytes] | None,
+        entry_ids: Sequence[str],
+        views: Sequence[AlertView],
         webhooks: Sequence[WebhookRecord],
+        queued: int,
     ) -> int:
+        """Queue one delivery per webhook for alerts told in one message, and acknowledge
+        their entries. The due time orders the queue as the stream is ordered: the queue
+        sorts equal times by delivery id ("…:t100|…" before "…:t50|…"), so each message
+        of a round is due one millisecond after the one before it, all of them already due
+        (up to `_ORDERED_PER_ROUND`)."""
         now = self._clock()
+        due = now - _ORDERED_PER_ROUND + queued
         records: list[tuple[str, bytes]] = []
-        view_kind: str | None = None
-        if fields_ is not None:
-            try:
-                view = alert_view(entry_id, fields_)
-                view_kind = view.kind
-            except (KeyError, ValueError, msgspec.MsgspecError) as exc:
-                log.error(
-                    "alert %s of %s is unreadable (%s); not delivered", entry_id, project, exc
+        if views:
+            view, *also = highest_first(views)
+            for webhook in webhooks:
+                if not wants(webhook, project, view.kind):
+                    continue
+                did = delivery_id(view.id, webhook.id)
+                record = DeliveryRecord(
+                    id=did,
+                    alert_id=view.id,
+                    webhook_id=webhook.id,
+                    project=project,
+                    entry=entry_ids[0],
+                    alert=view,
+                    also=also,
+                    created_at=now,
+                    next_at=due,
                 )
-            else:
-                for webhook in webhooks:
-                    if not wants(webhook, project, view.kind):
-                        continue
-                    did = delivery_id(view.id, webhook.id)
-                    record = DeliveryRecord(
-                        id=did,
-                        alert_id=view.id,
-                        webhook_id=webhook.id,
-                        project=project,
-                        entry=entry_id,
-                        alert=view,
-                        created_at=now,
-                        next_at=now,
-                    )
-                    records.append((did, msgspec.json.encode(record)))
+                records.append((did, msgspec.json.encode(record)))
         created = await self.store.webhooks.dispatch_alert(
-            project, DELIVERY_GROUP, entry_id, now, records
+            project, DELIVERY_GROUP, entry_ids, due, records
         )
-        if fields_ is not None and view_kind is not None:
-            ALERTS_FIRED.labels(view_kind).inc()
+        for fired in views:
+            ALERTS_FIRED.labels(fired.kind).inc()
         return created
 
     # Send: outbox -> receivers --------------------------------------------------------------
@@ -281,8 +299,32 @@ class DeliveryWorker:
                 project, now, token, limit - len(jobs)
             ):
                 webhook_id = did.rsplit("|", 1)[-1]
-                jobs.append(_Job(project, did, raw, token, webhooks.get(webhook_id)))
+                entry = entry_order(delivery_decoder.decode(raw).entry)
+                jobs.append(_Job(project, did, raw, token, webhooks.get(webhook_id), entry))
+        jobs.sort(key=lambda job: job.entry)  # each endpoint is sent its alerts in order
         return jobs
+
+    def _send_in_order(
+        self,
+        tls: ssl.SSLContext,
+        job: _Job,
+        cache: dict[str, asyncio.Task[AlertMessage]],
+    ) -> asyncio.Task[None]:
+        """Send `job` once the deliveries to its webhook started before it are done (sent,
+        or their attempt recorded): one endpoint gets one request at a time, in alert order.
+        Deliveries to different webhooks go out side by side."""
+
+        def lease_left() -> bool:  # a send must end before its lease does
+            if self._clock() + self.config.timeout_s * 1000 < job.token:
+                return True
+            log.info("delivery %s waits for the next round", job.delivery_id)
+            return False
+
+        return self._lines.start(
+            job.delivery_id.rsplit("|", 1)[-1],
+            lambda: self._attempt_logged(tls, job, cache),
+            lease_left,
+        )
 
     async def _attempt_logged(
         self,
@@ -307,13 +349,14 @@ class DeliveryWorker:
             )
 
     async def _message(
-        self, view: AlertView, cache: dict[str, asyncio.Task[AlertMessage]]
+        self, record: DeliveryRecord, cache: dict[str, asyncio.Task[AlertMessage]]
     ) -> AlertMessage:
+        view = record.alert
         key = f"{view.project}|{view.id}"
         task = cache.get(key)
         if task is None:
             task = cache[key] = asyncio.ensure_future(
-                alert_message(self.store, view, self.public_url)
+                alert_message(self.store, view, self.public_url, record.also)
             )
         return await asyncio.shield(task)
 
@@ -344,7 +387,7 @@ class DeliveryWorker:
             refused = _clip(scrub(f"target refused: {exc}", secrets_))
             await self._failed_attempt(job, record, None, refused, None)
             return
-        message = await self._message(record.alert, cache)
+        message = await self._message(record, cache)
         try:
             request = build_request(
                 message, webhook.format, webhook.url, webhook.secret, now=datetime.now(UTC)
@@ -364,32 +407,15 @@ class DeliveryWorker:
     ) -> tuple[int | None, str | None, str | None]:
         """Resolve the target, send the request to a checked address and judge the answer:
         (HTTP status or None, its Retry-After, the error or None when delivered)."""
-        headers = dict(request.headers)
-        headers.setdefault("webhook-id", message_id)  # the dedup key, in every format
-        headers.setdefault("user-agent", f"trainledger-webhooks/{__version__}")
-        try:
-            # Resolving and sending share one budget, which the lease outlasts.
-            async with asyncio.timeout(self.config.timeout_s):
-                # Looked up again now and every answer checked (DNS rebinding); the send
-                # goes to these addresses and nowhere else.
-                addresses = await resolve_target(target, self.allowlist, self.resolver)
-                answer = await send_pinned(
-                    target,
-                    addresses,
-                    method=request.method,
-                    url=request.url,
-                    headers=headers,
-                    body=request.body,
-                    timeout_s=self.config.timeout_s,
-                    ssl_context=tls,
-                )
-        except UnsafeTarget as exc:  # nothing was sent
-            return None, None, f"target refused: {exc}"
-        except UnresolvedTarget as exc:  # nothing was sent
-            return None, None, f"target not resolved: {exc}"
-        except (httpx.HTTPError, TimeoutError, OSError) as exc:
-            return None, None, type(exc).__name__ + (f": {exc}" if str(exc) else "")
-        return answer.status, answer.headers.get("retry-after"), _answer_error(answer)
+        return await send_checked(
+            target,
+            request,
+            message_id,
+            allowlist=self.allowlist,
+            resolver=self.resolver,
+            timeout_s=self.config.timeout_s,
+            ssl_context=tls,
+        )
 
     async def _failed_attempt(
         self,

@@ -138,7 +138,12 @@ async def test_scoped_admin_cannot_see_or_delete_other_webhooks(api: Api) -> Non
     async with api.client(scoped) as c:
         assert {w["id"] for w in (await c.get("/v1/webhooks")).json()} == {ids["pa"]}
         for name in ("pb", "all"):
+            assert (await c.post(f"/v1/webhooks/{ids[name]}/test")).status_code == 404
             assert (await c.delete(f"/v1/webhooks/{ids[name]}")).status_code == 404
+        # Its own webhook it may test (nothing listens on port 9: not delivered).
+        r = await c.post(f"/v1/webhooks/{ids['pa']}/test")
+        assert r.status_code == 200, r.text
+        assert r.json()["delivered"] is False and r.json()["error"]
         r = await c.post(
             "/v1/webhooks", json={"url": "http://127.0.0.1:9/x", "projects": ["pa", "pb"]}
         )

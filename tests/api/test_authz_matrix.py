@@ -52,6 +52,9 @@ PROJECT_LESS: dict[str, str] = {
     "(test_authz_admin.py::test_scoped_admin_cannot_see_or_delete_other_webhooks)",
     "DELETE /v1/webhooks/{webhook_id}": "only webhooks limited to the caller's projects "
     "(test_authz_admin.py::test_scoped_admin_cannot_see_or_delete_other_webhooks)",
+    "POST /v1/webhooks/{webhook_id}/test": "sends a made-up sample, no project's data, and only "
+    "to webhooks limited to the caller's projects "
+    "(test_authz_admin.py::test_scoped_admin_cannot_see_or_delete_other_webhooks)",
 }
 
 

@@ -30,6 +30,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
 from email.utils import format_datetime, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -289,6 +290,13 @@ async def delivered_count(api: Api) -> int:
     return int((await deliveries(api, "delivered"))["total"])
 
 
+async def alerts_told(api: Api) -> set[str]:
+    """The alerts the delivered messages told: each one's own, and the lower thresholds it
+    listed."""
+    done = (await deliveries(api, "delivered", limit=1000))["items"]
+    return {d["alert_id"] for d in done} | {a for d in done for a in d["also_alert_ids"]}
+
+
 def spec_signature(secret: str, msg_id: str, stamp: str, body: bytes) -> str:
     """Standard Webhooks, written from the spec: HMAC-SHA256 keyed with the base64-decoded
     secret (after ``whsec_``) over ``{id}.{timestamp}.{body}``, base64, ``v1,`` prefix."""
@@ -383,8 +391,17 @@ async def test_each_format_is_delivered_once_and_verifies(
         "5.00",
         "2.50",
     )
-    assert data["top_drivers"] == [{"name": "gpu.h100.hour / pretrain", "cost": "7.50"}]
+    assert data["top_drivers"] == [
+        {
+            "name": "gpu.h100.hour / pretrain",
+            "stage": "pretrain",
+            "experiment": "",
+            "sku": "gpu.h100.hour",
+            "cost": "7.50",
+        }
+    ]
     assert data["links"]["budget"] == budget_link
+    assert data["links"]["dashboard"].startswith(f"{PUBLIC_URL}/ui/llm?from=")
 
     slack = rx.at("/slack")[0].json
     assert [b["type"] for b in slack["blocks"]][:2] == ["header", "section"]
@@ -420,9 +437,9 @@ async def test_delivery_survives_a_dead_receiver_and_restarts(
         await add_budget(api, thresholds=[10, 20, 30, 40, 50])
         await post(api, [event("r1", "1.6", time=this_month())])  # 4.00: crosses 10/20/30/40
 
-        async def failing() -> bool:
+        async def failing() -> bool:  # one message tells the four crossings
             page = await deliveries(api, "pending")
-            return page["total"] == 4 and all(d["attempts"] >= 2 for d in page["items"])
+            return page["total"] == 1 and all(d["attempts"] >= 2 for d in page["items"])
 
         await wait_until(failing, "every delivery to fail at least twice")
         first = await deliveries(api, "pending")
@@ -438,18 +455,21 @@ async def test_delivery_survives_a_dead_receiver_and_restarts(
         async with ledger(clean_redis, monkeypatch, FAST, token) as api:
 
             async def all_delivered() -> bool:
-                return await delivered_count(api) == 5
+                return await delivered_count(api) == 2
 
             await wait_until(all_delivered, "every alert delivered after the restart")
             done = (await deliveries(api, "delivered"))["items"]
         received = list(rx.received)
 
-    assert {d["alert_id"] for d in done} == expected
-    assert min(d["attempts"] for d in done if d["alert_id"].endswith(":t10")) >= 3
+    told = {d["alert_id"] for d in done} | {a for d in done for a in d["also_alert_ids"]}
+    assert told == expected
+    assert min(d["attempts"] for d in done if d["alert_id"].endswith(":t40")) >= 3
     # Every request verifies, and the receiver saw every alert (duplicates, if a retry raced,
     # would carry the same webhook-id).
-    assert {check_standard(secret, r)["data"]["id"] for r in received} == expected
-    assert {r.headers["webhook-id"] for r in received} == expected
+    payloads = [check_standard(secret, r)["data"] for r in received]
+    seen = {p["id"] for p in payloads} | {a["id"] for p in payloads for a in p["also_crossed"]}
+    assert seen == expected
+    assert {r.headers["webhook-id"] for r in received} == {p["id"] for p in payloads}
 
 
 # --- retries: errors, Retry-After, dead letters ------------------------------------------------
@@ -694,10 +714,16 @@ async def test_a_stuck_receiver_does_not_slow_ingestion(
             rx.hold.set()
 
             async def all_delivered() -> bool:
-                return await delivered_count(api) == 7
+                pending = (await deliveries(api, "pending"))["total"]
+                return pending == 0 and await alerts_told(api) == decided
 
             await wait_until(all_delivered, "every alert delivered once released")
-    assert {r.headers["webhook-id"] for r in rx.received} == decided
+    # Crossings that waited together share a message (1 and 2 % came in one batch).
+    payloads = [r.json["data"] for r in rx.received]
+    assert {p["id"] for p in payloads} | {a["id"] for p in payloads for a in p["also_crossed"]} == (
+        decided
+    )
+    assert rx.received[0].headers["webhook-id"].endswith(":t2")
 
 
 # --- registration -------------------------------------------------------------------------------
@@ -800,3 +826,209 @@ def test_backoff_retry_after_and_targets() -> None:
         DeliveryConfig(lease_s=5, timeout_s=5)
     with pytest.raises(SystemExit):
         DeliveryConfig.from_env({"TRAINLEDGER_WEBHOOK_MAX_ATTEMPTS": "many"})
+
+
+# --- messages people read: one per batch's crossings, in order, a test message --------------
+
+
+def people(exact: str) -> str:
+    """An exact USD figure as people read it, written here independently of the service:
+    rounded half to even to cents, thousands grouped."""
+    cents = Decimal(exact).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    return f"{cents:,} USD"
+
+
+def chat_text(received: Received) -> str:
+    return json.dumps(received.json, ensure_ascii=False)
+
+
+async def test_one_batch_over_three_thresholds_is_one_message_per_endpoint(
+    clean_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with receiving(Receiver().start()) as rx:
+        async with ledger(clean_redis, monkeypatch, FAST) as api:
+            await put_card(api)
+            standard = await add_webhook(api, rx.url + "/standard")
+            await add_webhook(api, rx.url + "/slack", "slack")
+            await add_webhook(api, rx.url + "/dingtalk?access_token=t", "dingtalk")
+            await add_budget(
+                api, name="pretrain monthly", amount="1500", thresholds=[50, 80, 100],
+                scope={"stage": "pretrain"},
+            )  # fmt: skip
+            when = this_month()
+            # Worked by hand, at 2.50 USD a GPU hour: 1000.00 + 500.08 + 50.00 + 12.60 =
+            # 1562.68 of pretrain, past 750 (50 %), 1200 (80 %) and 1500 (100 %): over the
+            # highest by 62.68. The eval hour is outside the budget's scope.
+            await post(
+                api,
+                [
+                    event("g1", "400", time=when, stage="pretrain", experiment="exp-7"),
+                    event("g2", "200.032", time=when, stage="pretrain", experiment="exp-8"),
+                    event("g3", "20", time=when, stage="pretrain", experiment="exp-9"),
+                    event("g4", "5.04", time=when, stage="pretrain"),
+                    event("g5", "1", time=when, stage="eval", experiment="exp-7"),
+                ],
+            )
+            async with api.client() as c:
+                history = (await c.get("/v1/alerts", params={"project": "llm"})).json()
+            # The alert history records each crossing.
+            assert [a["threshold_pct"] for a in history] == [50, 80, 100]
+            ids = {a["threshold_pct"]: a["id"] for a in history}
+
+            async def all_delivered() -> bool:
+                return await delivered_count(api) == 3
+
+            await wait_until(all_delivered, "one message per endpoint")
+            page = await deliveries(api)
+            assert page["total"] == 3  # not nine
+            for d in page["items"]:
+                assert (d["alert_id"], d["also_alert_ids"]) == (ids[100], [ids[80], ids[50]])
+
+    for path in ("/standard", "/slack", "/dingtalk"):
+        assert len(rx.at(path)) == 1, path
+        assert rx.at(path)[0].headers["webhook-id"] == ids[100]
+
+    data = check_standard(standard["secret"], rx.at("/standard")[0])["data"]
+    # The machine-readable payload keeps the exact figures.
+    assert (data["spent"], data["limit"], data["over_by"], data["threshold_pct"]) == (
+        "1562.68",
+        "1500.00",
+        "62.68",
+        100,
+    )
+    assert data["also_crossed"] == [
+        {"id": ids[80], "threshold_pct": 80, "limit": "1200.00"},
+        {"id": ids[50], "threshold_pct": 50, "limit": "750.00"},
+    ]
+    assert [(d["stage"], d["experiment"], d["sku"], d["cost"]) for d in data["top_drivers"]] == [
+        ("pretrain", "exp-7", "gpu.h100.hour", "1000.00"),
+        ("pretrain", "exp-8", "gpu.h100.hour", "500.08"),
+        ("pretrain", "exp-9", "gpu.h100.hour", "50.00"),
+    ]
+    # The forecast: the spend projected linearly over the month from the alert's time
+    # (worked here from the payload's own time, independently of the service).
+    at = datetime.fromisoformat(data["occurred_at"])
+    start = at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    elapsed = int((at - start).total_seconds())
+    length = int((end - start).total_seconds())
+    forecast_nano = 1_562_680_000_000 * length // max(elapsed, 1)
+    forecast = str(Decimal(forecast_nano).scaleb(-9).normalize())
+    assert Decimal(data["forecast"]) == Decimal(forecast)
+    dashboard = f"{PUBLIC_URL}/ui/llm?from={start.date()}&to={at.date()}"
+    assert data["links"]["dashboard"] == dashboard
+
+    for path in ("/slack", "/dingtalk"):
+        text = chat_text(rx.at(path)[0])
+        for needle in (
+            "llm: budget pretrain monthly crossed 100% (and 80%, 50%)",
+            "Spent 1,562.68 USD crossed the 100% threshold (1,500.00 USD) of budget "
+            "pretrain monthly (1,500.00 USD), over by 62.68 USD.",
+            "Also crossed in the same batch: 80% (1,200.00 USD), 50% (750.00 USD).",
+            f"Forecast for {budget_period(at)}: {people(forecast)}.",
+            "gpu.h100.hour / pretrain / exp-7 — 1,000.00 USD",
+            "gpu.h100.hour / pretrain / exp-8 — 500.08 USD",
+            "gpu.h100.hour / pretrain / exp-9 — 50.00 USD",
+            dashboard,
+        ):
+            assert needle in text, (path, needle)
+        assert "12.60" not in text and "eval" not in text  # the fourth driver; out of scope
+
+
+def budget_period(at: datetime) -> str:
+    return at.strftime("%Y-%m")
+
+
+async def test_deliveries_to_one_endpoint_keep_alert_order(
+    clean_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One batch decides, in this order, budget thresholds 50 and 100 % (one message) and
+    a forecast overrun. The delivery ids sort the other way (":forecast|" before ":t100|"),
+    and a worker used to send a round's deliveries side by side: the forecast could arrive
+    first. Now an endpoint is sent one request at a time, in alert order."""
+    config = DeliveryConfig(
+        max_attempts=5, base_delay_s=0.05, max_delay_s=0.3, lease_s=30.0, poll_s=0.05,
+        claim_idle_s=1.0, timeout_s=10.0,
+    )  # fmt: skip
+    now = datetime.now(UTC)
+    rx = Receiver()
+    rx.hold = threading.Event()
+    with receiving(rx.start()):
+        async with ledger(clean_redis, monkeypatch, config) as api:
+            await put_card(api)
+            secret = (await add_webhook(api, rx.url + "/ordered"))["secret"]
+            # A ten-day window, nine days gone: a forecast overrun once spend passes 9.00.
+            await add_budget(
+                api,
+                period="window",
+                window_start=(now - timedelta(days=9)).isoformat(),
+                window_end=(now + timedelta(days=1)).isoformat(),
+                thresholds=[50, 100],
+                forecast={"min_elapsed_pct": 50},
+            )
+            await post(api, [event("o1", "5")])  # 12.50: past 5.00, 9.00 and 10.00
+            async with api.client() as c:
+                history = [a["id"] for a in (await c.get("/v1/alerts?project=llm")).json()]
+            assert [h.rsplit(":", 1)[1] for h in history] == ["t50", "t100", "forecast"]
+            assert await asyncio.to_thread(rx.arrived.wait, 30), "the receiver got nothing"
+            # The first request is held unanswered: the second must not be sent meanwhile.
+            # (A worker sending side by side sends both at once; this waits long enough for
+            # the second to have arrived then.)
+            await asyncio.sleep(0.5)
+            assert len(rx.at("/ordered")) == 1
+            rx.hold.set()
+
+            async def both_delivered() -> bool:
+                return await delivered_count(api) == 2
+
+            await wait_until(both_delivered, "both messages delivered")
+    got = [check_standard(secret, r)["data"] for r in rx.at("/ordered")]
+    assert [d["id"] for d in got] == [history[1], history[2]]
+    assert [a["id"] for a in got[0]["also_crossed"]] == [history[0]]
+
+
+async def test_the_test_endpoint_sends_a_signed_sample(
+    clean_redis: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with receiving(Receiver().start()) as rx:
+        rx.answers["/failing"] = [(503, {})]
+        async with ledger(clean_redis, monkeypatch, QUIET) as api:
+            standard = await add_webhook(api, rx.url + "/standard", projects=["llm"])
+            slack = await add_webhook(api, rx.url + "/slack", "slack")
+            failing = await add_webhook(api, rx.url + "/failing")
+            down = await add_webhook(
+                api, f"http://127.0.0.1:{free_port()}/ding?access_token=tok-secret-9",
+                "dingtalk", secret=DINGTALK_SECRET,
+            )  # fmt: skip
+            answers = {}
+            async with api.client() as c:
+                for hook in (standard, slack, failing, down):
+                    r = await c.post(f"/v1/webhooks/{hook['id']}/test")
+                    assert r.status_code == 200, r.text
+                    answers[hook["id"]] = r.json()
+                assert (await c.post("/v1/webhooks/wh_nope/test")).status_code == 404
+            # Sent once, outside the outbox: nothing is listed or retried.
+            assert (await deliveries(api))["total"] == 0
+
+    sent = answers[standard["id"]]
+    assert (sent["delivered"], sent["status_code"], sent["error"]) == (True, 200, None)
+    (request,) = rx.at("/standard")
+    # Verified by the reference library (and the spec's algorithm written out here).
+    payload = check_standard(standard["secret"], request)
+    assert request.headers["webhook-id"] == sent["message_id"] == payload["data"]["id"]
+    assert payload["type"] == "budget.threshold" and payload["data"]["test"] is True
+    assert payload["data"]["project"] == "llm"  # the webhook's own project
+    assert payload["data"]["spent"] == "10312.5"  # exact in the payload
+
+    assert answers[slack["id"]]["delivered"] is True
+    text = chat_text(rx.at("/slack")[0])
+    assert "Test message (a sample, not an alert)" in text and "10,312.50 USD" in text
+
+    refused = answers[failing["id"]]
+    assert (refused["delivered"], refused["status_code"]) == (False, 503)
+    assert refused["error"].startswith("HTTP 503")
+    assert len(rx.at("/failing")) == 1  # not retried
+
+    unreachable = answers[down["id"]]
+    assert unreachable["delivered"] is False and unreachable["status_code"] is None
+    assert "ConnectError" in unreachable["error"] and "tok-secret-9" not in unreachable["error"]

@@ -161,14 +161,16 @@ def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "USD 9,439.20 so far" in out
     # Each recorded alert reached the receiver exactly once, with a valid signature.
     got = re.search(
-        r"the receiver got (\d+) deliveries for (\d+) distinct alerts, (\d+) with a valid "
-        r"signature; (\d+) alerts",
+        r"the\s+receiver\s+got\s+(\d+)\s+messages,\s+(\d+)\s+with\s+a\s+valid\s+signature,"
+        r"\s+telling\s+(\d+)\s+distinct\s+alerts\s+\((\d+)\s+in\s+all:[^)]*\);\s+(\d+)\s+alerts",
         out,
+        flags=re.DOTALL,
     )
-    assert got is not None and int(got[1]) == int(got[2]) == int(got[3]) == int(got[4]) > 0
+    assert got is not None and int(got[1]) == int(got[2]) > 0
+    assert int(got[3]) == int(got[4]) == int(got[5]) >= int(got[1])
     # One row per alert, each marked as received once.
     rows = re.findall(r"^\d\d \w{3} \d\d:00 .*  (\S+) *$", out, flags=re.MULTILINE)
-    assert rows == ["once"] * int(got[4])
+    assert rows == ["once"] * int(got[5])
     assert " times" not in out
     assert "the receiver" in out and "demo failed" not in out
 
@@ -208,7 +210,8 @@ def test_demo_against_a_running_service(server: tuple[str, str]) -> None:
     # Every alert recorded was received exactly once, signed; nothing else was received.
     alert_ids = [a["id"] for a in outcome.alerts]
     assert alert_ids and len(set(alert_ids)) == len(alert_ids)
-    received = Counter(d.webhook_id for d in receiver.received())
+    # (A batch's crossings of one budget share a message, which lists the lower ones.)
+    received = Counter(i for d in receiver.received() for i in d.alert_ids)
     assert received == Counter(alert_ids)
     assert all(d.signed for d in receiver.received())
     kinds = {a["kind"] for a in outcome.alerts}

@@ -1,6 +1,6 @@
 """The built wheel, installed: what a non-editable install needs is in it.
 
-The source (the files the build reads: pyproject.toml, setup.py, README.md, service/,
+The source (the files the build reads: pyproject.toml, setup.py, README.md, LICENSE, service/,
 costcore/) is copied to a temporary directory and built there into a wheel, so the checkout
 is left alone and nothing from it is found by accident. The wheel goes into a fresh virtual
 environment, its dependencies from the package index (pip's cache makes that quick after the
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -30,7 +31,7 @@ from tests.conftest import free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the build reads; compiled and generated files are left behind (the wheel makes its own).
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "service", "costcore")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "service", "costcore")
 LEFT_BEHIND = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c", "build", "*.egg-info")
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,23 @@ def run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProces
     )
 
 
+def check_wheel_contents(wheel: Path) -> None:
+    """The data files the code reads (Lua scripts, the demo's rate card, type markers) and the
+    licence are in the wheel, not only in the checkout."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    needed = {
+        "trainledger/" + str(path.relative_to(ROOT / "service"))
+        for path in (ROOT / "service").rglob("*")
+        if path.suffix in (".lua", ".json") or path.name == "py.typed"
+    }
+    assert "trainledger/cli/demo/ratecard.json" in needed
+    assert needed <= names, sorted(needed - names)
+    licences = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert licences, sorted(n for n in names if ".dist-info/" in n)
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+
+
 def install(tmp_path: Path) -> Path:
     """Build the wheel and install it into a fresh venv; return the venv's bin directory."""
     sources = copy_sources(tmp_path / "src")
@@ -91,6 +109,7 @@ def install(tmp_path: Path) -> Path:
             build.wait()
     assert build.returncode == 0, output
     (wheel,) = wheels.glob("trainledger-*.whl")
+    check_wheel_contents(wheel)
     installed = run([*pip, str(wheel)], tmp_path, 600)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return bin_dir

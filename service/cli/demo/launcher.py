@@ -26,6 +26,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_NOT_THE_DEMOS = frozenset(
+    {
+        "TRAINLEDGER_REDIS_URL",
+        "TRAINLEDGER_ADMIN_TOKEN_FILE",
+        "TRAINLEDGER_SECRET_KEY",
+        "TRAINLEDGER_SECRET_KEY_FILE",
+    }
+)
 _SERVE = "import sys; from trainledger.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -36,7 +44,9 @@ def local_service() -> Iterator[tuple[str, str, Path]]:
     data_dir = Path(tempfile.mkdtemp(prefix="trainledger-demo-"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if k != "TRAINLEDGER_REDIS_URL"}
+    # Its own store and keys: not the Redis, the admin token or the secret key of a service
+    # configured in this environment (a compose service's, for one).
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_THE_DEMOS}
     env.update(
         TRAINLEDGER_DATA_DIR=str(data_dir),
         TRAINLEDGER_PUBLIC_URL=url,

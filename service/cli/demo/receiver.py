@@ -21,6 +21,14 @@ class Delivery:
     signed: bool
     received_at: datetime
 
+    @property
+    def alert_ids(self) -> list[str]:
+        """The alerts this message tells: its own, and the lower thresholds of the same
+        budget the same batch crossed, which it lists."""
+        data = self.body.get("data") if isinstance(self.body, dict) else None
+        also = data.get("also_crossed", []) if isinstance(data, dict) else []
+        return [self.webhook_id] + [a["id"] for a in also if isinstance(a, dict) and "id" in a]
+
 
 class Receiver:
     """A real HTTP server on 127.0.0.1 that keeps every webhook delivery it is sent."""

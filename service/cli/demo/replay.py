@@ -132,7 +132,7 @@ def wait_for_deliveries(demo: DemoSession) -> None:
     deadline = time.monotonic() + demo.delivery_timeout_s
     with demo.console.status(f"waiting for {len(wanted)} webhook deliveries ..."):
         while time.monotonic() < deadline:
-            got = {d.webhook_id for d in demo.receiver.received()}
+            got = {i for d in demo.receiver.received() for i in d.alert_ids}
             pending = demo.call(
                 "GET",
                 "/v1/webhooks/deliveries",

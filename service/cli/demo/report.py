@@ -119,7 +119,8 @@ def alerts(demo: DemoSession) -> None:
     )
     received: dict[str, list[Delivery]] = {}
     for d in demo.outcome.deliveries:
-        received.setdefault(d.webhook_id, []).append(d)
+        for alert_id in d.alert_ids:  # one message tells a batch's crossings of a budget
+            received.setdefault(alert_id, []).append(d)
     crossings = _crossing_times(demo)
     rows = sorted(
         demo.outcome.alerts,
@@ -148,12 +149,14 @@ def alerts(demo: DemoSession) -> None:
         )
     demo.console.print(table)
     if demo.outcome.webhook_id is not None:
-        ids = [d.webhook_id for d in demo.outcome.deliveries]
-        signed = sum(d.signed for d in demo.outcome.deliveries)
+        messages = demo.outcome.deliveries
+        told = [i for d in messages for i in d.alert_ids]
+        signed = sum(d.signed for d in messages)
         demo.say(
-            f"  the receiver got {len(ids)} deliveries for {len(set(ids))} distinct alerts, "
-            f"{signed} with a valid signature; {len(demo.outcome.alerts)} alerts were "
-            "recorded (GET /v1/alerts)"
+            f"  the receiver got {len(messages)} messages, {signed} with a valid signature, "
+            f"telling {len(set(told))} distinct alerts ({len(told)} in all: a batch's "
+            f"crossings of one budget share a message); {len(demo.outcome.alerts)} alerts "
+            "were recorded (GET /v1/alerts)"
         )
     for d in demo.outcome.deliveries:
         data = d.body.get("data", {})

@@ -22,6 +22,7 @@ from trainledger.webhooks.chat_formats import truncate_utf8
 from trainledger.webhooks.formats import (
     FORMATS,
     AlertMessage,
+    CrossedThreshold,
     OutgoingRequest,
     build_request,
 )
@@ -462,12 +463,12 @@ def test_message_says_what_crossed_what_by_how_much(fmt: str) -> None:
         "stage=pretrain",  # scope
         "2026-11",  # period
         "80%",  # threshold
-        "8123.40",  # spent
-        "8000.00",  # limit
-        "123.40",  # over by
-        "USD",
+        "8,123.40 USD",  # spent, formatted for people
+        "8,000.00 USD",  # limit
+        "123.40 USD",  # over by
+        "81% of the budget",
         "gpu.h100.hour / pretrain",  # top driver
-        "6000.00",
+        "6,000.00 USD",
         COSTS_URL,  # link back to the API
     ):
         assert expected in text, (fmt, expected)
@@ -477,7 +478,7 @@ def test_message_says_what_crossed_what_by_how_much(fmt: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "extra", "phrase"),
     [
-        ("forecast", {"forecast": "12400.00", "threshold_pct": None}, "Forecast 12400.00 USD"),
+        ("forecast", {"forecast": "12400.00", "threshold_pct": None}, "Forecast 12,400.00 USD"),
         ("growth", {"budget_id": None, "budget_name": None, "threshold_pct": None}, "growth"),
         ("waste", {"threshold_pct": None, "scope": {}}, "Waste"),
     ],
@@ -486,7 +487,7 @@ def test_other_kinds(fmt: str, kind: str, extra: dict[str, Any], phrase: str) ->
     alert = make_alert(kind=kind, **extra)
     text = message_text(fmt, build_request(alert, fmt, "https://c.example/h", None, now=NOW))
     assert phrase in text
-    assert "8000.00" in text and "123.40" in text
+    assert "8,000.00 USD" in text and "123.40 USD" in text
     if not alert.scope:
         assert "whole project" in text
     standard = build_request(alert, "standard", "https://c.example/h", SECRET, now=NOW)
@@ -494,11 +495,11 @@ def test_other_kinds(fmt: str, kind: str, extra: dict[str, Any], phrase: str) ->
 
 
 @pytest.mark.parametrize("fmt", CHAT_FORMATS)
-def test_at_most_five_drivers(fmt: str) -> None:
+def test_at_most_three_drivers(fmt: str) -> None:
     drivers = [{"name": f"sku-{i}", "cost": f"{100 - i}.00"} for i in range(8)]
     request = build_request(make_alert(top_drivers=drivers), fmt, "https://c.example/h", None)
     text = message_text(fmt, request)
-    assert "sku-4" in text and "sku-5" not in text
+    assert "sku-2" in text and "sku-3" not in text
 
 
 # --- escaping of hostile names ----------------------------------------------------------
@@ -587,3 +588,102 @@ def test_argument_errors() -> None:
         build_request(make_alert(over_by="*1*"), "wecom", "https://c.example/h", None)
     with pytest.raises(ValueError, match="currency"):
         build_request(make_alert(currency="usd"), "slack", "https://c.example/h", None)
+
+
+# --- a hand-worked message --------------------------------------------------------------
+
+
+def crossed_three() -> AlertMessage:
+    """One batch took budget "pretrain monthly" (1,500 USD, stage pretrain) from 700 USD to
+    1562.6800004 USD: past 50 % (750), 80 % (1,200) and 100 % (1,500), over the highest by
+    62.6800004. Half the month gone: the forecast is twice the spend."""
+    return make_alert(
+        id="bud_1:2026-11:t100",
+        budget_id="bud_1",
+        budget_name="pretrain monthly",
+        threshold_pct=100,
+        amount="1500",
+        spent="1562.6800004",
+        limit="1500.00",
+        over_by="62.6800004",
+        forecast="3125.3600008",
+        top_drivers=[
+            {"name": "gpu.h100.hour / pretrain / exp-7", "cost": "1200.5"},
+            {"name": "storage.gb.month / pretrain", "cost": "362.1800004"},
+        ],
+        occurred_at=datetime(2026, 11, 16, 0, 0, tzinfo=UTC),
+        links={"dashboard": "https://ledger.example/ui/llm-7b?from=2026-11-01&to=2026-11-16"},
+        also_crossed=[
+            CrossedThreshold(id="bud_1:2026-11:t80", threshold_pct=80, limit="1200.00"),
+            CrossedThreshold(id="bud_1:2026-11:t50", threshold_pct=50, limit="750.00"),
+        ],
+    )
+
+
+def test_hand_worked_message_in_dingtalk_markdown() -> None:
+    request = build_request(crossed_three(), "dingtalk", "https://c.example/h", None)
+    body = decode(request)
+    assert (
+        body["markdown"]["title"] == "llm-7b: budget pretrain monthly crossed 100% (and 80%, 50%)"
+    )
+    assert body["markdown"]["text"].split("\n") == [
+        "#### llm-7b: budget pretrain monthly crossed 100% (and 80%, 50%)",
+        "",
+        "Spent 1,562.68 USD crossed the 100% threshold (1,500.00 USD) of budget pretrain "
+        "monthly (1,500.00 USD), over by 62.68 USD. Also crossed in the same batch: "
+        "80% (1,200.00 USD), 50% (750.00 USD). Forecast for 2026-11: 3,125.36 USD.",
+        "",
+        "- **Project:** llm-7b",
+        "- **Scope:** stage=pretrain",
+        "- **Period:** 2026-11",
+        "- **Budget:** pretrain monthly (1,500.00 USD)",
+        "- **Threshold:** 100% = 1,500.00 USD",
+        "- **Also crossed:** 80% (1,200.00 USD), 50% (750.00 USD)",
+        "- **Spent:** 1,562.68 USD (104% of the budget)",
+        "- **Limit:** 1,500.00 USD",
+        "- **Over by:** 62.68 USD",
+        "- **Forecast:** 3,125.36 USD",
+        "",
+        "**Top cost drivers** (SKU / stage / experiment)",
+        "",
+        "1. gpu.h100.hour / pretrain / exp-7 — 1,200.50 USD",
+        "2. storage.gb.month / pretrain — 362.18 USD",
+        "",
+        "[Dashboard](https://ledger.example/ui/llm-7b?from=2026-11-01&to=2026-11-16)",
+        "",
+        r"alert bud\_1:2026-11:t100 · 2026-11-16 00:00 UTC",
+    ]
+
+
+@pytest.mark.parametrize("fmt", CHAT_FORMATS)
+def test_hand_worked_message_in_every_chat_format(fmt: str) -> None:
+    request = build_request(crossed_three(), fmt, "https://c.example/h", SECRETS[fmt], now=NOW)
+    text = message_text(fmt, request)
+    for expected in (
+        "crossed 100% (and 80%, 50%)",
+        "Spent 1,562.68 USD crossed the 100% threshold (1,500.00 USD)",
+        "over by 62.68 USD",
+        "Also crossed in the same batch: 80% (1,200.00 USD), 50% (750.00 USD)",
+        "Forecast for 2026-11: 3,125.36 USD",
+        "1,200.50 USD",
+        "362.18 USD",
+        "https://ledger.example/ui/llm-7b?from=2026-11-01&to=2026-11-16",
+    ):
+        assert expected in text, (fmt, expected)
+    assert "1562.68" not in text and "0000004" not in text  # no raw figure for people
+
+
+def test_the_standard_payload_keeps_the_exact_figures() -> None:
+    request = build_request(crossed_three(), "standard", "https://c.example/h", SECRET, now=NOW)
+    data = decode(request)["data"]
+    assert (data["spent"], data["over_by"], data["forecast"]) == (
+        "1562.6800004",
+        "62.6800004",
+        "3125.3600008",
+    )
+    assert data["top_drivers"][1]["cost"] == "362.1800004"
+    assert data["also_crossed"] == [
+        {"id": "bud_1:2026-11:t80", "threshold_pct": 80, "limit": "1200.00"},
+        {"id": "bud_1:2026-11:t50", "threshold_pct": 50, "limit": "750.00"},
+    ]
+    assert data["test"] is False

@@ -1,0 +1,339 @@
+"""`trainledger budgets|alerts|webhooks`: what on-call people look at and change, over HTTP.
+
+Tables show money for people (grouped digits, the currency's precision); `--json` prints the
+service's answer, exact to the nano-unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ..config import Settings
+from .client import Client, CliError, add_client_options
+from .commands import print_json, read_json_file
+from .ui import ui
+
+# ISO 4217 minor units of the currencies that are not shown with 2 decimals.
+MINOR_UNITS = {"JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "BHD": 3, "KWD": 3, "OMR": 3}
+
+
+def money(amount: object, currency: str | None = None) -> str:
+    """`12,345.68 USD`: rounded half-even to the currency's minor unit, digits grouped."""
+    try:
+        value = Decimal(str(amount))
+    except InvalidOperation:
+        return str(amount)
+    places = MINOR_UNITS.get(currency or "", 2)
+    shown = value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+    text = f"{shown:,.{places}f}"
+    return f"{text} {currency}" if currency else text
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=Text(title, style="bold"), title_justify="left")
+    for column in columns:
+        right = column.startswith(">")
+        table.add_column(column.lstrip(">"), justify="right" if right else "left", overflow="fold")
+    return table
+
+
+def _cells(*values: object) -> list[Text]:
+    return [Text("" if v is None else str(v)) for v in values]
+
+
+# --- budgets --------------------------------------------------------------------------------
+
+
+def cmd_budgets_list(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        budgets = client.json("GET", "/v1/budgets", params={"project": args.project})
+    if args.json:
+        print_json(budgets)
+        return 0
+    table = _table(f"{args.project}: budgets", "id", "name", ">amount", "period", "thresholds %")
+    for b in budgets:
+        thresholds = ", ".join(str(t) for t in b.get("thresholds", []))
+        table.add_row(*_cells(b["id"], b["name"], money(b["amount"]), b["period"], thresholds))
+    ui.out.print(table)
+    return 0
+
+
+def cmd_budgets_show(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        status = client.json(
+            "GET", f"/v1/budgets/{args.budget_id}", params={"project": args.project}
+        )
+    if args.json:
+        print_json(status)
+        return 0
+    budget, currency = status["budget"], status.get("currency")
+    table = _table(f"budget {budget['name']} ({budget['id']})", "", ">value")
+    table.add_row(*_cells("period", f"{status.get('period_start')} to {status.get('period_end')}"))
+    table.add_row(*_cells("amount", money(budget["amount"], currency)))
+    table.add_row(*_cells("spent", money(status["spent"], currency)))
+    table.add_row(*_cells("remaining", money(status["remaining"], currency)))
+    table.add_row(*_cells("used", f"{status['used_pct']} %"))
+    if status.get("forecast") is not None:
+        over = " (over budget)" if status.get("forecast_over_budget") else ""
+        table.add_row(*_cells("forecast", money(status["forecast"], currency) + over))
+    table.add_row(*_cells("fired", ", ".join(status.get("fired") or []) or "none"))
+    ui.out.print(table)
+    return 0
+
+
+def cmd_budgets_create(args: argparse.Namespace, settings: Settings) -> int:
+    if args.file:
+        body = read_json_file(args.file)
+        if not isinstance(body, dict):
+            raise CliError(f"{args.file}: a budget is a JSON object")
+    else:
+        if not (args.project and args.name and args.amount):
+            raise CliError("give --project, --name and --amount (or --file with the budget)")
+        body = {"project": args.project, "name": args.name, "amount": args.amount}
+        body["period"] = args.period
+        if args.threshold:
+            body["thresholds"] = args.threshold
+    with Client.from_args(args, settings) as client:
+        budget = client.json("POST", "/v1/budgets", json=body)
+    if args.json:
+        print_json(budget)
+        return 0
+    ui.out.print(
+        Text(f"budget {budget['name']} created: id {budget['id']}, {money(budget['amount'])} ")
+        + Text(f"{budget['period']}, alerts at {budget.get('thresholds')} %")
+    )
+    return 0
+
+
+def cmd_budgets_delete(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        client.request("DELETE", f"/v1/budgets/{args.budget_id}", params={"project": args.project})
+    ui.out.print(Text(f"budget {args.budget_id} deleted"))
+    return 0
+
+
+# --- alerts ---------------------------------------------------------------------------------
+
+
+def cmd_alerts_list(args: argparse.Namespace, settings: Settings) -> int:
+    params: dict[str, Any] = {"project": args.project, "limit": args.limit}
+    for key, value in (("kind", args.kind), ("from", args.from_time), ("to", args.to_time)):
+        if value:
+            params[key] = value
+    with Client.from_args(args, settings) as client:
+        alerts = client.json("GET", "/v1/alerts", params=params)
+    if args.json:
+        print_json(alerts)
+        return 0
+    table = _table(
+        f"{args.project}: alerts, oldest first", "when", "kind", "budget", ">spent", ">limit"
+    )
+    for a in alerts:
+        kind = a["kind"] + (f" {a['threshold_pct']} %" if a.get("threshold_pct") else "")
+        table.add_row(
+            *_cells(
+                a["occurred_at"],
+                kind,
+                a["budget_name"],
+                money(a["spent"], a.get("currency")),
+                money(a["limit"], a.get("currency")),
+            )
+        )
+    ui.out.print(table)
+    if len(alerts) == args.limit:
+        ui.err.print(f"more may follow: --limit, or --from {alerts[-1]['occurred_at']}")
+    return 0
+
+
+# --- webhooks -------------------------------------------------------------------------------
+
+
+def cmd_webhooks_list(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        hooks = client.json("GET", "/v1/webhooks")
+    if args.json:
+        print_json(hooks)
+        return 0
+    table = _table("webhooks", "id", "format", "url", "projects", "kinds", "description")
+    for h in hooks:
+        table.add_row(
+            *_cells(
+                h["id"],
+                h["format"],
+                h["url"] or f"(unreadable: {h.get('unreadable')})",
+                ", ".join(h["projects"]) if h.get("projects") else "all",
+                ", ".join(h["kinds"]) if h.get("kinds") else "all",
+                h.get("description", ""),
+            )
+        )
+    ui.out.print(table)
+    return 0
+
+
+def cmd_webhooks_create(args: argparse.Namespace, settings: Settings) -> int:
+    body: dict[str, Any] = {"url": args.target, "format": args.format}
+    if args.project:
+        body["projects"] = args.project
+    if args.kind:
+        body["kinds"] = args.kind
+    if args.description:
+        body["description"] = args.description
+    if args.secret:
+        body["secret"] = args.secret
+    with Client.from_args(args, settings) as client:
+        created = client.json("POST", "/v1/webhooks", json=body)
+    if args.json:
+        print_json(created)
+        return 0
+    ui.out.print(Text(f"webhook {created['id']} registered ({created['format']})"))
+    if created.get("secret"):
+        ui.out.print(Text(f"signing secret (shown this once): {created['secret']}"))
+    return 0
+
+
+def cmd_webhooks_delete(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        client.request("DELETE", f"/v1/webhooks/{args.webhook_id}")
+    ui.out.print(Text(f"webhook {args.webhook_id} deleted"))
+    return 0
+
+
+def cmd_webhooks_deliveries(args: argparse.Namespace, settings: Settings) -> int:
+    params: dict[str, Any] = {"project": args.project, "limit": args.limit}
+    if args.status:
+        params["status"] = args.status
+    with Client.from_args(args, settings) as client:
+        page = client.json("GET", "/v1/webhooks/deliveries", params=params)
+    if args.json:
+        print_json(page)
+        return 0
+    table = _table(
+        f"{args.project}: deliveries ({page['total']})",
+        "id",
+        "status",
+        ">attempts",
+        "last status",
+        "last error",
+    )
+    for d in page["items"]:
+        table.add_row(
+            *_cells(
+                d["id"], d["status"], d["attempts"], d.get("last_status_code"), d.get("last_error")
+            )
+        )
+    ui.out.print(table)
+    return 0
+
+
+def cmd_webhooks_redeliver(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        report = client.json(
+            "POST",
+            "/v1/webhooks/deliveries/redeliver",
+            params={"project": args.project},
+            json={"ids": args.id or None},
+        )
+    if args.json:
+        print_json(report)
+        return 0
+    ui.out.print(
+        Text(f"{len(report['redelivered'])} deliveries sent again; ")
+        + Text(f"{len(report['not_failed'])} were not failed (unknown, pending or delivered)")
+    )
+    return 0
+
+
+# --- parsers --------------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser, handler: Any, json_flag: bool = True) -> None:
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="the service's JSON answer")
+    add_client_options(parser)
+    parser.set_defaults(handler=handler)
+
+
+def _add_budgets(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    budgets = sub.add_parser("budgets", help="a project's budgets (over HTTP)")
+    b_sub = budgets.add_subparsers(dest="budgets_command", required=True)
+    listing = b_sub.add_parser("list", help="a project's budgets")
+    listing.add_argument("--project", required=True)
+    _common(listing, cmd_budgets_list)
+    show = b_sub.add_parser("show", help="spend against a budget now")
+    show.add_argument("budget_id")
+    show.add_argument("--project", required=True)
+    _common(show, cmd_budgets_show)
+    create = b_sub.add_parser(
+        "create",
+        help="create a budget (admin)",
+        description="From flags, or --file with the whole body of POST /v1/budgets (scope, "
+        "forecast and growth rules, a window).",
+    )
+    create.add_argument("--project")
+    create.add_argument("--name")
+    create.add_argument("--amount", help="in the project's currency, e.g. 25000")
+    create.add_argument("--period", choices=("monthly", "weekly"), default="monthly")
+    create.add_argument(
+        "--threshold", type=int, action="append", help="alert at this %% (repeatable)"
+    )
+    create.add_argument("--file", help="the budget as JSON ('-' = stdin)")
+    _common(create, cmd_budgets_create)
+    remove = b_sub.add_parser("delete", help="delete a budget (admin)")
+    remove.add_argument("budget_id")
+    remove.add_argument("--project", required=True)
+    _common(remove, cmd_budgets_delete, json_flag=False)
+
+
+def _add_alerts(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    alerts = sub.add_parser("alerts", help="budget alert history (over HTTP)")
+    a_sub = alerts.add_subparsers(dest="alerts_command", required=True)
+    listing = a_sub.add_parser("list", help="a project's alerts, oldest first")
+    listing.add_argument("--project", required=True)
+    listing.add_argument("--kind", choices=("threshold", "forecast", "growth"))
+    listing.add_argument("--from", dest="from_time", help="RFC 3339 time: alerts since")
+    listing.add_argument("--to", dest="to_time", help="RFC 3339 time: alerts before")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (100)")
+    _common(listing, cmd_alerts_list)
+
+
+def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    hooks = sub.add_parser("webhooks", help="where budget alerts are sent (over HTTP)")
+    w_sub = hooks.add_subparsers(dest="webhooks_command", required=True)
+    _common(w_sub.add_parser("list", help="registered webhooks (admin)"), cmd_webhooks_list)
+    create = w_sub.add_parser("create", help="register a webhook (admin)")
+    create.add_argument("target", metavar="URL", help="where alerts are sent (https)")
+    create.add_argument(
+        "--format",
+        choices=("standard", "slack", "feishu", "dingtalk", "wecom"),
+        default="standard",
+    )
+    create.add_argument("--project", action="append", help="only this project (repeatable)")
+    create.add_argument(
+        "--kind", action="append", choices=("threshold", "forecast", "growth"), help="repeatable"
+    )
+    create.add_argument("--description")
+    create.add_argument("--secret", help="signing secret (standard: generated when not given)")
+    _common(create, cmd_webhooks_create)
+    remove = w_sub.add_parser("delete", help="delete a webhook (admin)")
+    remove.add_argument("webhook_id")
+    _common(remove, cmd_webhooks_delete, json_flag=False)
+    deliveries = w_sub.add_parser("deliveries", help="deliveries of a project's alerts")
+    deliveries.add_argument("--project", required=True)
+    deliveries.add_argument("--status", choices=("pending", "failed", "delivered"))
+    deliveries.add_argument("--limit", type=int, default=100)
+    _common(deliveries, cmd_webhooks_deliveries)
+    redeliver = w_sub.add_parser("redeliver", help="send failed deliveries again (admin)")
+    redeliver.add_argument("--project", required=True)
+    redeliver.add_argument("--id", action="append", help="a delivery id (default: every failed)")
+    _common(redeliver, cmd_webhooks_redeliver)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_budgets(sub)
+    _add_alerts(sub)
+    _add_webhooks(sub)

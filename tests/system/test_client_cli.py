@@ -1,0 +1,276 @@
+"""The client commands: `events post`, `spool put|flush`, `agent`, and the on-call commands
+`budgets`, `alerts`, `webhooks`, against a real service (the `api` fixture, or a rate-limited
+one), run in-process through `trainledger.cli.main` (the agent as a real process, for its
+signals)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from trainledger.cli import main
+from trainledger.client import Spool
+from trainledger.config import Settings
+
+from tests.conftest import TEST_CARD, Api, ServerThread, event, free_port, make_admin_token
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_POLLS = 1200
+
+
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "220")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def conn(url: str, token: str) -> list[str]:
+    return ["--url", url, "--token", token]
+
+
+async def card(api: Api) -> None:
+    async with api.client() as c:
+        assert (await c.put("/v1/rate-cards/default", json=TEST_CARD)).status_code == 201
+
+
+async def total_events(api: Api, project: str = "llm") -> int:
+    async with api.client() as c:
+        r = await c.get("/v1/costs", params={"project": project})
+        return int(r.json()["total_events"])
+
+
+def ndjson(events: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
+
+
+async def test_events_post_ndjson_json_and_stdin(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await card(api)
+    path = tmp_path / "events.ndjson"
+    path.write_text(ndjson([event(f"n-{i}", "1") for i in range(7)]) + "\n")
+    code, out, _ = run(
+        capsys,
+        "events",
+        "post",
+        str(path),
+        "--batch-size",
+        "3",
+        *conn(api.base_url, api.admin_token),
+    )
+    assert code == 0 and "7 accepted, 0 duplicates (already counted), 0 rejected" in out
+    array = json.dumps([event("n-0", "1"), event("j-1", 2.5), event("bad", "1", sku="nope")])
+    monkeypatch.setattr("sys.stdin", io.StringIO(array))
+    code, out, _ = run(capsys, "events", "post", "-", *conn(api.base_url, api.admin_token))
+    assert code == 1  # one event was rejected
+    assert "1 accepted, 1 duplicates (already counted), 1 rejected" in out
+    assert "bad" in out
+    assert await total_events(api) == 8
+    path.write_text('{"id": "x"}\nnot json\n')
+    code, _, err = run(capsys, "events", "post", str(path), *conn(api.base_url, api.admin_token))
+    assert code == 1 and "line 2: not JSON" in err
+
+
+async def test_cli_posts_ride_out_429s(
+    clean_redis: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=clean_redis, rate_limit_per_second=2)
+    server = await asyncio.to_thread(lambda: ServerThread(clean_redis, settings).start())
+    token = await make_admin_token(clean_redis)
+    try:
+        # The test reads with a token of its own: the limit is per token.
+        api = Api(server.base_url, await make_admin_token(clean_redis), clean_redis)
+        await card(api)
+        path = tmp_path / "events.ndjson"
+        path.write_text(ndjson([event(f"r-{i}", "1") for i in range(8)]))
+        code, out, err = run(
+            capsys, "events", "post", str(path), "--batch-size", "1", *conn(api.base_url, token)
+        )
+        assert code == 0, err
+        assert "8 accepted" in out
+        assert "(HTTP 429)" in err  # said on stderr, and retried
+        assert await total_events(api) == 8
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def test_spool_put_then_flush(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    spool_dir = str(tmp_path / "spool")
+    path = tmp_path / "events.ndjson"
+    path.write_text(ndjson([event(f"s-{i}", "1.000001") for i in range(5)]))
+    code, _, err = run(capsys, "spool", "put", str(path), "--spool", spool_dir)
+    assert code == 0 and "5 events spooled" in err
+    assert run(capsys, "spool", "put", str(path), "--spool", spool_dir)[0] == 0
+    down = f"http://127.0.0.1:{free_port()}"
+    code, _, err = run(
+        capsys,
+        "spool",
+        "flush",
+        "--spool",
+        spool_dir,
+        "--timeout",
+        "1",
+        *conn(down, api.admin_token),
+    )
+    # Unreachable (after the retries): the events stay for the next flush.
+    assert code == 1 and "10 events stay spooled" in err
+    code, out, _ = run(
+        capsys, "spool", "flush", "--spool", spool_dir, *conn(api.base_url, api.admin_token)
+    )
+    assert code == 0 and "5 accepted, 5 duplicates" in out
+    assert Spool(spool_dir).pending() == 0
+    assert await total_events(api) == 5
+    async with api.client() as c:
+        cost = (await c.get("/v1/costs", params={"project": "llm"})).json()["total_cost"]
+    assert cost.startswith("12.5000") and cost.endswith("25")  # 5 × 1.000001 × 2.50, exact
+
+
+async def test_agent_stops_on_sigterm_and_loses_nothing(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+    env.update(TRAINLEDGER_URL=f"http://127.0.0.1:{free_port()}", TRAINLEDGER_TOKEN=api.admin_token)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainledger.cli",
+            "agent",
+            "--spool",
+            str(spool.directory),
+            "--interval",
+            "0.05",
+            "--max-backoff",
+            "0.2",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        spool.put([event(f"g-{i}", "1") for i in range(4)])
+        # It is retrying against a service that is not there; SIGTERM stops it at once.
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+            if (spool.directory / "drain.lock").exists():
+                break
+        await asyncio.sleep(0.5)
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, out
+    assert "Connection refused" in out
+    assert "agent: stopped; 4 events spooled" in out
+    assert spool.pending() == 4
+    # The events wait in the spool for the next drain.
+    code, out, _ = run(
+        capsys,
+        "spool",
+        "flush",
+        "--spool",
+        str(spool.directory),
+        *conn(api.base_url, api.admin_token),
+    )
+    assert code == 0 and "4 accepted" in out
+    assert await total_events(api) == 4
+
+
+async def test_budgets_alerts_and_webhooks(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    c = conn(api.base_url, api.admin_token)
+    code, out, err = run(
+        capsys,
+        "budgets",
+        "create",
+        "--project",
+        "llm",
+        "--name",
+        "gpu",
+        "--amount",
+        "1234567.891",
+        "--threshold",
+        "50",
+        "--json",
+        *c,
+    )
+    assert code == 0, err
+    budget_id = json.loads(out)["id"]
+    code, out, _ = run(capsys, "budgets", "list", "--project", "llm", *c)
+    assert code == 0 and budget_id in out and "1,234,567.89" in out
+    async with api.client() as http:
+        r = await http.post("/v1/events", json=[event("big", "300000")])  # 750,000 USD: over 50 %
+        assert r.status_code == 200, r.text
+    code, out, _ = run(capsys, "budgets", "show", budget_id, "--project", "llm", *c)
+    assert code == 0 and "750,000.00 USD" in out and "484,567.89 USD" in out
+    code, out, _ = run(capsys, "alerts", "list", "--project", "llm", *c)
+    assert code == 0 and "threshold 50 %" in out and "750,000.00 USD" in out
+    code, out, _ = run(capsys, "alerts", "list", "--project", "llm", "--json", *c)
+    assert Decimal(json.loads(out)[0]["spent"]) == Decimal(750000)  # the exact figure
+
+    code, out, err = run(
+        capsys,
+        "webhooks",
+        "create",
+        "http://127.0.0.1:9/hook",
+        "--project",
+        "llm",
+        "--kind",
+        "threshold",
+        *c,
+    )
+    assert code == 0, err
+    assert "signing secret (shown this once): whsec_" in out
+    hook_id = out.split()[1]
+    code, out, _ = run(capsys, "webhooks", "list", *c)
+    assert code == 0 and hook_id in out and "http://127.0.0.1:9/hook" in out
+    code, out, _ = run(capsys, "webhooks", "deliveries", "--project", "llm", "--json", *c)
+    assert code == 0 and json.loads(out)["project"] == "llm"
+    assert run(capsys, "webhooks", "delete", hook_id, *c)[0] == 0
+    code, _, err = run(capsys, "webhooks", "delete", hook_id, *c)
+    assert code == 1 and "HTTP 404" in err
+    assert run(capsys, "budgets", "delete", budget_id, "--project", "llm", *c)[0] == 0
+    code, out, _ = run(capsys, "budgets", "list", "--project", "llm", "--json", *c)
+    assert json.loads(out) == []
+    reader = await api.token("read", ["llm"])
+    code, _, err = run(
+        capsys,
+        "budgets",
+        "create",
+        "--project",
+        "llm",
+        "--name",
+        "x",
+        "--amount",
+        "1",
+        "--url",
+        api.base_url,
+        "--token",
+        reader,
+    )
+    assert code == 1 and "HTTP 403" in err
