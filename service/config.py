@@ -207,6 +207,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TRAINLEDGER_URL", _url("http", "https"), "http://127.0.0.1:8000"),
     Variable("TRAINLEDGER_TOKEN", TEXT, "the admin token in the data dir", secret=True),
     Variable("TRAINLEDGER_TOKEN_FILE", PATH, "(unset)"),
+    Variable("TRAINLEDGER_SPOOL", PATH, "(unset)"),
 )
 
 

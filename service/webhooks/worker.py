@@ -62,6 +62,7 @@ from .messages import alert_message
 from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord, check_target, load_webhooks, wants
+from .retry_log import log_retry
 from .sending import send_checked
 from .targets import AllowList, Resolver, Target, UnsafeTarget
 
@@ -482,16 +483,14 @@ class DeliveryWorker:
             outcome,
             score,
         )
-        if kept:
-            if outcome == "retry":
-                WEBHOOK_RETRIES.inc()
-            else:
-                WEBHOOK_DELIVERIES.labels(outcome).inc()
         if not kept:
             log.info("delivery %s: lease lost before its outcome was recorded", job.delivery_id)
         elif outcome == "retry":  # `error` was scrubbed of the webhook's secrets by the caller
-            _log_retry(job, updated.attempts, score, http_status, error)
-        elif outcome == "failed":
+            WEBHOOK_RETRIES.inc()
+            log_retry(job.delivery_id, job.project, updated.attempts, score, http_status, error)
+        else:
+            WEBHOOK_DELIVERIES.labels(outcome).inc()
+        if kept and outcome == "failed":
             log.warning(
                 "delivery %s of %s failed for good after %d attempts: %s",
                 job.delivery_id,
@@ -499,28 +498,3 @@ class DeliveryWorker:
                 updated.attempts,
                 error,
             )
-
-
-def _log_retry(
-    job: _Job, attempt: int, next_at_ms: int, http_status: int | None, error: str | None
-) -> None:
-    """One line per failed attempt that will be retried: which delivery, which attempt, when
-    the next one is due, and why (never the URL: the error is already scrubbed)."""
-    next_at = datetime.fromtimestamp(next_at_ms / 1000, UTC).isoformat(timespec="seconds")
-    log.warning(
-        "delivery %s of %s: attempt %d failed (%s); next attempt at %s",
-        job.delivery_id,
-        job.project,
-        attempt,
-        error,
-        next_at,
-        extra={
-            "fields": {
-                "delivery_id": job.delivery_id,
-                "project": job.project,
-                "attempt": attempt,
-                "next_attempt_at": next_at,
-                "http_status": http_status,
-            }
-        },
-    )
