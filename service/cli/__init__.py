@@ -11,11 +11,12 @@ Slurm job's usage as the job ends). And `demo`.
 from __future__ import annotations
 
 import argparse
+import os
 
 import httpx
 
 from .. import __version__
-from ..config import Settings
+from ..config import ConfigError, Settings
 from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
 from .serve import ensure_admin_token, redis_url_for, run_with_store
@@ -73,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         args.demo_argv = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        return _refuse_configuration(args, exc)
     try:
         return int(args.handler(args, settings))
     except ApiError as exc:
@@ -88,6 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.err.print("interrupted")
         return 130
+
+
+def _refuse_configuration(args: argparse.Namespace, error: ConfigError) -> int:
+    """Exit status 2, each bad value named. `serve` says it in its log format (JSON unless
+    `--log-format` or a valid `TRAINLEDGER_LOG_FORMAT` says text), as everything it writes."""
+    if args.command == "serve":
+        from .serve_logging import log, setup_logging
+
+        fmt = args.log_format or os.environ.get("TRAINLEDGER_LOG_FORMAT", "").strip().lower()
+        setup_logging(fmt if fmt in ("json", "text") else "json", "info")
+        for problem in error.problems:
+            log.error("cannot start: %s", problem)
+        return error.code if isinstance(error.code, int) else 2
+    for problem in error.problems:
+        ui.err.print(f"[bold red]error[/]: {_escape(problem)}", highlight=False)
+    return 2
 
 
 def _escape(text: str) -> str:

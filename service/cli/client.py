@@ -4,7 +4,8 @@ RFC 9457 problem document is shown.
 URL: `--url`, else `$TRAINLEDGER_URL`, else http://127.0.0.1:8000. Token: `--token`, else
 `$TRAINLEDGER_TOKEN`, else the file `$TRAINLEDGER_TOKEN_FILE` names (a mounted secret), else the
 admin token `trainledger serve` was given (`$TRAINLEDGER_ADMIN_TOKEN_FILE`) or wrote in the data
-directory (`$TRAINLEDGER_DATA_DIR/admin-token`, `.trainledger/admin-token` by default).
+directory (`$TRAINLEDGER_DATA_DIR/admin-token`; by default the user data dir, e.g.
+`~/.local/share/trainledger/admin-token` on Linux, whatever directory a command runs from).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
         return path.read_text().strip()
     except OSError as exc:
         raise CliError(
-            f"no token: pass --token, set TRAINLEDGER_TOKEN or TRAINLEDGER_TOKEN_FILE, or run "
-            f"where `trainledger serve` wrote {path} ({exc.strerror or exc})"
+            f"no token: pass --token, set TRAINLEDGER_TOKEN or TRAINLEDGER_TOKEN_FILE, or use "
+            f"the data dir where `trainledger serve` wrote its admin token "
+            f"(TRAINLEDGER_DATA_DIR; here {path}: {exc.strerror or exc})"
         ) from exc
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
 import multiprocessing
 import multiprocessing.process
@@ -22,7 +23,7 @@ from typing import Any
 
 from ..auth.model import digest as digest_of
 from ..auth.model import mint, supplied_token_problem
-from ..config import Settings
+from ..config import LOG_LEVELS, Settings
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
 from ..storage.embedded import EmbeddedValkey, redact
@@ -35,7 +36,13 @@ from ..storage.sealing import (
     load_sealer,
 )
 from ..stores import Stores
-from .ui import ui
+from .serve_logging import (
+    announce_admin_token,
+    announce_when_listening,
+    bind,
+    log,
+    setup_logging,
+)
 
 # The local admin token `serve` writes on first start; client commands fall back to it.
 ADMIN_TOKEN_FILE = "admin-token"
@@ -141,11 +148,12 @@ async def ensure_secret_key(store: Stores, sealer: Sealer) -> str | None:
         await store.webhooks.replace_sealing_check(stored, sealer.reseal(stored))
     resealed, unopenable = await reseal_webhooks(store, sealer)
     if resealed:
-        ui.err.print(f"re-encrypted {resealed} webhook(s) with the first key of {KEY_ENV}")
+        log.info("re-encrypted %d webhook(s) with the first key of %s", resealed, KEY_ENV)
     if unopenable:
-        ui.err.print(
-            f"[bold red]{unopenable} webhook(s) cannot be decrypted with the configured key[/]"
-            " (their deliveries fail until it is configured again)"
+        log.error(
+            "%d webhook(s) cannot be decrypted with the configured key (their deliveries fail "
+            "until it is configured again)",
+            unopenable,
         )
     return None
 
@@ -215,7 +223,7 @@ def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
 
 
 def _cannot_start(reason: object) -> int:
-    ui.err.print(f"[bold red]cannot start:[/] {reason}", highlight=False)
+    log.error("cannot start: %s", reason)
     return 2
 
 
@@ -230,27 +238,40 @@ async def _bootstrap(
         return await ensure_admin_token(store, data_dir, supplied), None
 
 
-def _tell_workers(args: argparse.Namespace, settings: Settings, url: str) -> str:
-    """Set the environment the worker processes start from; returns the log level."""
+def log_format_of(args: argparse.Namespace, settings: Settings) -> str:
+    return str(getattr(args, "log_format", None) or settings.log_format or "json")
+
+
+def log_level_of(args: argparse.Namespace, settings: Settings) -> str:
+    return str(getattr(args, "log_level", None) or settings.log_level)
+
+
+def _tell_workers(args: argparse.Namespace, settings: Settings, url: str) -> None:
+    """Set the environment the worker processes start from."""
     os.environ["TRAINLEDGER_REDIS_URL"] = url
     os.environ["TRAINLEDGER_DATA_DIR"] = str(settings.data_dir)
     # Every worker process sets up its logging from these (see create_app).
-    os.environ["TRAINLEDGER_LOG_FORMAT"] = args.log_format or settings.log_format or "json"
-    log_level: str = args.log_level or settings.log_level
-    os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level
+    os.environ["TRAINLEDGER_LOG_FORMAT"] = log_format_of(args, settings)
+    os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level_of(args, settings)
     if args.workers > 1:
         _share_metrics_between_workers(settings.data_dir)
     os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
     os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
-    return log_level
+
+
+# uvicorn's exit status when its server did not start.
+STARTUP_FAILURE = 3
 
 
 def _run_workers(args: argparse.Namespace, log_level: str) -> None:
+    """uvicorn on a socket bound here, so that the ready line can wait for it to listen
+    (`serve_logging`): with one worker in this process, with more in uvicorn's workers."""
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     from ..http.protocol import TimedHttpToolsProtocol
 
-    uvicorn.run(
+    config = uvicorn.Config(
         "trainledger.http.app:serve_app",
         factory=True,
         host=args.host,
@@ -268,6 +289,23 @@ def _run_workers(args: argparse.Namespace, log_level: str) -> None:
         # is closing (uvicorn's 5 s default did that to bursty schedulers).
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
+    sock = bind(args.host, args.port)
+    stop_watching = announce_when_listening(sock, args.host)
+    try:
+        if args.workers > 1:
+            # Older uvicorn releases take the workers' target; newer ones make it themselves.
+            if "target" in inspect.signature(Multiprocess).parameters:
+                Multiprocess(config, target=uvicorn.Server(config).run, sockets=[sock]).run()  # type: ignore[call-arg]
+            else:
+                Multiprocess(config, sockets=[sock]).run()
+        else:
+            server = uvicorn.Server(config)
+            server.run(sockets=[sock])
+            if not server.started:
+                raise SystemExit(STARTUP_FAILURE)
+    finally:
+        stop_watching.set()
+        sock.close()
 
 
 def _serve(
@@ -279,18 +317,35 @@ def _serve(
     if refused is not None:
         return _cannot_start(refused)
     if token:
-        saved = settings.data_dir / ADMIN_TOKEN_FILE
-        ui.err.print(f"[bold yellow]local admin token[/] (saved in {saved}):")
-        ui.err.print(token, markup=False, highlight=False)
-    log_level = _tell_workers(args, settings, url)
+        announce_admin_token(
+            token, settings.data_dir / ADMIN_TOKEN_FILE, log_format_of(args, settings)
+        )
+    _tell_workers(args, settings, url)
     folder = _start_folder(url)
     try:
-        ui.err.print(f"serving on http://{args.host}:{args.port}  (API docs at /docs)")
-        _run_workers(args, log_level)
+        _run_workers(args, log_level_of(args, settings))
     finally:
         folder.terminate()
         folder.join(timeout=5)
     return 0
+
+
+# Where versions before the user data dir kept their data: relative to the working directory.
+OLD_DATA_DIR = Path(".trainledger")
+
+
+def _warn_of_an_older_data_dir(data_dir: Path) -> None:
+    """Say so when the working directory holds the data of an earlier version that this
+    start does not use: a ledger must not seem to vanish without a word."""
+    old = OLD_DATA_DIR.absolute()
+    if old != data_dir and (old / ADMIN_TOKEN_FILE).exists():
+        log.warning(
+            "%s holds the data of an earlier start (the old default); this one uses %s. "
+            "To keep using it, set TRAINLEDGER_DATA_DIR=%s (or --data-dir), or move it there",
+            old,
+            data_dir,
+            old,
+        )
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -299,8 +354,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     settings = replace(
         settings,
         redis_url=args.redis_url or settings.redis_url,
-        data_dir=Path(args.data_dir) if args.data_dir else settings.data_dir,
+        data_dir=Path(args.data_dir).expanduser().absolute()
+        if args.data_dir
+        else settings.data_dir,
     )
+    setup_logging(log_format_of(args, settings), log_level_of(args, settings))
+    # The path only: what is in it (the token, the key, the Valkey password) is never logged.
+    log.info(
+        "data directory %s",
+        settings.data_dir,
+        extra={"fields": {"data_dir": str(settings.data_dir)}},
+    )
+    _warn_of_an_older_data_dir(settings.data_dir)
     url = settings.redis_url
     # uvicorn shuts down on SIGTERM and then raises the signal again; with the default
     # disposition that kills the process before the `finally` below stops the embedded
@@ -323,9 +388,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
     url = embedded.start()
     # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
-    ui.err.print(
-        f"[green]embedded Valkey[/] on {redact(url)} (data in {settings.data_dir.resolve()})"
-    )
+    log.info("embedded Valkey on %s", redact(url))
     try:
         return _serve(args, settings, url, sealer, supplied)
     finally:
@@ -338,9 +401,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--redis-url", default=None, help="default: $TRAINLEDGER_REDIS_URL")
-    serve.add_argument("--data-dir", default=None, help="default: $TRAINLEDGER_DATA_DIR")
     serve.add_argument(
-        "--log-level", default=None, help="default: $TRAINLEDGER_LOG_LEVEL, else info"
+        "--data-dir",
+        default=None,
+        help="default: $TRAINLEDGER_DATA_DIR, else the user data dir "
+        "(~/.local/share/trainledger on Linux)",
+    )
+    serve.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=None,
+        help="default: $TRAINLEDGER_LOG_LEVEL, else info",
     )
     serve.add_argument(
         "--log-format",

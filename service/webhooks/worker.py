@@ -56,6 +56,7 @@ from .messages import alert_message
 from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord, check_target, load_webhooks
+from .retry_log import log_retry
 from .sending import send_checked
 from .smtp import deliver_email
 from .targets import (
@@ -416,14 +417,14 @@ class DeliveryWorker:
             outcome,
             score,
         )
-        if kept:
-            if outcome == "retry":
-                WEBHOOK_RETRIES.inc()
-            else:
-                WEBHOOK_DELIVERIES.labels(outcome).inc()
         if not kept:
             log.info("delivery %s: lease lost before its outcome was recorded", job.delivery_id)
-        elif outcome == "failed":
+        elif outcome == "retry":  # `error` was scrubbed of the webhook's secrets by the caller
+            WEBHOOK_RETRIES.inc()
+            log_retry(job.delivery_id, job.project, updated.attempts, score, http_status, error)
+        else:
+            WEBHOOK_DELIVERIES.labels(outcome).inc()
+        if kept and outcome == "failed":
             log.warning(
                 "delivery %s of %s failed for good after %d attempts: %s",
                 job.delivery_id,

@@ -1,11 +1,11 @@
 """The examples in README.md and docs/ run as written, and print what they show.
 
 For each Markdown file with `console` examples (the convention is in tests/markdown_docs.py and
-docs/development.md), a real `trainledger serve` starts on the embedded Valkey with a data dir
-of its own, `.trainledger/` in a scratch directory that also holds `docs/`, `service/`,
-`tests/` and `.venv` of this checkout, as a checkout would. Its commands then run in order in
-one bash
-(so `export`s carry over), with `TRAINLEDGER_URL`, `TRAINLEDGER_TOKEN` and
+docs/development.md), a real `trainledger serve` starts on the embedded Valkey in a scratch
+directory that also holds `docs/`, `service/`, `tests/` and `.venv` of this checkout, as a
+checkout would, and is its `HOME`: the default data dir, `~/.local/share/trainledger` (what the
+docs show), is the scratch one. Its commands then run in order in one bash
+(so `export`s carry over), with `HOME`, `TRAINLEDGER_URL`, `TRAINLEDGER_TOKEN` and
 `TRAINLEDGER_DATA_DIR` set and `.venv/bin` on the PATH. Each must exit 0 and, where the doc
 shows output, print it (`...` matching ids and times). The docs say `http://127.0.0.1:8000`;
 the service here listens on a free port, put in its place.
@@ -112,10 +112,11 @@ def workdir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def service(workdir: Path) -> Iterator[str]:
-    """`trainledger serve` on the embedded Valkey of `<workdir>/.trainledger`."""
+    """`trainledger serve` on the embedded Valkey of the default data dir, under `<workdir>`
+    as its HOME."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+    env = scratch_home(workdir)
     log = workdir.parent / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -137,9 +138,20 @@ def service(workdir: Path) -> Iterator[str]:
             proc.wait()
 
 
+def scratch_home(workdir: Path) -> dict[str, str]:
+    """The environment without settings, with `workdir` as HOME (so as the user data dir's
+    home on Linux: `~/.local/share/trainledger`)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TRAINLEDGER_") and k != "XDG_DATA_HOME"
+    }
+    return env | {"HOME": str(workdir)}
+
+
 def shell_env(workdir: Path, base_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
-    data_dir = workdir / ".trainledger"
+    env = scratch_home(workdir)
+    data_dir = workdir / ".local" / "share" / "trainledger"
     env.update(
         TRAINLEDGER_URL=base_url,
         TRAINLEDGER_TOKEN=(data_dir / "admin-token").read_text().strip(),

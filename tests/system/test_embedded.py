@@ -251,7 +251,8 @@ def test_sigkilled_serve_takes_its_valkey_along_and_a_new_serve_counts_everythin
     left = first.descendants
     poll(lambda: not [p for p in left if running(p)], f"all of {left} to exit after serve")
 
-    second = serve(data, "--workers", workers)
+    # At info level: the start-up lines (the redacted URL among them) are info lines.
+    second = serve(data, "--workers", workers, "--log-level", "info")
     assert the_valkey_of(data) != valkey
     counted_again(second.base_url, admin, before)
     # The password never reaches the log (the URL printed at start is redacted).

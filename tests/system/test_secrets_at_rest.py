@@ -324,7 +324,8 @@ async def test_serve_refuses_to_start_without_a_usable_key(
 
     bad = Serve(data, {**env, KEY_ENV: "not-a-key"}, tmp_path / "bad.log")
     assert bad.exit_code() == 2
-    assert f"{KEY_ENV}: key 1 is not a Fernet key" in bad.log()
+    assert f"{KEY_ENV}=(value not shown) is not allowed: Fernet keys" in bad.log()
+    assert "not-a-key" not in bad.log()  # a key's value, even a wrong one, is never shown
 
     missing_file = {**env, "TRAINLEDGER_SECRET_KEY_FILE": str(tmp_path / "nowhere")}
     no_file = Serve(data, missing_file, tmp_path / "nofile.log")

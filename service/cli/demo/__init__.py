@@ -50,6 +50,7 @@ from rich.markup import escape
 # One idea a module: scenario (the run, the card, plan and budgets), simulation (its events),
 # receiver (the webhook server), session + preparation / replay / report + walkthrough (the
 # steps against a service), launcher (the demo's own service). Here: the command line.
+from ...config import Settings
 from .launcher import local_service
 from .receiver import Receiver
 from .scenario import (
@@ -123,7 +124,7 @@ def _token_for(args: argparse.Namespace) -> str:
     token = args.token or os.environ.get("TRAINLEDGER_TOKEN")
     if token:
         return str(token).strip()
-    path = Path(os.environ.get("TRAINLEDGER_DATA_DIR", ".trainledger")) / "admin-token"
+    path = Settings.from_env().data_dir / "admin-token"
     try:
         return path.read_text().strip()
     except OSError as exc:

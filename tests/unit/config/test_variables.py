@@ -1,0 +1,104 @@
+"""The configuration's one list of variables (`trainledger.config.VARIABLES`): each bad value
+refused with its name, its value (never a secret's) and what is allowed; every variable the
+code reads is in the list, and every one is documented. Driven by the list itself, so a new
+variable is covered without editing these tests."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from trainledger.config import (
+    VARIABLES,
+    ConfigError,
+    Settings,
+    Variable,
+    default_data_dir,
+    read_variables,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIG_DOC = REPO / "docs" / "reference" / "configuration.md"
+# Set by `trainledger serve` for its own workers, and the test suite's own switches.
+NOT_SETTINGS = re.compile(r"TRAINLEDGER_(SERVE_PID|TEST_\w+)")
+
+
+@pytest.mark.parametrize("variable", VARIABLES, ids=[v.name for v in VARIABLES])
+def test_a_refused_value_names_the_variable_the_value_and_what_is_allowed(
+    variable: Variable,
+) -> None:
+    if variable.kind.refused is None:
+        pytest.skip(f"{variable.name} takes any value ({variable.kind.allowed})")
+    with pytest.raises(ConfigError) as caught:
+        read_variables({variable.name: variable.kind.refused})
+    (problem,) = caught.value.problems
+    assert caught.value.code == 2
+    assert problem.startswith(variable.name + "=") and variable.kind.allowed in problem
+    assert (repr(variable.kind.refused) in problem) != variable.secret, problem
+
+
+def test_every_bad_value_is_named_at_once() -> None:
+    refusable = [v for v in VARIABLES if v.kind.refused is not None]
+    with pytest.raises(ConfigError) as caught:
+        read_variables({v.name: str(v.kind.refused) for v in refusable})
+    assert len(caught.value.problems) == len(refusable)
+
+
+def test_unset_and_empty_give_the_defaults() -> None:
+    assert Settings.from_env({}) == Settings()
+    assert Settings.from_env({v.name: "" for v in VARIABLES}) == Settings()
+
+
+def test_allowed_values_are_read() -> None:
+    settings = Settings.from_env(
+        {
+            "TRAINLEDGER_LOG_LEVEL": "WARNING",
+            "TRAINLEDGER_MAX_BATCH_EVENTS": "7",
+            "TRAINLEDGER_FOLD_IN_WORKERS": "0",
+            "TRAINLEDGER_REDIS_URL": "redis+cluster://10.0.0.1:7000",
+            "TRAINLEDGER_DATA_DIR": "/srv/ledger",
+        }
+    )
+    assert settings.log_level == "warning" and settings.max_batch_events == 7
+    assert not settings.fold_in_workers and settings.data_dir == Path("/srv/ledger")
+    assert settings.redis_url == "redis+cluster://10.0.0.1:7000"
+
+
+def test_a_url_password_is_not_shown() -> None:
+    with pytest.raises(ConfigError) as caught:
+        read_variables({"TRAINLEDGER_REDIS_URL": "http://user:hunter2@redis:6379/0"})
+    assert "hunter2" not in str(caught.value) and "TRAINLEDGER_REDIS_URL" in str(caught.value)
+
+
+def test_settings_that_conflict_are_refused() -> None:
+    with pytest.raises(
+        ConfigError,
+        match="TRAINLEDGER_WEBHOOK_LEASE_S must be longer than TRAINLEDGER_WEBHOOK_TIMEOUT_S",
+    ):
+        read_variables({"TRAINLEDGER_WEBHOOK_LEASE_S": "5", "TRAINLEDGER_WEBHOOK_TIMEOUT_S": "10"})
+
+
+def test_the_default_data_dir_is_the_users_whatever_the_cwd(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "share"))
+    monkeypatch.chdir(tmp_path)
+    if default_data_dir() == tmp_path / "share" / "trainledger":  # Linux and the BSDs
+        assert Settings().data_dir == tmp_path / "share" / "trainledger"
+    assert default_data_dir().is_absolute()
+
+
+def test_every_variable_the_code_reads_is_in_the_list() -> None:
+    listed = {v.name for v in VARIABLES}
+    spelled = set()
+    for path in (REPO / "service").rglob("*.py"):
+        spelled |= set(re.findall(r"TRAINLEDGER_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    unlisted = {n for n in spelled if not NOT_SETTINGS.fullmatch(n)} - listed
+    assert not unlisted, f"read by the code but not in trainledger.config.VARIABLES: {unlisted}"
+
+
+def test_every_variable_is_documented() -> None:
+    doc = CONFIG_DOC.read_text()
+    missing = [v.name for v in VARIABLES if f"`{v.name}`" not in doc]
+    assert not missing, f"not in {CONFIG_DOC.relative_to(REPO)}: {missing}"
