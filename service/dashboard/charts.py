@@ -1,8 +1,9 @@
 """Server-side SVG charts: stacked bars over time, a budget burn-down, plan against actual.
 
 Money arrives as the exact decimal strings the API answers with. Floats are used for pixel
-geometry only; every figure written as text (tooltips, `data-value`, labels) is the exact
-string, so what the page shows equals what the JSON API says. Every label is escaped.
+geometry only. Figures people read (labels, axis ticks, tooltips) go through the one formatter
+for people (`money_text`); the exact string stays in `data-value` and in the tooltip, so what
+the page holds equals what the JSON API says. Every label is escaped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from html import escape
+
+from .money_text import axis_label, people, smallest_step, tooltip
 
 # Fixed colours per stage and category, so a stage has the same colour in every chart.
 STAGE_COLORS: dict[str, str] = {
@@ -49,27 +52,27 @@ def amount(money: str) -> float:
     return float(Decimal(money))
 
 
-def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """Round axis ticks from 0 to at least `top` (steps of 1, 2 or 5 × 10^k)."""
+def nice_ticks(top: float, count: int = 5, smallest: float = 0.0) -> list[float]:
+    """Round axis ticks from 0 to at least `top` (steps of 1, 2 or 5 × 10^k), no step finer
+    than `smallest` (a currency's smallest unit, so no two ticks read the same)."""
     if top <= 0:
-        return [0.0, 1.0]
-    raw = top / count
+        return [0.0, max(1.0, smallest)]
+    raw = max(top / count, smallest)
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
     n = math.ceil(top / step - 1e-9)
     return [i * step for i in range(n + 1)]
 
 
-def short_money(value: float) -> str:
-    """An axis label: 1.2k, 3.4M; exact figures are in the tooltips and the tables."""
-    size = abs(value)
-    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if size >= limit:
-            text = f"{value / limit:.1f}".rstrip("0").rstrip(".")
-            return text + suffix
-    if size >= 1 or value == 0:
-        return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
-    return f"{value:.2g}"
+def money_ticks(top: float, currency: str) -> tuple[list[float], list[str]]:
+    """Axis ticks for money up to `top` and their labels as people read money (no code)."""
+    ticks = nice_ticks(top, smallest=smallest_step(currency))
+    return ticks, [axis_label(t, currency) for t in ticks]
+
+
+def label_room(labels: Sequence[str], least: float, size: int = 11) -> float:
+    """Room in px for right-aligned labels, at least `least`: a label is never clipped."""
+    return max(least, max((len(t) for t in labels), default=0) * size * 0.62 + 10)
 
 
 def _text(x: float, y: float, body: str, *, anchor: str = "start", size: int = 12,
@@ -98,16 +101,20 @@ def legend(names: Sequence[str], palette: Mapping[str, str]) -> str:
 
 
 def _y_axis(
-    ticks: Sequence[float], left: float, right: float, y_of: Callable[[float], float]
+    ticks: Sequence[float],
+    labels: Sequence[str],
+    left: float,
+    right: float,
+    y_of: Callable[[float], float],
 ) -> list[str]:
     parts = []
-    for t in ticks:
+    for t, text in zip(ticks, labels, strict=True):
         y = y_of(t)
         parts.append(
             f'<line x1="{left:.1f}" x2="{right:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
             f'stroke="#e3e3e3" stroke-width="1"/>'
         )
-        parts.append(_text(left - 8, y + 4, short_money(t), anchor="end", size=11, fill="#666"))
+        parts.append(_text(left - 8, y + 4, text, anchor="end", size=11, fill="#666"))
     return parts
 
 
@@ -129,12 +136,12 @@ def stacked_bars(
     height: int = 300,
 ) -> str:
     """Spend per period as bars stacked by series; each segment carries its exact figure."""
-    left, right, top, bottom = 52.0, 10.0, 22.0, 30.0
-    plot_w, plot_h = width - left - right, height - top - bottom
     totals = [sum(amount(s.values[i]) for s in series) for i in range(len(periods))]
-    ticks = nice_ticks(max(totals, default=0.0))
+    ticks, labels = money_ticks(max(totals, default=0.0), currency)
+    left, right, top, bottom = label_room(labels, 52.0), 10.0, 22.0, 30.0
+    plot_w, plot_h = width - left - right, height - top - bottom
     scale = plot_h / ticks[-1]
-    body = _y_axis(ticks, left, width - right, lambda t: top + plot_h - t * scale)
+    body = _y_axis(ticks, labels, left, width - right, lambda t: top + plot_h - t * scale)
     body.append(_text(left - 8, 11, currency, anchor="end", size=10, fill="#888"))
     n = max(len(periods), 1)
     slot = plot_w / n
@@ -149,7 +156,7 @@ def stacked_bars(
             if h <= 0:
                 continue
             base -= h
-            tip = f"{s.name} · {period}: {value} {currency}".strip()
+            tip = f"{s.name} · {period}: {tooltip(value, currency)}"
             body.append(
                 f'<rect class="bar" data-series="{escape(s.name)}" data-period="{escape(period)}"'
                 f' data-value="{escape(value)}" x="{x:.2f}" y="{base:.2f}" width="{bar_w:.2f}"'
@@ -187,20 +194,20 @@ def burn_down(
     `points` are (time, cumulative spend) in time order; the forecast line runs from the last
     actual point (now) to the period's end, at the projected spend.
     """
-    left, right, top, bottom = 44.0, 44.0, 22.0, 30.0
-    plot_w, plot_h = width - left - right, height - top - bottom
-    span = max((end - start).total_seconds(), 1.0)
     peak = max(
         [amount(limit), *(amount(v) for _, v in points)] + ([amount(forecast)] if forecast else [])
     )
-    ticks = nice_ticks(peak * 1.05)
+    ticks, labels = money_ticks(peak * 1.05, currency)
+    left, right, top, bottom = label_room(labels, 44.0), 44.0, 22.0, 30.0
+    plot_w, plot_h = width - left - right, height - top - bottom
+    span = max((end - start).total_seconds(), 1.0)
     scale = plot_h / ticks[-1]
 
     def xy(when: datetime, value: float) -> tuple[float, float]:
         frac = min(max((when - start).total_seconds() / span, 0.0), 1.0)
         return left + frac * plot_w, top + plot_h - value * scale
 
-    body = _y_axis(ticks, left, left + plot_w, lambda t: top + plot_h - t * scale)
+    body = _y_axis(ticks, labels, left, left + plot_w, lambda t: top + plot_h - t * scale)
     body.append(_text(left - 8, 9, currency, anchor="end", size=9, fill="#888"))
     # The even burn: where spend would be if the budget were used evenly over the period.
     x0, y0 = xy(start, 0.0)
@@ -274,8 +281,8 @@ def _forecast_line(
     return [
         f'<line class="forecast" data-value="{escape(forecast)}" x1="{fx0:.1f}" '
         f'y1="{fy0:.1f}" x2="{fx1:.1f}" y2="{fy1:.1f}" stroke="#2f6fb0" stroke-width="2" '
-        f'stroke-dasharray="6 4"><title>forecast at the period end: {escape(forecast)} '
-        f"{escape(currency)}</title></line>",
+        f'stroke-dasharray="6 4"><title>forecast at the period end: '
+        f"{escape(tooltip(forecast, currency))}</title></line>",
         f'<circle cx="{fx1:.1f}" cy="{fy1:.1f}" r="3.5" fill="#fff" stroke="#2f6fb0" '
         f'stroke-width="2"/>',
     ]
@@ -303,16 +310,16 @@ def plan_vs_actual(label: str, rows: Sequence[PlanBar], currency: str, *, width:
     height = int(top + row_h * max(len(rows), 1) + 28)
     plot_w = width - left - right
     peak = max([amount(v) for r in rows for v in (r.planned, r.actual, r.forecast)], default=0.0)
-    ticks = nice_ticks(peak)
+    ticks, labels = money_ticks(peak, currency)
     scale = plot_w / ticks[-1]
     body: list[str] = []
-    for t in ticks:
+    for t, text in zip(ticks, labels, strict=True):
         x = left + t * scale
         body.append(
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top:.1f}" y2="{height - 22:.1f}" '
             f'stroke="#e3e3e3" stroke-width="1"/>'
         )
-        body.append(_text(x, height - 8, short_money(t), anchor="middle", size=11, fill="#666"))
+        body.append(_text(x, height - 8, text, anchor="middle", size=11, fill="#666"))
     kinds = (("planned", "#b8c7d9"), ("actual", "#2f6fb0"), ("forecast", "#f28e2b"))
     for i, row in enumerate(rows):
         y = top + i * row_h
@@ -324,10 +331,11 @@ def plan_vs_actual(label: str, rows: Sequence[PlanBar], currency: str, *, width:
             body.append(
                 f'<rect class="plan-{kind}" data-stage="{escape(row.label)}" '
                 f'data-value="{escape(value)}" x="{left:.1f}" y="{by:.1f}" width="{w:.2f}" '
-                f'height="12" fill="{fill}"><title>{escape(row.label)} {kind}: {escape(value)} '
-                f"{escape(currency)}</title></rect>"
+                f'height="12" fill="{fill}"><title>{escape(row.label)} {kind}: '
+                f"{escape(tooltip(value, currency))}</title></rect>"
             )
-            body.append(_text(left + w + 6, by + 10, f"{kind} {value}", size=10, fill="#555"))
+            shown = f"{kind} {people(value, currency)}"
+            body.append(_text(left + w + 6, by + 10, shown, size=10, fill="#555"))
     return _svg(width, height, label, body, "plan-vs-actual")
 
 

@@ -1,8 +1,9 @@
 """The dashboard's cost-effect section: the report's table and, per target benchmark, a
 cost-versus-score chart (the Pareto front drawn and highlighted, regressions marked).
 
-The figures are the exact strings of `GET /v1/reports/cost-effect` over the page's days; floats
-only place the points. Every name is escaped.
+The figures are those of `GET /v1/reports/cost-effect` over the page's days, shown as people
+read money (`money_text`) with the exact string in each `title` and `data-cost`; floats only
+place the points. Every name is escaped.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from html import escape
 
 from ..evaluations.effect import BenchmarkCell, CostEffectReport, ExperimentRow
-from .charts import FONT, amount, nice_ticks, short_money
+from .charts import FONT, amount, money_ticks
+from .money_text import money_html, tooltip
 
 __all__ = ["effect_section"]
 
@@ -26,7 +28,7 @@ def _cell(cell: BenchmarkCell | None, currency: str) -> str:
     if cell is None:
         return '<td class="num muted">–</td><td class="num muted">–</td>'
     change = f' <span class="muted">({_e(cell.change)})</span>' if cell.change else ""
-    per_point = f"{_e(cell.cost_per_point)} {_e(currency)}" if cell.cost_per_point else "–"
+    per_point = money_html(cell.cost_per_point, currency) if cell.cost_per_point else "–"
     return f'<td class="num">{_e(cell.value)}{change}</td><td class="num">{per_point}</td>'
 
 
@@ -35,20 +37,20 @@ def _row(row: ExperimentRow, targets: list[str], currency: str) -> str:
     name = _e(row.experiment) + (
         ' <span class="muted">(baseline)</span>' if row.is_baseline else ""
     )
+    exposure = money_html(row.rework_exposure, currency) if row.rework_exposure else "–"
     regressions = (
-        f'<span class="regression">{_e(", ".join(row.regressions))}</span>: rework '
-        f"{_e(row.rework_exposure)} {_e(currency)}"
+        f'<span class="regression">{_e(", ".join(row.regressions))}</span>: rework {exposure}'
         if row.regressions
         else '<span class="muted">none</span>'
     )
     forecast = (
-        f"{_e(row.forecast_cost_at_completion)} {_e(currency)}"
+        money_html(row.forecast_cost_at_completion, currency)
         if row.forecast_cost_at_completion
         else "–"
     )
     return (
         f'<tr data-experiment="{_e(row.experiment)}"><td>{name}</td>'
-        f'<td class="num cost">{_e(row.cost)} {_e(currency)}</td>'
+        f'<td class="num cost">{money_html(row.cost, currency)}</td>'
         f'<td class="num">{_e(row.accelerator_hours)}</td>'
         f'<td class="num">{_e(f"{row.tokens_seen:,}" if row.tokens_seen else "–")}</td>'
         + "".join(_cell(cells.get(t), currency) for t in targets)
@@ -63,7 +65,7 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
     ]
     costs = [amount(row.cost) for row, _ in points]
     values = [float(cell.value) for _, cell in points]
-    x_ticks = nice_ticks(max(costs, default=0))
+    x_ticks, x_labels = money_ticks(max(costs, default=0), report.currency)
     low, high = min(values, default=0.0), max(values, default=1.0)
     pad = (high - low) * 0.1 or 1.0
     low, high = low - pad, high + pad
@@ -84,10 +86,10 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
         f'<text x="12" y="{_TOP + plot_h / 2:.1f}" font-size="12" text-anchor="middle" '
         f'transform="rotate(-90 12 {_TOP + plot_h / 2:.1f})">{_e(benchmark)}</text>',
     ]
-    for tick in x_ticks:
+    for tick, text in zip(x_ticks, x_labels, strict=True):
         body.append(
             f'<text x="{x(tick):.1f}" y="{_TOP + plot_h + 16}" font-size="11" '
-            f'text-anchor="middle">{_e(short_money(tick))}</text>'
+            f'text-anchor="middle">{_e(text)}</text>'
         )
     front = sorted(((amount(row.cost), float(cell.value)) for row, cell in points if cell.on_front))
     if len(front) > 1:
@@ -107,8 +109,8 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
         body.append(
             f'<g class="{classes}" data-experiment="{_e(row.experiment)}" '
             f'data-cost="{_e(row.cost)}" data-value="{_e(cell.value)}">'
-            f"<title>{_e(row.experiment)}: {_e(cell.value)} for {_e(row.cost)} "
-            f"{_e(report.currency)}</title>"
+            f"<title>{_e(row.experiment)}: {_e(cell.value)} for "
+            f"{_e(tooltip(row.cost, report.currency))}</title>"
             f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{fill}"/>'
         )
         if row.regressions:  # a red ring: a general benchmark fell past the tolerance

@@ -27,6 +27,7 @@ from .charts import (
     stacked_bars,
 )
 from .effect import effect_section
+from .money_text import money_html
 from .series import stacked_by_period, threshold_limits
 
 
@@ -75,7 +76,7 @@ header input{padding:4px 6px;border-radius:4px;border:1px solid #587089;backgrou
 header button{padding:5px 12px;border-radius:4px;border:0;background:#4e9af1;color:#fff}
 main{padding:20px 28px 40px;max-width:1400px;margin:0 auto}
 .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:0 20px}
-.sub{font-size:.78em;color:#8a96a3;font-weight:400}
+.money[title]{cursor:help}
 section{background:#fff;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.08);
  padding:16px 20px;margin:0 0 20px}
 h2{font-size:16px;margin:0 0 12px;font-weight:600}
@@ -113,12 +114,8 @@ def _e(value: object) -> str:
 
 
 def _money(value: str, currency: str) -> str:
-    """An exact amount, its digits below the cent set smaller so the cents read at a glance."""
-    whole, dot, frac = value.partition(".")
-    text = _e(whole) + dot + _e(frac[:2])
-    if len(frac) > 2:
-        text += f'<span class="sub">{_e(frac[2:])}</span>'
-    return f"{text} {_e(currency)}" if currency else text
+    """An amount as people read it; the exact figure in its `title` (`money_text.money_html`)."""
+    return money_html(value, currency)
 
 
 def _pct(share: str) -> str:
@@ -269,7 +266,8 @@ def _plan_block(panel: PlanPanel) -> str:
         f'<tr data-stage="{_e(s.stage)}"><td>{_e(s.label or s.stage)}</td>'
         f'<td class="num">{_money(s.planned, c)}</td><td class="num">{_money(s.actual, c)}</td>'
         f'<td class="num">{_e(_pct(s.fraction_done) if s.fraction_done else "—")}</td>'
-        f'<td class="num">{_e(s.earned_value or "—")}</td><td class="num">{_e(s.cpi or "—")}</td>'
+        f'<td class="num">{_money(s.earned_value, c) if s.earned_value else "—"}</td>'
+        f'<td class="num">{_e(s.cpi or "—")}</td>'
         f'<td class="num">{_money(s.forecast_at_completion, c)}</td>'
         f'<td class="num">{_money(s.variance, c)}</td></tr>'
         for s in st.stages
@@ -370,8 +368,9 @@ def render_dashboard(d: DashboardData) -> str:
         + _waste_section(d)
         + (effect_section(d.effect) if d.effect is not None else "")
         + "</main>"
-        f"<footer>As of {_e(d.now.strftime('%Y-%m-%d %H:%M UTC'))}. Read-only. Figures are the "
-        "exact amounts the JSON API answers with ("
+        f"<footer>As of {_e(d.now.strftime('%Y-%m-%d %H:%M UTC'))}. Read-only. Amounts are rounded "
+        "to the currency's minor unit for reading; hover one for the exact amount the JSON API "
+        "answers with ("
         f"<code>/v1/costs?{_e(urlencode({'project': d.project}))}</code>, "
         "<code>/v1/budgets</code>, <code>/v1/plans/…/status</code>, "
         "<code>/v1/reports/waste</code>, <code>/v1/reports/cost-effect</code>).</footer>"

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -245,16 +246,61 @@ def near(a: str, b: str, rel: str = "0.001") -> bool:
     return abs(x - y) <= abs(y) * Decimal(rel)
 
 
+def people_usd(exact: str) -> str:
+    """How people read an exact USD amount, worked out here without the service's formatter:
+    rounded half-even to cents, thousands grouped, the code after it."""
+    value = Decimal(exact)
+    cents = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    if cents == 0 and value != 0:
+        return "<0.01 USD"
+    return f"{cents:,.2f} USD"
+
+
+def check_money(node: Node, exact: str) -> str:
+    """`node` shows `exact` as people read it, the exact figure kept in its title."""
+    span = node if node.tag == "span" else node.one("span", class_="money")
+    assert span.attrs["title"] == f"{exact} USD"
+    assert span.attrs["data-exact"] == exact
+    shown = span.all_text()
+    assert shown == people_usd(exact), (shown, exact)
+    return shown
+
+
+def exact_titles(node: Node) -> list[str]:
+    return [m.attrs["title"] for m in node.find_all("span", class_="money")]
+
+
+PEOPLE_TICK = re.compile(r"\d{1,3}(,\d{3})*\.\d{2}")  # grouped, cents, nothing cut off
+
+
+def check_charts_for_people(dom: Node) -> None:
+    """Bar tooltips and axis ticks read as people read money; `data-value` stays exact."""
+    for dim in ("stage", "category"):
+        chart = dom.one("svg", class_=f"spend-{dim}")
+        for bar in chart.find_all("rect", class_="bar"):
+            exact = bar.attrs["data-value"]
+            people = people_usd(exact)
+            want = people if people == f"{exact} USD" else f"{people} (exactly {exact} USD)"
+            assert bar.one("title").all_text().endswith(": " + want)
+        ticks = [t.all_text() for t in chart.find_all("text", fill="#666")]
+        assert len(ticks) >= 2 and all(PEOPLE_TICK.fullmatch(t) for t in ticks), ticks
+    for plan_bar in dom.find_all("rect", class_="plan-actual"):
+        assert (
+            plan_bar.one("title")
+            .all_text()
+            .split(": ", 1)[1]
+            .startswith(people_usd(plan_bar.attrs["data-value"]))
+        )
+
+
 def check_page_against_api(
     dom: Node, figures: dict[str, Any], currency: str = "USD", min_bars: int = 12
 ) -> None:
+    assert currency == "USD"  # `people_usd` shows cents
     summary = figures["summary"]
-    assert (
-        dom.one("div", id="tile-total-spend")
-        .all_text()
-        .endswith(f"{summary['total_cost']} {currency}")
-    )
+    check_money(dom.one("div", id="tile-total-spend"), summary["total_cost"])
     assert Decimal(summary["total_cost"]) > 0
+    check_charts_for_people(dom)
     # Spend over time: one bar segment per (day, stage) and (day, category) with spend.
     for dim in ("stage", "category"):
         chart = dom.one("svg", class_=f"spend-{dim}")
@@ -274,8 +320,9 @@ def check_page_against_api(
     for status in figures["budgets"]:
         card = dom.one("div", data_budget=status["budget"]["id"])
         text = card.all_text()
-        assert f"spent {status['spent']} {currency}" in text
-        assert f"left {status['remaining']} {currency}" in text
+        check_money(card.one("b", class_="spent"), status["spent"])
+        assert f"left {people_usd(status['remaining'])}" in text
+        assert f"{status['remaining']} {currency}" in exact_titles(card)
         assert card.one("polyline", class_="actual").attrs["data-value"] == status["spent"]
         assert card.one("line", class_="limit").attrs["data-value"] == status["budget"]["amount"]
         forecast = card.find_all("line", class_="forecast")
@@ -293,29 +340,29 @@ def check_page_against_api(
             ):
                 bar = block.one("rect", class_=f"plan-{kind}", data_stage=st["stage"])
                 assert bar.attrs["data-value"] == st[key], (st["stage"], kind)
-            row = block.one("tr", data_stage=st["stage"]).all_text()
-            assert st["variance"] in row
+            row = block.one("tr", data_stage=st["stage"])
+            check_money(row.find_all("td")[-1], st["variance"])
     # Top experiments, in the API's order.
     rows = dom.one("section", id="experiments").find_all("tr")[1:]
     api_rows = figures["experiments"]["rows"]
     assert [r.attrs["data-experiment"] for r in rows] == [
         x["key"]["experiment"] or "(none)" for x in api_rows
     ]
-    assert [r.one("td", class_="cost").all_text() for r in rows] == [
-        f"{x['cost']} {currency}" for x in api_rows
-    ]
+    for r, x in zip(rows, api_rows, strict=True):
+        check_money(r.one("td", class_="cost"), x["cost"])
     # Waste findings.
     waste = figures["waste"]
     assert {f["kind"] for f in waste["findings"]} >= {"reserved_idle", "cross_region_repull"}
     section = dom.one("section", id="waste")
     shown_waste = sorted(
-        (r.attrs["data-kind"], r.one("td", class_="cost").all_text())
+        (r.attrs["data-kind"], r.one("td", class_="cost").one("span").attrs["data-exact"])
         for r in section.find_all("tr")[1:]
     )
-    assert shown_waste == sorted(
-        (f["kind"], f"{f['cost_so_far']} {currency}") for f in waste["findings"]
-    )
-    assert section.one("b", id="waste-total").all_text() == f"{waste['total_waste']} {currency}"
+    assert shown_waste == sorted((f["kind"], f["cost_so_far"]) for f in waste["findings"])
+    for r in section.find_all("tr")[1:]:
+        cell = r.one("td", class_="cost")
+        check_money(cell, cell.one("span").attrs["data-exact"])
+    check_money(section.one("b", id="waste-total"), waste["total_waste"])
 
 
 def check_escaped(html: str, dom: Node) -> None:
@@ -343,6 +390,12 @@ async def test_page_shows_the_json_api_figures_and_escapes_user_input(api: Api) 
     dom = parse(r.text)
     check_page_against_api(dom, figures)
     check_escaped(r.text, dom)
+    # The seeded figures need both: thousands grouped, and digits below the cent that only
+    # the title keeps (the people figure rounds them; the page never cuts the exact one).
+    titles = exact_titles(dom)
+    shown = [m.all_text() for m in dom.find_all("span", class_="money")]
+    assert any("," in t for t in shown), shown
+    assert any(people_usd(t.removesuffix(" USD")) != t for t in titles), titles
     # The default range is the last 30 days, shown in the range form.
     assert dom.one("input", name="from").attrs["value"] == str(s.first)
     assert dom.one("input", name="to").attrs["value"] == str(s.last)

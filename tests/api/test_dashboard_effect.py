@@ -5,7 +5,13 @@ user-given names are escaped."""
 from __future__ import annotations
 
 from tests.api.test_cost_effect_http import _project, result
-from tests.api.test_dashboard import parse
+from tests.api.test_dashboard import (
+    PEOPLE_TICK,
+    check_money,
+    exact_titles,
+    parse,
+    people_usd,
+)
 from tests.conftest import Api
 
 HOSTILE = "<img-src=x>"  # no label allows markup; a benchmark name may hold < and >
@@ -33,12 +39,15 @@ async def test_section_shows_the_report_and_marks_front_and_regressions(api: Api
     assert [row.attrs["data-experiment"] for row in rows] == [
         x["experiment"] for x in report["rows"]
     ]
-    assert [row.one("td", class_="cost").all_text() for row in rows] == [
-        f"{x['cost']} USD" for x in report["rows"]
-    ]
+    for row, x in zip(rows, report["rows"], strict=True):
+        check_money(row.one("td", class_="cost"), x["cost"])
     mix_a = rows[1].all_text()
     assert "1.25 USD" in mix_a  # cost per point of gsm8k
     assert "mmlu: rework 5.00 USD" in mix_a and "20.00 USD" in mix_a  # exposure, forecast
+    mix_a_row = report["rows"][1]
+    assert {f"{mix_a_row['rework_exposure']} USD", f"{mix_a_row['cost']} USD"} <= set(
+        exact_titles(rows[1])
+    )
     gsm8k = next(
         f for f in section.find_all("figure") if f.one("figcaption").all_text().startswith("gsm8k")
     )
@@ -50,6 +59,10 @@ async def test_section_shows_the_report_and_marks_front_and_regressions(api: Api
         "base": ("point", "25.20", "40.0"),
         "mixA": ("point on-front regressed", "15.00", "52.0"),
     }
+    for point in gsm8k.find_all("g"):  # the tooltip as people read it
+        assert point.one("title").all_text().endswith(f"for {people_usd(point.attrs['data-cost'])}")
+    ticks = [t.all_text() for t in gsm8k.find_all("text", font_size="11")][: -len(points)]
+    assert ticks and all(PEOPLE_TICK.fullmatch(t) for t in ticks), ticks
     assert len(section.find_all("figure")) == 2  # gsm8k and the hostile-named target
 
 

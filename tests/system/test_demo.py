@@ -158,7 +158,12 @@ def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"{kind}:" in out
     assert out.count("what it means:") >= 3 + len(INCIDENTS)
     # The idle reservation: 2.5 days × 32 GPUs = 1,920 GPU-hours at 4.91625.
-    assert "USD 9,439.20 so far" in out
+    assert "9,439.20 USD so far" in out
+    # Money as people read it (grouped, cents, the code after it), the one way everywhere.
+    figures = re.findall(r"(\S*\d\S*) USD\b", out)
+    assert len(figures) > 20 and any("," in f for f in figures)
+    assert all(re.fullmatch(r"<?-?\d{1,3}(,\d{3})*\.\d{2}", f) for f in figures), figures
+    assert re.search(r"USD -?\d", out) is None  # not the demo's old "USD 1,234.57"
     # Each recorded alert reached the receiver exactly once, with a valid signature.
     got = re.search(
         r"the\s+receiver\s+got\s+(\d+)\s+messages,\s+(\d+)\s+with\s+a\s+valid\s+signature,"

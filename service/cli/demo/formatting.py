@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 
 from rich.table import Table
 
+from costcore.money import amount_for_people
+
 
 def money(value: str | Decimal | int, currency: str = "USD") -> str:
-    """`USD 1,234.57`: rounded half-even to cents for display (the ledger keeps nanos)."""
-    return f"{currency} {num(value)}"
+    """`1,234.57 USD`: the one formatter for people (`costcore.money.amount_for_people`);
+    the ledger and its JSON answers keep the exact nanos."""
+    return amount_for_people(value, currency)
 
 
-def num(value: str | Decimal | int) -> str:
-    amount = Decimal(value).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
-    return f"{amount:,.2f}"
+def num(value: str | Decimal | int, currency: str = "USD") -> str:
+    """`1,234.57`: as `money`, for a table whose column header names the currency."""
+    return money(value, currency).removesuffix(" " + currency)
 
 
 def pct(value: str | Decimal) -> str:
