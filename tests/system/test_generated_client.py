@@ -1,15 +1,13 @@
 """A client generated from the committed `openapi/openapi.json` by openapi-python-client (from
-PyPI, in the test extras) with `openapi/openapi-python-client.yaml`: it generates without a
-warning, its modules import, and it drives a live service (a rate card put, events posted, the
-costs read, a budget created and read), every answer parsed by the generated models.
+PyPI, in the test extras) with `openapi/openapi-python-client.yaml` and the templates in
+`openapi/templates/`: it generates without a warning, its modules import, and it drives a live
+service (a rate card put, events posted in each content type, the costs read, a budget created
+and read), every answer parsed by the generated models.
 
-`POST /v1/events` takes five content types. openapi-python-client 0.29 mis-generates any
-operation whose body has several: its template annotates the body `... | Unset` without
-importing `Unset` when the body is required (a Jinja scoping bug), and it dispatches on
-`isinstance(body, list[CloudEvent])`, which Python refuses for any list body. No document
-that describes the five bodies truthfully avoids either, so that one module is pinned below as
-failing (strict: the day the generator is fixed, the test says so) and the events are posted
-with the generated models through the generated client's own httpx client."""
+`POST /v1/events` takes five content types. The stock 0.29 templates mis-generate an operation
+whose body has several (`Unset` used but not imported, `isinstance(body, list[CloudEvent])`,
+which Python refuses, and the last of two binary bodies always wins); the two templates in
+`openapi/templates/` fix that, and `post_events` is driven here in each content type."""
 
 from __future__ import annotations
 
@@ -19,9 +17,11 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.conftest import TEST_CARD, Api, event
@@ -29,16 +29,22 @@ from tests.conftest import TEST_CARD, Api, event
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "openapi" / "openapi.json"
 CONFIG = ROOT / "openapi" / "openapi-python-client.yaml"
+TEMPLATES = ROOT / "openapi" / "templates"
 PACKAGE = "trainledger_api_client"
-MULTI_BODY_MODULE = f"{PACKAGE}.api.events.post_events"
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     out = tmp_path_factory.mktemp("generated") / "client"
-    command = [sys.executable, "-m", "openapi_python_client", "generate", "--path", str(SPEC)]
+    options = {
+        "--path": SPEC,
+        "--config": CONFIG,
+        "--custom-template-path": TEMPLATES,
+        "--output-path": out,
+    }
     run = subprocess.run(
-        [*command, "--config", str(CONFIG), "--output-path", str(out)],
+        [sys.executable, "-m", "openapi_python_client", "generate"]
+        + [str(part) for pair in options.items() for part in pair],
         capture_output=True,
         text=True,
         timeout=600,
@@ -69,22 +75,11 @@ def test_every_generated_module_imports(generated: Path) -> None:
     assert len([m for m in modules if ".api." in m]) >= 40  # one module per operation
     failures = {}
     for name in modules:
-        if name == MULTI_BODY_MODULE:
-            continue
         try:
             importlib.import_module(name)
         except Exception as exc:  # every failure, not only the first
             failures[name] = repr(exc)
     assert failures == {}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=NameError,
-    reason="openapi-python-client 0.29: several body content types (see the module docstring)",
-)
-def test_generated_post_events_module_imports(generated: Path) -> None:
-    importlib.import_module(MULTI_BODY_MODULE)
 
 
 def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
@@ -95,6 +90,7 @@ def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
     get_costs: Any = importlib.import_module(f"{PACKAGE}.api.costs.get_costs")
     post_budget: Any = importlib.import_module(f"{PACKAGE}.api.budgets.post_budget")
     get_budget: Any = importlib.import_module(f"{PACKAGE}.api.budgets.get_budget")
+    post_events: Any = importlib.import_module(f"{PACKAGE}.api.events.post_events")
     client = client_module.AuthenticatedClient(
         base_url=api.base_url, token=api.admin_token, raise_on_unexpected_status=True
     )
@@ -105,15 +101,15 @@ def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
     assert isinstance(card, models.RateCardVersion) and card.name == "default", card
 
     events = [models.EventIn.from_dict(event(f"gen-{i}", 2)) for i in range(3)]
-    http = client.get_httpx_client()  # POST /v1/events: see the module docstring
-    posted = http.post("/v1/events", json=[e.to_dict() for e in events])
-    assert posted.status_code == 200, posted.text
-    report = models.IngestReport.from_dict(posted.json())
+    posted = post_events.sync_detailed(client=client, body=events)
+    assert posted.status_code == 200, posted.content
+    report = posted.parsed
+    assert isinstance(report, models.IngestReport), report
     assert (report.accepted, report.duplicates, report.rejected) == (3, 0, [])
     unknown = models.EventIn.from_dict(event("gen-bad", 1, sku="no.such.sku"))
-    refused = http.post("/v1/events", json=[unknown.to_dict()])
-    assert refused.status_code == 422, refused.text
-    problem = models.IngestProblem.from_dict(refused.json())
+    refused = post_events.sync_detailed(client=client, body=[unknown])
+    problem = refused.parsed
+    assert refused.status_code == 422 and isinstance(problem, models.IngestProblem), problem
     assert problem.status == 422 and problem.accepted == 0
     assert [r.id for r in problem.rejected] == ["gen-bad"]
 
@@ -139,3 +135,62 @@ def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
     status = get_budget.sync(budget_id=budget.id, client=client, project="llm")
     assert isinstance(status, models.BudgetStatus), status
     assert Decimal(status.spent) == Decimal("15")
+
+
+def test_generated_post_events_sends_each_content_type(api: Api, generated: Path) -> None:
+    client_module: Any = importlib.import_module(PACKAGE)
+    models: Any = importlib.import_module(f"{PACKAGE}.models")
+    types: Any = importlib.import_module(f"{PACKAGE}.types")
+    put_rate_card: Any = importlib.import_module(f"{PACKAGE}.api.rate_cards.put_rate_card")
+    post_events: Any = importlib.import_module(f"{PACKAGE}.api.events.post_events")
+    get_costs: Any = importlib.import_module(f"{PACKAGE}.api.costs.get_costs")
+    client = client_module.AuthenticatedClient(base_url=api.base_url, token=api.admin_token)
+    put_rate_card.sync(name="default", client=client, body=models.RateCardIn.from_dict(TEST_CARD))
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+
+    def cloud(event_id: str) -> Any:
+        return models.CloudEvent.from_dict(
+            {
+                "specversion": "1.0",
+                "id": event_id,
+                "source": "//slurm/cluster-a",
+                "type": "dev.trainledger.usage",
+                "time": hour_ago,
+                "subject": "llm",
+                "data": {"sku": "gpu.h100.hour", "quantity": "1"},
+            }
+        )
+
+    def file(payload: bytes, mime_type: str | None) -> Any:
+        return types.File(payload=BytesIO(payload), mime_type=mime_type)
+
+    bodies = {
+        "application/cloudevents+json": cloud("ce-1"),
+        "application/cloudevents-batch+json": [cloud("ce-2"), cloud("ce-3")],
+        "application/json": models.EventIn.from_dict(event("json-1", 1)),
+        "application/x-ndjson": file(
+            b"".join(msgspec.json.encode(event(f"nd-{i}", 1)) + b"\n" for i in range(2)),
+            "application/x-ndjson",
+        ),
+        "application/msgpack": file(
+            msgspec.msgpack.encode([event("mp-1", 1)]), "application/msgpack"
+        ),
+    }
+    accepted = {}
+    for content_type, body in bodies.items():
+        answer = post_events.sync_detailed(client=client, body=body)
+        assert answer.status_code == 200, (content_type, answer.content)
+        accepted[content_type] = answer.parsed.accepted
+    assert accepted == {
+        "application/cloudevents+json": 1,
+        "application/cloudevents-batch+json": 2,
+        "application/json": 1,
+        "application/x-ndjson": 2,
+        "application/msgpack": 1,
+    }
+    costs = get_costs.sync(client=client, project="llm")
+    assert costs.total_events == 7 and Decimal(costs.total_cost) == Decimal("17.5")  # 7 × 2.50
+
+    # A binary body must say which of the two binary types it is.
+    with pytest.raises(TypeError, match="mime_type"):
+        post_events.sync_detailed(client=client, body=file(b"{}", None))
