@@ -404,7 +404,11 @@ def test_serve_folds_in_a_process_of_its_own(data_dir: Path, serve: Any) -> None
     without any read of the totals asking for it, and it leaves with `serve`."""
     running = serve(data_dir)
     assert running.proc is not None
-    folders = _fold_processes(running.proc.pid)
+    # The folding process names itself once it runs, which may be after `serve` is ready.
+    for _ in range(MAX_POLLS):
+        if folders := _fold_processes(running.proc.pid):
+            break
+        time.sleep(POLL_INTERVAL)
     assert len(folders) == 1, running.log()
     admin = (data_dir / "admin-token").read_text().strip()
     with http(running.base_url, admin) as c:
