@@ -29,6 +29,14 @@ COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")
 PAGE = 10_000
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (batch sizes)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def read_json_file(name: str) -> Any:
     """A JSON document from a file, or from stdin for '-'."""
     try:

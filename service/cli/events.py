@@ -25,6 +25,7 @@ from rich.text import Text
 from ..client import ApiError, DrainReport, RetryPolicy, Spool, SpoolBusy
 from ..config import Settings
 from .client import Client, CliError, add_client_options, resolve_token, resolve_url
+from .commands import positive_int
 from .imports import BATCH, print_posted, read_input
 from .ui import ui
 
@@ -210,19 +211,12 @@ def _on_signals(handler: Callable[[], None]) -> None:
 
 def _batch_size(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--batch-size", type=_positive, default=BATCH, help=f"events per request ({BATCH})"
+        "--batch-size", type=positive_int, default=BATCH, help=f"events per request ({BATCH})"
     )
 
 
 def _spool_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spool", help="the spool directory (default: $TRAINLEDGER_SPOOL)")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

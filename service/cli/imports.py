@@ -30,6 +30,7 @@ from ..importers.common import ImportEvent, ImportResult, parse_mapping
 from ..importers.kubernetes import PodListError, import_pods
 from ..importers.slurm import SacctFormatError, import_sacct
 from .client import ApiError, Client, CliError, add_client_options
+from .commands import positive_int
 from .ui import ui
 
 BATCH = 5_000
@@ -264,16 +265,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", help="post every event to this project")
     parser.add_argument("--dry-run", action="store_true", help="show what would be posted")
     parser.add_argument(
-        "--batch-size", type=_positive, default=BATCH, help=f"events per request ({BATCH})"
+        "--batch-size", type=positive_int, default=BATCH, help=f"events per request ({BATCH})"
     )
     add_client_options(parser)
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
