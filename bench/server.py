@@ -231,7 +231,7 @@ class Server:
 
 
 def _is_fold_process(pid: int) -> bool:
-    from trainledger.cli.serve import FOLD_PROCESS_NAME
+    from trainledger.cli.serve_runtime import FOLD_PROCESS_NAME
 
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() == FOLD_PROCESS_NAME

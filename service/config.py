@@ -21,10 +21,9 @@ from urllib.parse import urlsplit
 from cryptography.fernet import Fernet
 from platformdirs import user_data_dir
 
-from .spend_metrics.model import TOP_RANGE, SpendConfig, parse_dimensions
-from .storage.embedded import redact
+from .spend_metrics.settings import TOP_RANGE, SpendConfig, parse_dimensions
+from .storage.urls import redact
 from .webhooks.config import DeliveryConfig
-from .webhooks.targets import parse_allowlist_env
 
 APP_NAME = "trainledger"
 
@@ -108,6 +107,10 @@ def _fernet_keys(raw: str) -> str:
 
 
 def _allowlist(raw: str) -> tuple[str, ...]:
+    # Checking a host takes httpx's URL parser: imported when the variable is set, so that a
+    # command that needs no HTTP (`slurm-hook`) does not load it.
+    from .webhooks.targets import parse_allowlist_env
+
     return parse_allowlist_env(raw)
 
 

@@ -1,5 +1,5 @@
 """Process-wide tuning shared by the processes `trainledger serve` runs: its HTTP workers
-(service/http/app.py, `serve_app`) and its folding process (service/cli/serve.py)."""
+(service/http/app.py, `serve_app`) and its folding process (service/cli/serve_runtime.py)."""
 
 from __future__ import annotations
 

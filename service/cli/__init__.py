@@ -19,18 +19,10 @@ from .. import __version__
 from ..config import ConfigError, Settings
 from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
-from .serve import ensure_admin_token, redis_url_for, run_with_store
 from .spec import openapi_json
 from .ui import ui
 
-__all__ = [
-    "build_parser",
-    "ensure_admin_token",
-    "main",
-    "openapi_json",
-    "redis_url_for",
-    "run_with_store",
-]
+__all__ = ["build_parser", "main", "openapi_json"]
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -23,7 +23,7 @@ from ..client import ApiError as ApiError
 from ..client import Client as HttpClient
 from ..client import RetryPolicy
 from ..config import Settings
-from .serve import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
+from .admin_token import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
 from .ui import ui
 
 DEFAULT_URL = "http://127.0.0.1:8000"

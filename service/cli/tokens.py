@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from ..auth.model import ROLES, mint, view_of
-from ..auth.store import LastUnscopedAdmin
 from ..config import Settings
-from ..stores import Stores
-from .serve import run_with_store
 from .ui import ui
+
+if TYPE_CHECKING:
+    from ..stores import Stores
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    # The store and the Redis client only when a token command runs (see `cli/serve.py`).
+    from ..auth.store import LastUnscopedAdmin
+    from .local_store import run_with_store
+
     if args.token_command == "create":
         projects = args.project or None
 

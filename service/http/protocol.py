@@ -14,7 +14,7 @@ long as it likes. Here:
   within this time of the head. Otherwise the server answers 408 (unless an answer has
   started) and closes; the handler waiting for the body sees the client as gone.
 
-The idle time between requests stays ``timeout_keep_alive`` (`trainledger.cli.serve`). Both
+The idle time between requests stays ``timeout_keep_alive`` (`trainledger.cli.serve_runtime`). Both
 timeouts are read from the environment once per process.
 """
 

@@ -27,38 +27,12 @@ from fractions import Fraction
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from ..ledger.store import dims_of
+from .settings import SpendConfig
 
-# The dimensions a scrape may add (TRAINLEDGER_METRICS_SPEND_DIMENSIONS): `category` splits
-# the stage series; `experiment` and `owner` each get a family of their own (no roll-up
-# keeps them with the stage, so together they would read the finest totals of the month).
-OPTIONAL_DIMENSIONS: tuple[str, ...] = ("category", "experiment", "owner")
 # The label value of what the cap folds together, and of an empty experiment or owner (an
 # empty label value is the same as no label to Prometheus).
 OTHER = "_other"
 NONE = "_none"
-TOP_RANGE = (2, 1000)
-
-
-def parse_dimensions(text: str) -> tuple[str, ...]:
-    """The opt-in dimensions named in a comma-separated list. Raises ValueError."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name not in OPTIONAL_DIMENSIONS:
-            raise ValueError(f"unknown dimension {name!r}; use {', '.join(OPTIONAL_DIMENSIONS)}")
-    if len(set(names)) != len(names):
-        raise ValueError("a dimension is named twice")
-    return tuple(n for n in OPTIONAL_DIMENSIONS if n in names)
-
-
-@dataclass(frozen=True)
-class SpendConfig:
-    dimensions: tuple[str, ...] = ()
-    top: int = 20  # series per project of each experiment/owner family
-    ttl_seconds: float = 10.0  # a scrape within this of the last read answers from it
-    deadline_seconds: float = 2.0  # a scrape waits this long for a read, then answers without
-
-    def stage_dims(self) -> tuple[str, ...]:
-        return ("stage", "category") if "category" in self.dimensions else ("stage",)
 
 
 def month_of(now: datetime) -> tuple[date, date]:

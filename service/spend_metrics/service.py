@@ -32,11 +32,11 @@ from .model import (
     BudgetFigures,
     ProjectSpend,
     Snapshot,
-    SpendConfig,
     cost_cells,
     month_of,
     spend_families,
 )
+from .settings import SpendConfig
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric

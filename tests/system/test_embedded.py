@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 import redis
-from trainledger.cli.serve import ensure_admin_token
-from trainledger.storage.embedded import EmbeddedValkey, redact
+from trainledger.cli.local_store import ensure_admin_token
+from trainledger.storage.embedded import EmbeddedValkey
+from trainledger.storage.urls import redact
 from trainledger.stores import Stores
 
 from tests.conftest import event, free_port, wait_until_ready

@@ -22,7 +22,7 @@ import msgspec
 import pytest
 import redis
 from trainledger.auth.model import Principal
-from trainledger.cli.serve import FOLD_PROCESS_NAME
+from trainledger.cli.serve_runtime import FOLD_PROCESS_NAME
 from trainledger.costs.report import cost_report
 from trainledger.events.decoding import JSON, decode_events
 from trainledger.ingest.service import Ingestor

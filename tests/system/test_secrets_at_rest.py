@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 from cryptography.fernet import Fernet
-from trainledger.cli.serve import ensure_secret_key
+from trainledger.cli.local_store import ensure_secret_key
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.storage.sealing import (
     KEY_ENV,

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from trainledger.ratecards.catalog import RateCards
-from trainledger.spend_metrics.model import SpendConfig
 from trainledger.spend_metrics.service import SpendGauges
+from trainledger.spend_metrics.settings import SpendConfig
 from trainledger.stores import Stores
 
 

@@ -16,14 +16,13 @@ from trainledger.spend_metrics.model import (
     BudgetFigures,
     ProjectSpend,
     Snapshot,
-    SpendConfig,
     as_float,
     capped,
     cost_cells,
     month_of,
-    parse_dimensions,
     spend_families,
 )
+from trainledger.spend_metrics.settings import SpendConfig, parse_dimensions
 
 
 def test_dimensions_are_opt_in_from_a_fixed_set() -> None:

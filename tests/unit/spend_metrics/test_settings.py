@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from trainledger.config import Settings
-from trainledger.spend_metrics.model import SpendConfig
+from trainledger.spend_metrics.settings import SpendConfig
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
