@@ -49,7 +49,7 @@ from ..waste.routes import ExperimentController, ReportController
 from ..webhooks.config import DeliveryConfig
 from ..webhooks.routes import WebhookController
 from ..webhooks.worker import DeliveryWorker
-from .bodies import BoundedRequest
+from .bodies import BoundedRequest, ClientGone, client_gone_answer
 from .deadline import StoreDeadlineMiddleware
 from .deps import Services
 from .health import StoreReachability, healthz, readyz
@@ -260,6 +260,7 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         # Every route's but the ingest route's (service/http/bodies.py).
         request_max_body_size=settings.max_json_body_bytes,
         request_class=BoundedRequest,
+        exception_handlers={ClientGone: client_gone_answer},
         debug=False,
     )
     add_wire_schemas(app)

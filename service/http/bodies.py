@@ -10,21 +10,66 @@ and reads its body with `read_body` (it decodes it itself, counting events first
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
-from litestar import Request
+from litestar import Request, Response
+from litestar.exceptions import InternalServerException
+from litestar.types import ReceiveMessage
 
 from .problems import invalid, problem
 
+# nginx's "client closed request": the status the access line and the request metrics show
+# for a request whose client left (or was cut off by the body timeout, which answered 408)
+# before its body arrived. Nobody receives it.
+CLIENT_CLOSED_REQUEST = 499
+
+
+class ClientGone(Exception):
+    """The client went away before its whole body arrived: the client's doing, not a server
+    error (Litestar calls it a 500 and logs a traceback)."""
+
+    status_code = CLIENT_CLOSED_REQUEST
+
+
+def client_gone_answer(request: Request[Any, Any, Any], exc: ClientGone) -> Response[bytes]:
+    """The answer to a request whose client left: nobody reads it; the access line and the
+    request metrics show its status."""
+    return Response(b"", status_code=CLIENT_CLOSED_REQUEST)
+
 
 class BoundedRequest(Request[Any, Any, Any]):
-    """Litestar's request, with JSON too deeply nested to decode answered as a 400."""
+    """Litestar's request, with JSON too deeply nested to decode answered as a 400, and a
+    client gone mid-body as `ClientGone`."""
 
     async def json(self) -> Any:
         try:
             return await super().json()
         except RecursionError as exc:  # msgspec recurses once per nesting level
             raise invalid("$", "the body is nested too deeply", status=400) from exc
+
+    async def stream(self) -> AsyncGenerator[bytes, None]:
+        # Litestar raises the same exception for a disconnect as for its own misuse; which
+        # one it was is told by what `receive` gave.
+        receive = self.receive
+        gone = False
+
+        async def noting_disconnect() -> ReceiveMessage:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
+
+        self.receive = noting_disconnect
+        try:
+            async for chunk in super().stream():
+                yield chunk
+        except InternalServerException as exc:
+            if gone:
+                raise ClientGone("the client left before its body arrived") from exc
+            raise
+        finally:
+            self.receive = receive
 
 
 def too_large() -> Exception:

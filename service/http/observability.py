@@ -39,6 +39,8 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import Counter, Gauge, Histogram
 
+from .bodies import ClientGone
+
 REQUEST_ID_HEADER = "x-request-id"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _SCOPE_KEY = "trainledger.request_id"
@@ -53,6 +55,7 @@ _EXPECTED_EXCEPTIONS: set[type[Exception]] = {
     NotFoundException,
     MethodNotAllowedException,
     TooManyRequestsException,
+    ClientGone,  # a client that left mid-body: its access line says 499
 }
 
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)

@@ -17,11 +17,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from trainledger.http.protocol import parse_timeout
 
 from tests.conftest import free_port, wait_until_ready
@@ -165,6 +167,48 @@ def test_slow_heads_and_bodies_are_closed_and_others_are_served(
         assert answer.startswith(b"HTTP/1.1 200 ")
     finally:
         sock.close()
+
+
+def _posts_part_of_a_body(base_url: str, admin: str, path: bytes) -> socket.socket:
+    sock = connect(base_url)
+    sock.sendall(
+        b"POST " + path + b" HTTP/1.1\r\nHost: ledger\r\n"
+        b"Authorization: Bearer " + admin.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    )
+    return sock
+
+
+def test_a_client_gone_mid_body_is_no_server_error(server: tuple[str, str], tmp_path: Path) -> None:
+    """Cut off by the body timeout, or gone on its own: the request is counted and logged as
+    499 (client closed request), not as a 500 with a traceback that pages an operator. The
+    ingest route reads its body itself; a JSON route's body is read by the guard."""
+    base_url, admin = server
+    for path in (b"/v1/events", b"/v1/budgets"):
+        assert_408(read_until_closed(_posts_part_of_a_body(base_url, admin, path)), "body")
+        _posts_part_of_a_body(base_url, admin, path).close()  # gone before the timeout
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        # Each of the four is counted once it is over: wait for them (bounded, not timed).
+        def counted() -> dict[tuple[str, str], float]:
+            found: dict[tuple[str, str], float] = {}
+            for family in text_string_to_metric_families(client.get("/metrics").text):
+                for sample in family.samples:
+                    labels = sample.labels
+                    if sample.name == "trainledger_requests_total" and labels["method"] == "POST":
+                        key = (labels["path"], labels["status_code"])
+                        found[key] = found.get(key, 0.0) + sample.value
+            return found
+
+        for _ in range(300):
+            seen = counted()
+            if sum(seen.values()) >= 4:
+                break
+            time.sleep(0.1)
+    assert seen == {("/v1/events", "499"): 2.0, ("/v1/budgets", "499"): 2.0}
+    log = (tmp_path / "serve.log").read_text(errors="replace")
+    assert "Uncaught exception" not in log and "Traceback" not in log
+    access = [json.loads(line) for line in log.splitlines() if '"trainledger.access"' in line]
+    assert sorted(a["status"] for a in access if a["method"] == "POST") == [499] * 4
 
 
 def test_timeouts_must_be_positive_numbers() -> None:
