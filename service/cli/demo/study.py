@@ -95,7 +95,7 @@ RUNS = (
     Run(
         FLAT,
         "pilot on the heuristically filtered slice, 3B tokens",
-        (23, 2),
+        (23, 3),
         12,
         {"gsm8k": "38.4", "humaneval": "23.3", "mmlu": "57.9", "triviaqa": "62.1"},
         owner="ana",
@@ -103,15 +103,15 @@ RUNS = (
     Run(
         SCORED,
         "pilot on the quality-scored slice, 3B tokens",
-        (23, 14),
+        (23, 15),
         12,
         {"gsm8k": "40.0", "humaneval": "24.5", "mmlu": "58.6", "triviaqa": "62.5"},
         owner="ana",
     ),
 )
 # The two pipelines' filtering, before their pilots: flat heuristics on the study node for
-# 2 hours; the quality scorer (the hosted judge) over a 9B-token slice, 4 workers for 12 hours.
-FLAT_FILTER = ((23, 0), 2)
+# 3 hours; the quality scorer (the hosted judge) over a 9B-token slice, 4 workers for 12 hours.
+FLAT_FILTER = ((23, 0), 3)
 SCORING = ((22, 0), 12)
 
 

@@ -82,6 +82,12 @@ def test_the_study_events_are_tagged_labelled_and_over_before_the_end() -> None:
     assert skus == {"gpu.h100.hour", "inference.quality_score.mtok"}
     scoring = [e for e in events if e["sku"] == "inference.quality_score.mtok"]
     assert {e["experiment"] for e in scoring} == {SCORED}
+    # One node of 8 GPUs: never more than 8 GPU-hours of the study in an hour.
+    per_hour: dict[str, Decimal] = defaultdict(Decimal)
+    for e in events:
+        if e["sku"] == "gpu.h100.hour":
+            per_hour[e["time"]] += Decimal(e["quantity"])
+    assert max(per_hour.values()) == 8
     # All over more than 2 days before the replay's end: not waste (no progress expected).
     last = max(datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for e in events)
     assert (SC.end - last).days >= 2
