@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from rich.markup import escape
+from rich.table import Table
 
 from .formatting import compact_table, money, num
 from .session import DemoSession
@@ -120,7 +121,7 @@ def _ordered(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     )
 
 
-def _table(report: Mapping[str, Any]) -> Any:
+def _table(report: Mapping[str, Any]) -> Table:
     currency = report["currency"]
     benchmarks = [b for b in BENCHMARKS if any(_cell(r, b) for r in report["rows"])]
     columns = [">" + currency, ">tokens"]
