@@ -46,7 +46,17 @@ from trainledger.cli.demo import (
     run,
     run_demo,
 )
+from trainledger.cli.demo.study import (
+    BALANCED_MIX,
+    BENCHMARKS,
+    MATH_MIX,
+    MIXES,
+    PIPELINES,
+    STUDY_TAG,
+    evaluation_results,
+)
 
+from costcore.money import amount_for_people, format_money_for_people
 from tests.conftest import ServerThread, make_admin_token
 
 INCIDENTS = {"reserved_idle", "experiment_no_progress", "checkpoint_growth"}
@@ -120,6 +130,19 @@ def test_independent_pricing_handles_tiers() -> None:
     assert per_sku["network.egress.gb"] == Decimal("1.80")  # 20 GB past the free 100, in Nov
 
 
+def cost_effect_table(text: str) -> list[str]:
+    """The rows of the first cost-effect table in `text`: the lines after its header
+    (`experiment  USD ...`) up to the first indented one."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("experiment "))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line or line.startswith(" "):
+            break
+        rows.append(line)
+    return rows
+
+
 # --- the scenario --------------------------------------------------------------------------
 
 
@@ -146,8 +169,26 @@ def test_scenario_is_deterministic_and_inside_the_window() -> None:
 def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(args()) == 0
     out = capsys.readouterr().out
-    for heading in ("1. Rate card", "2. Plan", "3. Budgets", "4. Webhook", "5. Replay", "9. Waste"):
+    for heading in (
+        "1. Rate card",
+        "2. Plan",
+        "3. Budgets",
+        "4. Webhook",
+        "5. Replay",
+        "9. Waste",
+        "10. Cost and effect",
+    ):
         assert heading in out
+    # It ends with the cost-effect table (every experiment of the study, one row each, nothing
+    # cut off), the winner on cost per point and the rework exposure.
+    end = out[out.index("10. Cost and effect") :]
+    table = cost_effect_table(end)
+    assert [line.split(" ")[0] for line in table] == [*MIXES, *PIPELINES]
+    # name, cost, tokens, a change per benchmark, a cost per point per target, the rework
+    assert all(len(line.split()) >= 4 + len(BENCHMARKS) + 2 for line in table), table
+    assert "…" not in out
+    assert end.index("In short") < end.index("winner on cost per point: ")
+    assert re.search(r"rework exposure of \S+: [\d,.]+ USD", " ".join(end.split())) is not None
     replayed = re.search(r"(\d+) requests: ([\d,]+) events accepted, 0 duplicates, 0 rejected", out)
     assert replayed is not None
     events = generate_events(Scenario.for_now("llm-7b", "default"))
@@ -227,6 +268,7 @@ def test_demo_against_a_running_service(server: tuple[str, str]) -> None:
     # The totals are the events priced independently from the rate card.
     card = demo_rate_card(load_example_card(EXAMPLE_CARD), sc.start)
     per_sku, categories = price_events(card, events)
+    assert "network.egress.gb" not in {e["sku"] for e in events}
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
         by_sku = http.get(
@@ -252,6 +294,85 @@ def test_demo_against_a_running_service(server: tuple[str, str]) -> None:
     assert Decimal(pretrain["cpi"]) < 1 and Decimal(pretrain["variance"]) < 0
     assert len(plans) == 1 and plans[0]["id"] == outcome.plan_id
     assert len(events) == len(generate_events(sc)) and DAYS == 33
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    check_cost_effect(base_url, token, sc, events, per_event_cost(card, events), printed)
+
+
+def per_event_cost(card: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> list[Decimal]:
+    """Each event's cost, as `price_events` prices it (no tiered SKU is in the study)."""
+    skus = {s["code"]: s for s in card["skus"]}
+    out = []
+    for ev in events:
+        sku = skus[ev["sku"]]
+        if sku.get("tiers"):
+            out.append(Decimal("NaN"))  # not needed: the study uses no tiered SKU
+            continue
+        cost = Decimal(ev["quantity"]) * Decimal(sku["unit_price"])
+        out.append(cost.quantize(NANO, rounding=ROUND_HALF_EVEN))
+    return out
+
+
+def check_cost_effect(
+    base_url: str,
+    token: str,
+    sc: Scenario,
+    events: Sequence[Mapping[str, Any]],
+    costs: Sequence[Decimal],
+    printed: str,
+) -> None:
+    """The study in the cost-effect report, and the demo's closing lines read from it."""
+    key, value = STUDY_TAG
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as http:
+        report = http.get(
+            "/v1/reports/cost-effect", params={"project": sc.project, "tag": f"{key}:{value}"}
+        ).json()
+    rows = {r["experiment"]: r for r in report["rows"]}
+    assert set(rows) == {*MIXES, *PIPELINES}
+    # Each row costs exactly its tagged events, priced here.
+    study: dict[str, Decimal] = defaultdict(Decimal)
+    for ev, cost in zip(events, costs, strict=True):
+        if (ev.get("tags") or {}).get(key) == value:
+            study[ev["experiment"]] += cost
+    assert {n: Decimal(r["cost"]) for n, r in rows.items()} == study
+    assert all(r["tokens_seen"] for r in rows.values())
+    assert max(r["tokens_seen"] for r in evaluation_results(sc)) == max(
+        r["tokens_seen"] for r in rows.values()
+    )
+
+    # The winner on cost per point, re-derived from the JSON answer, is the one named.
+    targets = [b for b, (kind, _) in BENCHMARKS.items() if kind == "target"]
+    cheapest: dict[str, str] = {}
+    for b in targets:
+        priced = [
+            (Decimal(c["cost_per_point"]), r["experiment"])
+            for r in report["rows"]
+            for c in r["benchmarks"]
+            if c["benchmark"] == b and c["cost_per_point"] is not None
+        ]
+        cheapest[b] = min(priced)[1]
+    text = " ".join(printed.split())
+    (winner,) = set(cheapest.values())  # the story: one run is cheapest on every target
+    assert f"winner on cost per point: {winner}, at " in text
+    assert winner == BALANCED_MIX and not rows[winner]["regressions"]
+    # The loser's rework exposure, as the report has it, formatted for people.
+    exposed = [r for r in report["rows"] if r["rework_exposure"] is not None]
+    assert [r["experiment"] for r in exposed] == [MATH_MIX]
+    loser = exposed[0]
+    nano = int(Decimal(loser["rework_exposure"]).scaleb(9))
+    shown = format_money_for_people(nano, report["currency"])
+    assert f"rework exposure of {MATH_MIX}: {shown} (" in text
+    assert 0 < Decimal(loser["rework_exposure"]) < Decimal(loser["cost"])
+    assert set(loser["regressions"]) == {
+        b for b, (kind, _) in BENCHMARKS.items() if kind == "general"
+    }
+    # The table shows every study row with its cost as people read it.
+    table = cost_effect_table(printed[printed.index("10. Cost and effect") :])
+    assert [line.split(" ")[0] for line in table] == [*MIXES, *PIPELINES]
+    for line, name in zip(table, [*MIXES, *PIPELINES], strict=True):
+        cost = amount_for_people(rows[name]["cost"], "USD").removesuffix(" USD")
+        assert line.split()[1 + (name == report["baseline"])] == cost, line
 
 
 def test_url_mode_uses_a_fresh_project_and_cleans_up(

@@ -164,6 +164,7 @@ def test_the_installed_wheel_serves_and_runs_the_demo(tmp_path: Path) -> None:
     # `trainledger demo`: its own service, the rate card from the installed package.
     demo = run([str(bin_dir / "trainledger"), "demo"], outside, 600)
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    for heading in ("1. Rate card", "5. Replay", "9. Waste", "In short"):
+    for heading in ("1. Rate card", "5. Replay", "9. Waste", "10. Cost and effect", "In short"):
         assert heading in demo.stdout, demo.stdout
+    assert "winner on cost per point: " in demo.stdout, demo.stdout
     assert "demo failed" not in demo.stdout

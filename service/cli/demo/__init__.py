@@ -16,9 +16,15 @@ webhook receiver (a small HTTP server on 127.0.0.1), then walks through the API 
    and a half days after a crash, an ablation that hung and kept its on-demand node for
    three weeks, and checkpoint rotation that broke so checkpoint storage grows every hour;
    progress is posted for the experiments, so the waste report can tell healthy from stuck;
+   with it, a study on a second on-demand node (`study.py`): two mid-training mixes against a
+   baseline, and a quality-scored against a flat-filtered data pipeline, each with a pilot
+   run, whose evaluation results (settings: baseline, general/target benchmarks, tolerance)
+   are posted to `POST /v1/evaluations`;
 6. wait for the webhook deliveries and print what arrived;
-7. print the spend by stage and category, plan against actual, the alerts, and the waste
-   findings, each with a line saying what it means.
+7. print the spend by stage and category, plan against actual, the alerts, the waste
+   findings and the study's cost-effect table, each with a line saying what it means, and
+   end with the winner on cost per point and the rework exposure of the run that broke a
+   general benchmark, both read from `GET /v1/reports/cost-effect`.
 
 Everything is generated from a fixed seed relative to the start day (today − 33 days, UTC), so
 every run gives the same figures apart from the dates; all events lie inside the ledger's
@@ -94,8 +100,9 @@ __all__ = [
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Replay 33 simulated days of a 7B pretraining run (with three incidents) through the "
-        "ledger and show the costs, plan against actual, the alerts and the waste it finds."
+        "Replay 33 simulated days of a 7B pretraining run (with three incidents and a "
+        "mid-training and data study) through the ledger and show the costs, plan against "
+        "actual, the alerts, the waste it finds and what each point of a benchmark cost."
     )
     parser.add_argument(
         "--url",
@@ -149,6 +156,7 @@ def _explore(console: Console, url: str, token: str, sc: Scenario) -> None:
         f'curl -s "$TL/v1/alerts?{q}" {auth}',
         f'curl -s "$TL/v1/webhooks/deliveries?{q}" {auth}',
         f'curl -s "$TL/v1/plans?{q}" {auth}',
+        f'curl -s "$TL/v1/reports/cost-effect?{q}&format=csv" {auth}',
     ):
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
     console.print("  Ctrl-C stops it and deletes its data.")

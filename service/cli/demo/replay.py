@@ -66,6 +66,12 @@ def replay(demo: DemoSession) -> None:
         f"{CHECKPOINT_GB * KEEP_LAST} GB kept becomes "
         f"{checkpoint_gb(DAYS - 1, 23) / 1000:.1f} TB"
     )
+    demo.say(
+        f"  and a study on a second on-demand node from the day-20 checkpoint "
+        f"({sc.day(21):%d %b} .. {sc.day(24):%d %b}): two mid-training mixes (math/code-heavy, "
+        "balanced) against a baseline run, and the next data slice filtered two ways, by the "
+        "quality scorer (hosted inference) or by flat heuristics, each with a pilot run"
+    )
     events = demo.outcome.events
     batches = [events[i : i + BATCH_EVENTS] for i in range(0, len(events), BATCH_EVENTS)]
     with Progress(

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from rich.markup import escape
 
+from .costeffect import closing
 from .formatting import compact_table, money, num, pct, short_budget
 from .receiver import Delivery
 from .scenario import CHECKPOINT_GB, DAYS, HEALTHY, KEEP_LAST, MAIN
@@ -276,5 +277,7 @@ def wrap_up(demo: DemoSession) -> None:
     demo.say(
         f"  {money(total)} spent in {DAYS} days, {money(waste)} of it ({share:.1f} %) waste. "
         "The ledger priced every event exactly, alerted as budgets were crossed, showed "
-        "pretraining heading over plan, and named the three incidents with what each costs."
+        "pretraining heading over plan, and named the three incidents with what each costs; "
+        "the study's table says what each point of a benchmark cost:"
     )
+    closing(demo)

@@ -35,6 +35,7 @@ class DemoOutcome:
     summary: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     card: dict[str, Any] = field(default_factory=dict)
+    cost_effect: dict[str, Any] = field(default_factory=dict)
 
 
 class DemoSession:

@@ -31,6 +31,7 @@ from .scenario import (
     crashed,
     iso,
 )
+from .study import study_events
 
 
 class _EventLog:
@@ -70,7 +71,8 @@ class _EventLog:
 
 
 def generate_events(sc: Scenario) -> list[dict[str, Any]]:
-    """Every usage event of the 33 simulated days, in time order. Deterministic (seeded)."""
+    """Every usage event of the 33 simulated days, the cost-and-effect study's included
+    (`study.py`), in time order. Deterministic (seeded)."""
     # One generator, drawn from in this order (scoring, then pretraining): the seed fixes the
     # figures only as long as the order of the draws stays the same.
     rng = random.Random(SEED)
@@ -81,6 +83,7 @@ def generate_events(sc: Scenario) -> list[dict[str, Any]]:
     _pretraining(sc, log, rng)
     _side_experiments(sc, log)
     _evaluation(sc, log)
+    study_events(sc, log)
     log.timed.sort(key=lambda pair: (pair[0], pair[1]["id"]))
     return [ev for _, ev in log.timed]
 

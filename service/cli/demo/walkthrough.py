@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from . import preparation, replay, report
+from . import costeffect, preparation, replay, report
 from .receiver import Receiver
 from .scenario import Scenario, load_example_card
 from .session import DemoOutcome, DemoSession
@@ -21,11 +21,13 @@ STEPS: tuple[Callable[[DemoSession], None], ...] = (
     preparation.webhook,
     replay.replay,
     replay.progress,
+    costeffect.post_results,
     replay.wait_for_deliveries,
     report.spend,
     report.plan_vs_actual,
     report.alerts,
     report.waste,
+    costeffect.cost_effect,
     report.wrap_up,
 )
 
