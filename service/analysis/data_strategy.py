@@ -29,6 +29,7 @@ from .data_strategy_inputs import (
     tokens_needed,
 )
 from .schema import BreakEven, Line, Savings, savings_versus
+from .verdict import Verdict, refuse_scale_tokens
 
 __all__ = [
     "DataStrategyIn",
@@ -58,7 +59,9 @@ class DataStrategyOption(msgspec.Struct, kw_only=True):
 
 
 class DataStrategyOut(msgspec.Struct, kw_only=True):
-    """Answer of `POST /v1/analysis/data-strategy`; rates in currency/token."""
+    """Answer of `POST /v1/analysis/data-strategy`; rates in currency/token. `verdict`
+    (pilot_experiments; null when typed in): which pilot wins on cost per point on
+    pilot_benchmark, and what scaling it up would take."""
 
     analysis: str
     currency: str
@@ -71,6 +74,7 @@ class DataStrategyOut(msgspec.Struct, kw_only=True):
     affordable_scoring_overhead_per_token: str | None
     affordable_scoring_overhead_total: str | None
     assumptions: list[str]
+    verdict: Verdict | None = None  # with experiments: cost per point and scale-up
 
 
 # --------------------------------------------------------------------------------------
@@ -383,6 +387,7 @@ def analyse_data_strategy(req: DataStrategyIn) -> DataStrategyOut:
     """Compare flat quality filtering with quality-aware upsampling (and optionally no scoring)."""
     req = revalidate(req)
     cur = req.currency
+    refuse_scale_tokens(req.scale_tokens)
     inp = _read_inputs(req)
     scoring_total = inp.corpus * inp.scoring_rate
     pass_tokens = inp.corpus * sum(

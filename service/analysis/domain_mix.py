@@ -25,6 +25,7 @@ from .arithmetic import (
 )
 from .domain_mix_inputs import DomainMixIn, MixIn
 from .schema import BreakEven, Line, Savings, savings_versus
+from .verdict import Verdict, refuse_scale_tokens
 
 __all__ = [
     "DomainMixIn",
@@ -63,7 +64,9 @@ class DomainMixOption(msgspec.Struct, kw_only=True):
 
 
 class DomainMixOut(msgspec.Struct, kw_only=True):
-    """Answer of `POST /v1/analysis/domain-mix`; `pareto_front` lists mixes by expected cost."""
+    """Answer of `POST /v1/analysis/domain-mix`; `pareto_front` lists mixes by expected cost.
+    `verdict` (mixes named by experiment; null when typed in): which wins on cost per point on
+    the target benchmarks, and what scaling it up would take."""
 
     analysis: str
     currency: str
@@ -74,6 +77,7 @@ class DomainMixOut(msgspec.Struct, kw_only=True):
     pareto_front: list[str]
     score_weights: dict[str, str]
     assumptions: list[str]
+    verdict: Verdict | None = None  # with experiments: cost per point and scale-up
 
 
 # --------------------------------------------------------------------------------------
@@ -389,6 +393,7 @@ def analyse_domain_mix(req: DomainMixIn) -> DomainMixOut:
     """Expected cost (runs × cost + P(general < floor) × rework) and the cost/score Pareto front."""
     req = revalidate(req)
     cur = req.currency
+    refuse_scale_tokens(req.scale_tokens)
     inp = _read_inputs(req)
     mixes = [_cost_mix(i, mix, req, inp) for i, mix in enumerate(req.mixes)]
     per_domain = req.pareto_on == "per_domain"

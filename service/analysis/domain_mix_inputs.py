@@ -142,3 +142,16 @@ class DomainMixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit
         ]
         | None
     ) = None
+    scale_tokens: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=1,
+                le=10**18,
+                description="tokens at full scale for the verdict's scale-up figures (tokens); "
+                "needs experiments; default: the winner's planned_tokens in the evaluation "
+                "settings",
+            ),
+        ]
+        | None
+    ) = None
