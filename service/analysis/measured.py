@@ -8,6 +8,8 @@ that report tokens seen: at each token count the latest) and, unless given,
 `training_cost_per_token` = the pilot experiments' summed ledger cost ÷ their summed tokens
 seen (the most each reports), rounded half-even to 24 decimals. The request so completed is
 the typed-in request the same analysis then answers: the same figures give the same answer.
+The answer to a request that named experiments also carries their `verdict` (`verdict.py`),
+from the same report the figures were read from (the project is read once per request).
 """
 
 from __future__ import annotations

@@ -228,9 +228,10 @@ def _reason(winner: _Ranked | None, runner: _Ranked | None, ranked: list[_Ranked
     return "no winner: no option gains over the baseline on the target benchmarks"
 
 
-def _summary(verdict: Verdict, told: list[_Ranked], winner: _Ranked | None, cur: str) -> str:
+def _summary(verdict: Verdict, told: list[_Ranked], cur: str) -> str:
     """The verdict for people: the reason, then each told option at scale (money rounded to
-    the currency's minor units)."""
+    the currency's minor units); past the winner and the runner-up, the regressing options
+    cheaper per point say so."""
 
     def money(text: str | None) -> str:
         return format_money_for_people(_nano(text or "0"), cur)
@@ -241,13 +242,13 @@ def _summary(verdict: Verdict, told: list[_Ranked], winner: _Ranked | None, cur:
     if verdict.scale_tokens is None:
         parts.append("No scale-up figures: give scale_tokens, or declare planned_tokens.")
         return " ".join(parts)
-    for r in told:
+    for i, r in enumerate(told):
         v = r.view
         if v.cost_at_scale is None:
             parts.append(f"{v.name} reports no tokens seen: it cannot be scaled.")
             continue
-        text = f"At {verdict.scale_tokens} tokens {v.name} would cost {money(v.cost_at_scale)}"
-        if winner is not None and _undercuts(r, winner):
+        text = f"At {verdict.scale_tokens:,} tokens {v.name} would cost {money(v.cost_at_scale)}"
+        if i >= 2:
             text += f" (cheaper per point, {money(v.cost_per_point)}, but it regresses "
             text += f"{', '.join(v.regressions)})"
         if v.rework_exposure_at_scale is not None:
@@ -305,5 +306,5 @@ def cost_per_point_verdict(
         options=[r.view for r in ranked],
         summary="",
     )
-    verdict.summary = _summary(verdict, _told(ranked, winner, runner), winner, currency)
+    verdict.summary = _summary(verdict, _told(ranked, winner, runner), currency)
     return verdict

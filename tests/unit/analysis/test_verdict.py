@@ -115,8 +115,8 @@ def test_the_lowest_cost_per_point_without_a_regression_wins() -> None:
         "without a general regression; runner-up c at 9.00 USD per point"
     )
     assert v.summary == (
-        v.reason + ". At 10000 tokens a would cost 1,000.00 USD. At 10000 tokens c would cost "
-        "900.00 USD. At 10000 tokens b would cost 1,200.00 USD (cheaper per point, 4.00 USD, but "
+        v.reason + ". At 10,000 tokens a would cost 1,000.00 USD. At 10,000 tokens c would cost "
+        "900.00 USD. At 10,000 tokens b would cost 1,200.00 USD (cheaper per point, 4.00 USD, but "
         "it regresses qa), 480.00 USD of it at risk of rework."
     )
 
