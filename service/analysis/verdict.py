@@ -174,9 +174,11 @@ def _option(i: int, name: str, row: ExperimentRow, targets: Sequence[str]) -> _R
 
 
 def _text(x: Fraction) -> str:
-    """A gain: the sum of decimal strings is a terminating decimal."""
-    d = Decimal(x.numerator) / Decimal(x.denominator)
-    return format(d.normalize(), "f") if d != d.to_integral_value() else str(int(d))
+    """A gain, exactly: a sum of decimal strings is a terminating decimal (its denominator
+    divides a power of ten), divided out at a precision that holds every digit."""
+    with localcontext(prec=200):
+        d = Decimal(x.numerator) / Decimal(x.denominator)
+        return format(d.normalize(), "f") if d != d.to_integral_value() else str(int(d))
 
 
 @dataclass(frozen=True)

@@ -193,3 +193,10 @@ def test_rounding_is_half_even_to_the_nano() -> None:
     v = verdict({"n": no_tokens})
     assert v.options[0].cost_at_scale is None and v.options[0].cost_per_token is None
     assert "n reports no tokens seen: it cannot be scaled." in v.summary
+
+
+def test_gains_keep_every_digit() -> None:
+    # 24 integer and 24 decimal digits: more than the default 28-digit context holds
+    long = "123456789012345678901234.123456789012345678901234"
+    v = verdict({"l": row("l", "1.00", 1, long)})
+    assert v.options[0].points == long and v.options[0].target_gains == {"math": long}
