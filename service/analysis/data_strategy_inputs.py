@@ -16,15 +16,24 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ..events.model import PROJECT_PATTERN, SAFE_TEXT_PATTERN, Label
 from .arithmetic import AnalysisError, number_text, rate_text
-from .schema import SKU_PATTERN, DecimalString, SignedDecimalString
+from .schema import (
+    SKU_PATTERN,
+    Currency,
+    DecimalString,
+    ProbabilityString,
+    SignedDecimalString,
+)
 
 __all__ = [
     "STRATEGIES",
+    "DataStrategyIn",
     "PilotPoint",
     "ScoringSku",
     "Strategy",
     "TokenCount",
+    "UpsampleBucket",
     "scoring_rate_of",
     "tokens_needed",
 ]
@@ -161,3 +170,153 @@ def tokens_needed(
                 f"required: give it or {strategy} pilot_results with target_score",
             )
     return out
+
+
+class UpsampleBucket(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One quality bucket of the upsampling curve."""
+
+    share: Annotated[
+        ProbabilityString,
+        msgspec.Meta(description="fraction of corpus tokens in this quality bucket (0..1)"),
+    ]
+    repeats: Annotated[
+        DecimalString,
+        msgspec.Meta(
+            description="times each token of the bucket appears in one pass of the "
+            "upsampled mixture (0 drops the bucket)"
+        ),
+    ]
+    label: Annotated[str, msgspec.Meta(max_length=64, pattern=SAFE_TEXT_PATTERN)] | None = None
+
+
+class DataStrategyIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Body of `POST /v1/analysis/data-strategy`."""
+
+    corpus_tokens: Annotated[
+        TokenCount, msgspec.Meta(description="tokens in the raw corpus before filtering (tokens)")
+    ]
+    flat_keep_share: Annotated[
+        ProbabilityString,
+        msgspec.Meta(
+            description="fraction of corpus tokens the flat quality threshold keeps (0..1]"
+        ),
+    ]
+    upsampling_curve: Annotated[
+        list[UpsampleBucket],
+        msgspec.Meta(
+            min_length=1,
+            max_length=100,
+            description="quality buckets with their repeat factors; shares sum to 1",
+        ),
+    ]
+    project: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=PROJECT_PATTERN,
+                description="the project whose ledger and results pilot_experiments are read from",
+            ),
+        ]
+        | None
+    ) = None
+    training_cost_per_token: (
+        Annotated[
+            DecimalString,
+            msgspec.Meta(
+                description="training cost per token (currency/token); measured from "
+                "pilot_experiments when absent"
+            ),
+        ]
+        | None
+    ) = None
+    pilot_experiments: Annotated[
+        dict[Strategy, Annotated[Label, msgspec.Meta(min_length=1)]],
+        msgspec.Meta(
+            max_length=3,
+            description="strategy -> the experiment that piloted it (needs `project` and "
+            "`pilot_benchmark`): its results on pilot_benchmark are its pilot_results (tokens "
+            "seen, value), and the ledger cost of these experiments over the tokens they saw "
+            "is training_cost_per_token when that is absent",
+        ),
+    ] = {}
+    pilot_benchmark: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)] | None
+    ) = None
+    scale_tokens: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=1,
+                le=10**18,
+                description="tokens at full scale for the verdict's scale-up figures (tokens); "
+                "needs experiments; default: the winner's planned_tokens in the evaluation "
+                "settings",
+            ),
+        ]
+        | None
+    ) = None
+    currency: Currency = "USD"
+    scoring_cost_per_token: (
+        Annotated[
+            DecimalString,
+            msgspec.Meta(description="quality-scoring cost per corpus token (currency/token)"),
+        ]
+        | None
+    ) = None
+    scoring_sku: (
+        Annotated[ScoringSku, msgspec.Meta(description="alternative to scoring_cost_per_token")]
+        | None
+    ) = None
+    flat_tokens_needed: (
+        Annotated[
+            TokenCount,
+            msgspec.Meta(
+                description="training tokens the flat filter needs to reach target quality"
+            ),
+        ]
+        | None
+    ) = None
+    upsampled_tokens_needed: (
+        Annotated[
+            TokenCount,
+            msgspec.Meta(description="training tokens upsampling needs to reach target quality"),
+        ]
+        | None
+    ) = None
+    unfiltered_tokens_needed: (
+        Annotated[
+            TokenCount,
+            msgspec.Meta(
+                description="optional baseline: training tokens on the raw, unscored corpus"
+            ),
+        ]
+        | None
+    ) = None
+    pilot_results: Annotated[
+        list[PilotPoint],
+        msgspec.Meta(
+            max_length=1000,
+            description="measured pilot runs; used for a strategy whose tokens_needed is absent",
+        ),
+    ] = []
+    target_score: (
+        Annotated[
+            SignedDecimalString,
+            msgspec.Meta(description="quality to reach, on the pilot score scale (score units)"),
+        ]
+        | None
+    ) = None
+    pilot_token_scale: Annotated[
+        DecimalString,
+        msgspec.Meta(description="full-run tokens per pilot token (dimensionless), > 0"),
+    ] = "1"
+    max_token_repetitions: (
+        Annotated[
+            DecimalString,
+            msgspec.Meta(
+                description="most times any token may be seen in training (times); "
+                "strategies needing more are infeasible"
+            ),
+        ]
+        | None
+    ) = None

@@ -8,24 +8,29 @@ that report tokens seen: at each token count the latest) and, unless given,
 `training_cost_per_token` = the pilot experiments' summed ledger cost ÷ their summed tokens
 seen (the most each reports), rounded half-even to 24 decimals. The request so completed is
 the typed-in request the same analysis then answers: the same figures give the same answer.
+The answer to a request that named experiments also carries their `verdict` (`verdict.py`),
+from the same report the figures were read from (the project is read once per request).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..evaluations.effect import ExperimentRow, ReportFilter
-from ..evaluations.model import EvaluationResult
+from ..evaluations.effect import CostEffectReport, ExperimentRow, ReportFilter
+from ..evaluations.model import EvaluationResult, EvaluationSettings
 from ..evaluations.service import cost_effect_report, evaluation_settings, list_results
 from ..ratecards.catalog import RateCards
 from .arithmetic import AnalysisError
 from .data_strategy import DataStrategyIn, DataStrategyOut, analyse_data_strategy
 from .data_strategy_inputs import PilotPoint
 from .domain_mix import DomainMixIn, DomainMixOut, MixIn, analyse_domain_mix
+from .verdict import Scale, Verdict, cost_per_point_verdict
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -36,9 +41,23 @@ _DOMAIN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _RATE_PLACES = Decimal(1).scaleb(-24)
 
 
-async def _rows(store: Stores, rate_cards: RateCards, project: str) -> dict[str, ExperimentRow]:
+@dataclass(frozen=True)
+class _Measured:
+    """What one request reads of its project, once: the cost-effect report and the settings."""
+
+    report: CostEffectReport
+    settings: EvaluationSettings
+
+    @property
+    def rows(self) -> dict[str, ExperimentRow]:
+        return {row.experiment: row for row in self.report.rows}
+
+
+async def _measure(store: Stores, rate_cards: RateCards, project: str | None) -> _Measured:
+    if project is None:
+        raise AnalysisError("$.project", "required to read figures from experiments")
     report = await cost_effect_report(store, rate_cards, project, ReportFilter())
-    return {row.experiment: row for row in report.rows}
+    return _Measured(report=report, settings=await evaluation_settings(store, project))
 
 
 def _cost(row: ExperimentRow, field: str) -> str:
@@ -47,16 +66,10 @@ def _cost(row: ExperimentRow, field: str) -> str:
     return row.cost
 
 
-async def measured_domain_mix(
-    store: Stores, rate_cards: RateCards, req: DomainMixIn
-) -> DomainMixIn:
+def measured_domain_mix(measured: _Measured, req: DomainMixIn) -> DomainMixIn:
     """`req` with every measured mix read into scores and cost_per_run."""
-    if all(mix.experiment is None for mix in req.mixes):
-        return req
-    if req.project is None:
-        raise AnalysisError("$.project", "required to read mixes from experiments")
-    rows = await _rows(store, rate_cards, req.project)
-    declared = (await evaluation_settings(store, req.project)).benchmarks
+    rows = measured.rows
+    declared = measured.settings.benchmarks
     mixes: list[MixIn] = []
     for i, mix in enumerate(req.mixes):
         field = f"$.mixes[{i}].experiment"
@@ -80,7 +93,7 @@ async def measured_domain_mix(
         mixes.append(
             msgspec.structs.replace(mix, scores=scores, cost_per_run=cost, experiment=None)
         )
-    return msgspec.structs.replace(req, mixes=mixes)
+    return msgspec.structs.replace(req, mixes=mixes, scale_tokens=None)
 
 
 def _pilot_points(
@@ -101,18 +114,11 @@ def _pilot_points(
     return points, max(latest)
 
 
-async def measured_data_strategy(
-    store: Stores, rate_cards: RateCards, req: DataStrategyIn
+def measured_data_strategy(
+    measured: _Measured, results: list[EvaluationResult], req: DataStrategyIn
 ) -> DataStrategyIn:
     """`req` with its pilot experiments read into pilot_results (and the training rate)."""
-    if not req.pilot_experiments:
-        return req
-    if req.project is None:
-        raise AnalysisError("$.project", "required to read pilot_experiments")
-    if req.pilot_benchmark is None:
-        raise AnalysisError("$.pilot_benchmark", "required with pilot_experiments")
-    results = await list_results(store, req.project)
-    rows = await _rows(store, rate_cards, req.project)
+    rows = measured.rows
     pilots = list(req.pilot_results)
     cost, tokens = Decimal(0), 0
     for strategy, experiment in req.pilot_experiments.items():
@@ -130,15 +136,60 @@ async def measured_data_strategy(
         exact = (cost / tokens).quantize(_RATE_PLACES, rounding=ROUND_HALF_EVEN)
         rate = format(exact, "f").rstrip("0").rstrip(".") or "0"
     return msgspec.structs.replace(
-        req, pilot_results=pilots, training_cost_per_token=rate, pilot_experiments={}
+        req,
+        pilot_results=pilots,
+        training_cost_per_token=rate,
+        pilot_experiments={},
+        scale_tokens=None,
+    )
+
+
+def _verdict(
+    measured: _Measured,
+    options: Sequence[tuple[str, str]],
+    targets: list[str] | None,
+    scale_tokens: int | None,
+) -> Verdict:
+    """The verdict over the measured options (option name, experiment); `targets` None: the
+    target benchmarks the evaluation settings declare."""
+    rows, settings, report = measured.rows, measured.settings, measured.report
+    if targets is None:
+        targets = [b for b, kind in settings.benchmarks.items() if kind == "target"]
+    return cost_per_point_verdict(
+        [(name, rows[experiment]) for name, experiment in options],
+        targets,
+        Scale(tokens=scale_tokens, planned=settings.planned_tokens),
+        report.currency,
+        report.baseline,
+        report.tolerance,
     )
 
 
 async def domain_mix_answer(store: Stores, rate_cards: RateCards, req: DomainMixIn) -> DomainMixOut:
-    return analyse_domain_mix(await measured_domain_mix(store, rate_cards, req))
+    """The analysis of the request with its measured mixes read in (the project read once),
+    and, when a mix names an experiment, the verdict over those mixes."""
+    options = [(m.name, m.experiment) for m in req.mixes if m.experiment is not None]
+    if not options:
+        return analyse_domain_mix(req)
+    measured = await _measure(store, rate_cards, req.project)
+    answer = analyse_domain_mix(measured_domain_mix(measured, req))
+    verdict = _verdict(measured, options, None, req.scale_tokens)
+    return msgspec.structs.replace(answer, verdict=verdict)
 
 
 async def data_strategy_answer(
     store: Stores, rate_cards: RateCards, req: DataStrategyIn
 ) -> DataStrategyOut:
-    return analyse_data_strategy(await measured_data_strategy(store, rate_cards, req))
+    """The analysis of the request with its pilot experiments read in (the project read once),
+    and, when it names some, the verdict over them on pilot_benchmark."""
+    if not req.pilot_experiments:
+        return analyse_data_strategy(req)
+    measured = await _measure(store, rate_cards, req.project)
+    if req.pilot_benchmark is None:
+        raise AnalysisError("$.pilot_benchmark", "required with pilot_experiments")
+    assert req.project is not None  # `_measure`
+    results = await list_results(store, req.project)
+    answer = analyse_data_strategy(measured_data_strategy(measured, results, req))
+    options = list(req.pilot_experiments.items())
+    verdict = _verdict(measured, options, [req.pilot_benchmark], req.scale_tokens)
+    return msgspec.structs.replace(answer, verdict=verdict)

@@ -61,7 +61,9 @@ class AnalysisController(Controller):
         operation_id="postDataStrategyAnalysis",
         description=(
             "Compares flat quality filtering of a corpus with quality-aware upsampling: the tokens"
-            " and cost of each, the savings and the break-even. A calculator: nothing is stored."
+            " and cost of each, the savings and the break-even. Named pilot_experiments are read"
+            " from the project, and the answer gains a verdict: which pilot wins on cost per point"
+            " on pilot_benchmark, and what scaling it up would take. Nothing is stored."
         ),
         request_example={
             "corpus_tokens": 2000000000000,
@@ -98,7 +100,9 @@ class AnalysisController(Controller):
         operation_id="postDomainMixAnalysis",
         description=(
             "Prices candidate mid-training domain mixes and sets their cost against their score "
-            "(the Pareto front). A calculator: nothing is stored."
+            "(the Pareto front). Mixes named by experiment are read from the project, and the "
+            "answer gains a verdict: which wins on cost per point on the target benchmarks, and "
+            "what scaling it up would take. Nothing is stored."
         ),
         request_example={
             "mixes": [

@@ -21,12 +21,7 @@ FILE_LIMIT = 500
 FUNCTION_LIMIT = 80
 
 # path (or path:function) -> why its one idea needs more room.
-LONGER: dict[str, str] = {
-    "service/analysis/data_strategy.py": "one calculator: its request and answer structs (their "
-    "docstrings are the OpenAPI's) and the pricing of each strategy",
-    "service/analysis/domain_mix.py": "one calculator: its request and answer structs (their "
-    "docstrings are the OpenAPI's) and the comparison of the mixes",
-}
+LONGER: dict[str, str] = {}
 
 
 def _sources() -> list[Path]:
