@@ -10,7 +10,9 @@ baseline, general regressions, rework exposure):
   one of them (no result, or the baseline has none) is `incomplete`.
 * **cost_per_point** (points > 0) = cost ÷ points, rounded half-even to the nano; with one
   target benchmark it is the report's cost_per_point. Compared exactly, unrounded.
-* **status**: `incomplete`; `no_gain` (points ≤ 0); `regresses` (points > 0 and a general
+* **status**: `incomplete`; `no_gain` (points ≤ 0); `no_cost` (points > 0 but a cost ≤ 0 in
+  the ledger: no usage recorded under the experiment, or credits above it; a cost per point
+  of 0 or less would win on a gap in the data); `regresses` (points > 0 and a general
   benchmark below the baseline by more than the tolerance: the report's regressions);
   `eligible` otherwise.
 * **winner**: the eligible option with the lowest cost per point; ties go to the larger
@@ -51,7 +53,7 @@ __all__ = [
 
 _RATE_PLACES = Decimal(1).scaleb(-24)
 _NANO = 9
-_STATUS_ORDER = {"eligible": 0, "regresses": 1, "no_gain": 2, "incomplete": 3}
+_STATUS_ORDER = {"eligible": 0, "regresses": 1, "no_cost": 2, "no_gain": 3, "incomplete": 4}
 
 
 class VerdictOption(msgspec.Struct, kw_only=True):
@@ -100,7 +102,9 @@ class _Ranked:
 
     @property
     def per_point(self) -> Fraction | None:
-        return None if not self.points or self.points <= 0 else Fraction(self.cost) / self.points
+        if not self.points or self.points <= 0 or self.cost <= 0:
+            return None
+        return Fraction(self.cost) / self.points
 
     def key(self) -> tuple[int, Fraction, Fraction, int, int]:
         per_point, points = self.per_point, self.points
@@ -143,6 +147,8 @@ def _option(i: int, name: str, row: ExperimentRow, targets: Sequence[str]) -> _R
         status = "incomplete"
     elif points <= 0:
         status = "no_gain"
+    elif cost <= 0:
+        status = "no_cost"
     else:
         status = "regresses" if row.regressions else "eligible"
     exposure = None if row.rework_exposure is None else _nano(row.rework_exposure)
@@ -161,7 +167,7 @@ def _option(i: int, name: str, row: ExperimentRow, targets: Sequence[str]) -> _R
         target_gains={b: _text(g) for b, g in target.items()},
         points=None if points is None else _text(points),
         cost_per_point=None
-        if points is None or points <= 0
+        if points is None or points <= 0 or cost <= 0
         else format_money(round(Fraction(cost) / points)),
         general_gains={b: _text(g) for b, g in _gains(row, "general", None).items()},
         regressions=list(row.regressions),
@@ -221,6 +227,12 @@ def _reason(winner: _Ranked | None, runner: _Ranked | None, ranked: list[_Ranked
             "no winner: every option that gains regresses a general benchmark beyond the "
             f"tolerance; the cheapest per point, {best.view.name} ({per_point(best)} per "
             f"point), regresses {', '.join(best.view.regressions)}"
+        )
+    if any(r.view.status == "no_cost" for r in ranked):
+        names = ", ".join(r.view.name for r in ranked if r.view.status == "no_cost")
+        return (
+            f"no winner: {names} gains but has no positive cost in the ledger (record its "
+            "usage under its experiment), and no other option gains without a regression"
         )
     if all(r.view.status == "incomplete" for r in ranked):
         return (

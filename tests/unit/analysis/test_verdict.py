@@ -151,6 +151,21 @@ def test_every_gaining_option_regresses_no_winner() -> None:
     assert v.summary.endswith("b would cost 1,200.00 USD, 480.00 USD of it at risk of rework.")
 
 
+def test_an_option_with_no_positive_cost_does_not_win() -> None:
+    # Results but no usage under the experiment (cost 0), or credits above its usage: a cost
+    # per point of 0 or less would win on a gap in the data.
+    free = row("f", "0", 1000, "30")
+    credited = row("n", "-5.00", 1000, "30")
+    v = verdict({"f": free, "n": credited, "c": C})
+    assert (v.winner, v.runner_up) == ("c", None)
+    by = {o.name: o for o in v.options}
+    assert by["f"].status == by["n"].status == "no_cost"
+    assert by["f"].cost_per_point is None and by["n"].cost_per_point is None
+    alone = verdict({"f": free})
+    assert alone.winner is None
+    assert alone.reason.startswith("no winner: f gains but has no positive cost in the ledger")
+
+
 def test_a_missing_target_result_is_incomplete() -> None:
     v = verdict({"x": row("x", "10.00", 100, None), "a": A})
     assert [(o.name, o.status, o.points) for o in v.options] == [
