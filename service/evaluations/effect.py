@@ -17,12 +17,13 @@ evaluation results, one row per experiment:
   −change otherwise (a positive gain is an improvement).
 * **cost_per_point** (target benchmarks, gain > 0): cost ÷ gain, rounded half-even to the nano.
 * **Regression** (general benchmarks): gain < −tolerance.
-* **Rework exposure** (an experiment with regressions): the cost of its counted events after
-  its last good checkpoint. For each regressed benchmark, the last good time is that of its
-  latest result within tolerance (gain >= −tolerance, measured against the baseline's latest
-  value); the restart point is the earliest of these, and no restart point (all its cost) when
-  a regressed benchmark never had a result within tolerance. The runs after the restart point
-  are the ones that would have to be redone.
+* **Rework exposure** (an experiment with regressions): the cost of its counted events from
+  its last good checkpoint on: those whose time (when their usage began) is at or after it.
+  For each regressed benchmark, the last good time is that of its latest result within
+  tolerance (gain >= −tolerance, measured against the baseline's latest value); the restart
+  point is the earliest of these, and no restart point (all its cost) when a regressed
+  benchmark never had a result within tolerance. The runs from the restart point on are the
+  ones that would have to be redone.
 * **Pareto front** per target benchmark, over the rows with a latest value of it: a row is on
   the front unless another costs no more and scores no worse, and is strictly better in one.
 * **Forecast at completion** (experiments with `planned_tokens`): running while tokens_seen <
@@ -215,7 +216,9 @@ def _rework(
     base_latest: Mapping[str, EvaluationResult],
     tolerance: Decimal,
 ) -> tuple[int, datetime | None]:
-    """(cost after the last good checkpoint, that checkpoint's time; None: from the start)."""
+    """(cost from the last good checkpoint on, that checkpoint's time; None: from the start).
+    An event's time is when its usage began (importers stamp each slice at its start): usage
+    that began at the checkpoint's time ran after it, and is counted."""
     restart: datetime | None = None
     for benchmark in regressed:
         base = base_latest[benchmark]
@@ -228,7 +231,7 @@ def _rework(
         restart = last_good if restart is None else min(restart, last_good)
     assert restart is not None
     since = _micros(restart)
-    return sum(c for t, c in spend.timeline if t > since), restart
+    return sum(c for t, c in spend.timeline if t >= since), restart
 
 
 def _front(points: list[tuple[str, int, Decimal]], higher: bool) -> list[tuple[str, int, Decimal]]:

@@ -161,6 +161,16 @@ def test_regressions_and_rework_exposure() -> None:
     assert mix_b.regressions == [] and mix_b.rework_exposure is None
 
 
+def test_usage_that_began_at_the_last_good_checkpoint_is_rework() -> None:
+    # An event's time is when its usage began: a4 began at T+4h, the time of mixA's last good
+    # mmlu result, so it ran after that checkpoint and would be redone with a2 and a3.
+    at_checkpoint = _ev("a4", "mixA", 4, "midtrain", GPU, 1_000_000, 2_500_000_000)
+    just_before = _ev("a0", "mixA", 3.999, "midtrain", GPU, 1_000_000, 2_500_000_000)
+    events = [*EVENTS, at_checkpoint, just_before]
+    report = cost_effect("p", "USD", SETTINGS, events, {GPU}, RESULTS, ReportFilter())
+    assert _row(report, "mixA").rework_exposure == "8.750000001"  # 6.250000001 + 2.5
+
+
 def test_a_fall_of_exactly_the_tolerance_is_no_regression() -> None:
     results = [*RESULTS, _r("r13", "mixB", "mmlu", "59.0", 4)]  # gain -1.0 == -tolerance
     report = cost_effect("p", "USD", SETTINGS, EVENTS, {GPU}, results, ReportFilter())
