@@ -132,8 +132,10 @@ async def budget_status(
 
 
 class AlertView(AlertRecord, kw_only=True, omit_defaults=True):
-    """An alert as recorded, with the spend when it fired (budget alerts) and the stream
-    cursor."""
+    """An alert as recorded, and its stream cursor. A budget alert (threshold, forecast,
+    growth) has the budget fields and the spend when it fired (`spent`, `over_by`); an
+    `evaluation_regression` alert has `regression` instead, its scope naming the experiment
+    and the benchmark."""
 
     spent: str | None = None
     over_by: str | None = None
