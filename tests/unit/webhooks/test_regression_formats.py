@@ -152,3 +152,15 @@ def test_a_regression_message_is_checked_like_an_alert() -> None:
         build_request(make_regression(kind="threshold"), "slack", URL, None)
     with pytest.raises(ValueError, match="currency"):
         build_request(make_regression(currency="usd"), "slack", URL, None)
+
+
+def test_every_list_of_alert_kinds_agrees() -> None:
+    from typing import get_args
+
+    from trainledger.budgets.model import AlertKind
+    from trainledger.cli.oncall import ALERT_KINDS
+    from trainledger.webhooks.formats import KINDS
+    from trainledger.webhooks.registry import AlertKindName
+
+    assert get_args(AlertKind) == get_args(AlertKindName) == ALERT_KINDS
+    assert set(ALERT_KINDS) <= set(KINDS)
