@@ -319,9 +319,7 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default="standard",
     )
     create.add_argument("--project", action="append", help="only this project (repeatable)")
-    create.add_argument(
-        "--kind", action="append", choices=ALERT_KINDS, help="repeatable"
-    )
+    create.add_argument("--kind", action="append", choices=ALERT_KINDS, help="repeatable")
     create.add_argument("--description")
     create.add_argument("--secret", help="signing secret (standard: generated when not given)")
     _common(create, cmd_webhooks_create)

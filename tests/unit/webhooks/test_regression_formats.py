@@ -134,9 +134,7 @@ def test_teams_card_is_valid_and_says_it() -> None:
 
 def test_email_says_it_in_text_and_html() -> None:
     message = parsed(build_email(make_regression(), SETTINGS, webhook_id="wh_1", now=NOW))
-    assert message["Subject"] == (
-        "[trainledger] llm-7b: mmlu-pro regressed in experiment mix-a"
-    )
+    assert message["Subject"] == ("[trainledger] llm-7b: mmlu-pro regressed in experiment mix-a")
     plain = message.get_body(("plain",))
     html = message.get_body(("html",))
     assert plain is not None and html is not None
