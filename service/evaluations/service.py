@@ -100,15 +100,17 @@ async def fire_regression_alerts(store: Stores, rate_cards: RateCards, project: 
     """Fire each regression alert of the project not fired yet (the rules:
     `regression.py`); returns the ids fired now. Without a baseline or a general benchmark
     nothing is read; the event log (for the rework exposure) is read only when some running
-    experiment is regressed."""
+    experiment is regressed and its alert not yet fired."""
     settings = await evaluation_settings(store, project)
     if settings.baseline is None or "general" not in settings.benchmarks.values():
         return []
     # Which rows regress depends on the results and settings alone: a report without
-    # events tells whether the one over the log (for the costs) is needed at all.
+    # events tells whether the one over the log (for the costs) is needed at all. Reading
+    # the fired ids first only spares that work: the script decides what fires.
     results = await list_results(store, project)
     bare = cost_effect(project, "XXX", settings, [], set(), results, ReportFilter())
-    if not regression_alerts(bare):
+    wanted = [a.id for a in regression_alerts(bare)]
+    if not wanted or await store.evaluations.regressions_fired(project, wanted) == set(wanted):
         return []
     report = await cost_effect_report(store, rate_cards, project, ReportFilter())
     candidates = [(a.id, msgspec.json.encode(a)) for a in regression_alerts(report)]

@@ -48,6 +48,13 @@ class EvaluationStore:
         fired = await self._fire_regressions(keys=keys, args=args)
         return [as_text(a) for a in fired or []]
 
+    async def regressions_fired(self, project: str, alert_ids: Sequence[str]) -> set[str]:
+        """Which of these regression alert ids have fired (a read: firing is the script's)."""
+        if not alert_ids:
+            return set()
+        held = await self.client.hmget(Keys.evaluation_fired(project), list(alert_ids))
+        return {a for a, v in zip(alert_ids, held, strict=True) if v is not None}
+
     async def fired_regressions(self, project: str) -> dict[str, bytes]:
         raw = await self.client.hgetall(Keys.evaluation_fired(project))
         return {as_text(k): as_bytes(v) for k, v in raw.items()}
