@@ -40,7 +40,7 @@ DEAD_LETTERS_DROPPED = Counter(
     "within its limit (TRAINLEDGER_DEAD_LETTER_LIMIT)",
 )
 ALERTS_FIRED = Counter(
-    "trainledger_alerts_fired", "Budget alerts taken from the alert streams for delivery", ["kind"]
+    "trainledger_alerts_fired", "Alerts taken from the alert streams for delivery", ["kind"]
 )
 WEBHOOK_DELIVERIES = Counter(
     "trainledger_webhook_deliveries",

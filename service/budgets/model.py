@@ -47,7 +47,10 @@ from ..events.model import (
 from ..ratecards.model import COST_CATEGORIES, DecimalString
 
 Period = Literal["monthly", "weekly", "window"]
-AlertKind = Literal["threshold", "forecast", "growth"]
+AlertKind = Literal["threshold", "forecast", "growth", "evaluation_regression"]
+# The kind of the alert an evaluation regression fires (service/evaluations/regression.py):
+# it goes through the same alerts stream and webhooks as the budget kinds.
+REGRESSION_KIND: Literal["evaluation_regression"] = "evaluation_regression"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -270,20 +273,45 @@ def day_name(days: int) -> str:
     return (_EPOCH + timedelta(days=days)).strftime("%Y%m%d")
 
 
+class RegressionFacts(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What an `evaluation_regression` alert is about: a running experiment's latest value of
+    a general benchmark fell more than the tolerance below the baseline's latest value (the
+    rule: service/evaluations/effect.py). Values are exact decimal strings; the rework
+    exposure is money (the experiment's cost after its last good checkpoint)."""
+
+    experiment: str
+    benchmark: str
+    baseline: str
+    value: str
+    baseline_value: str
+    gain: str  # value - baseline value, sign flipped when lower is better (< -tolerance)
+    tolerance: str
+    higher_is_better: bool
+    measured_at: datetime  # the time of the regressed result
+    step: int | None = None
+    tokens_seen: int | None = None
+    rework_exposure: str
+    rework_since: datetime | None = None  # None: all of the experiment's cost
+
+
 class AlertRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What the ingest script stores when a limit is crossed (`spent` is filled in there)."""
+    """An alert as the alerts stream holds it. A budget alert (kinds threshold, forecast,
+    growth: what the ingest script stores when a limit is crossed, `spent` filled in there)
+    has the budget fields; an `evaluation_regression` alert has none of them and has
+    `regression` instead (its scope names the experiment and the benchmark)."""
 
     id: str
     kind: AlertKind
     project: str
-    budget_id: str
-    budget_name: str
+    budget_id: str | None = None
+    budget_name: str | None = None
     scope: dict[str, str]
-    period: str
+    period: str | None = None
     threshold_pct: int | None = None
-    amount: str
-    limit: str
+    amount: str | None = None
+    limit: str | None = None
     currency: str
+    regression: RegressionFacts | None = None
 
 
 def scope_labels(budget: Budget) -> dict[str, str]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
@@ -11,7 +11,7 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid, problem
 from ..http.security import requires
-from .model import Budget, BudgetError, BudgetIn
+from .model import AlertKind, Budget, BudgetError, BudgetIn
 from .service import (
     AlertView,
     BudgetConflict,
@@ -122,8 +122,10 @@ class AlertController(Controller):
         summary="Alert history, oldest first",
         operation_id="getAlerts",
         description=(
-            "The budget alerts of a project that fired (threshold, forecast or growth), oldest "
-            "first, filtered by kind and time range. Page with `after`: the `cursor` of the last "
+            "The alerts of a project that fired, oldest first: budget alerts (threshold, "
+            "forecast or growth) and evaluation regressions (evaluation_regression: a running "
+            "experiment's general benchmark fell past the tolerance below the baseline), "
+            "filtered by kind and time range. Page with `after`: the `cursor` of the last "
             "alert seen."
         ),
     )
@@ -131,7 +133,7 @@ class AlertController(Controller):
         self,
         project: ProjectParam,
         services: NamedDependency[Services],
-        kind: Annotated[Literal["threshold", "forecast", "growth"] | None, QueryParameter()] = None,
+        kind: Annotated[AlertKind | None, QueryParameter()] = None,
         since: Annotated[datetime | None, QueryParameter(name="from")] = None,
         until: Annotated[datetime | None, QueryParameter(name="to")] = None,
         after: Annotated[

@@ -15,6 +15,7 @@ from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
 from .firing import day_field, spend_field, threshold_checks
 from .model import (
+    REGRESSION_KIND,
     AlertRecord,
     Budget,
     BudgetIn,
@@ -131,26 +132,30 @@ async def budget_status(
 
 
 class AlertView(AlertRecord, kw_only=True, omit_defaults=True):
-    """An alert as recorded, with the spend when it fired and the stream cursor."""
+    """An alert as recorded, and its stream cursor. A budget alert (threshold, forecast,
+    growth) has the budget fields and the spend when it fired (`spent`, `over_by`); an
+    `evaluation_regression` alert has `regression` instead, its scope naming the experiment
+    and the benchmark."""
 
-    spent: str
-    over_by: str
+    spent: str | None = None
+    over_by: str | None = None
     occurred_at: datetime
     cursor: str
 
 
 def alert_view(entry_id: str, fields: dict[str, bytes]) -> AlertView:
     record = _alert_decoder.decode(fields["a"])
-    spent = int(fields["s"])
-    limit = int(Decimal(record.limit).scaleb(9))
     ms = int(entry_id.split("-", 1)[0])
     data: dict[str, Any] = msgspec.structs.asdict(record)
-    data.update(
-        spent=format_money(spent),
-        over_by=format_money(max(spent - limit, 0)),
-        occurred_at=_EPOCH + timedelta(milliseconds=ms),
-        cursor=entry_id,
-    )
+    data.update(occurred_at=_EPOCH + timedelta(milliseconds=ms), cursor=entry_id)
+    if record.kind != REGRESSION_KIND:  # a budget alert: the spend when it fired
+        if record.limit is None:
+            raise ValueError(f"budget alert {record.id!r} has no limit")
+        spent = int(fields["s"])
+        limit = int(Decimal(record.limit).scaleb(9))
+        data.update(spent=format_money(spent), over_by=format_money(max(spent - limit, 0)))
+    elif record.regression is None:
+        raise ValueError(f"regression alert {record.id!r} has no regression facts")
     return msgspec.convert(data, AlertView)
 
 

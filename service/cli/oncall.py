@@ -19,6 +19,9 @@ from .client import Client, CliError, add_client_options
 from .commands import print_json, read_json_file
 from .ui import ui
 
+# The kinds of `GET /v1/alerts` and of a webhook's `kinds` (budgets/model.py's AlertKind).
+ALERT_KINDS = ("threshold", "forecast", "growth", "evaluation_regression")
+
 
 def money(amount: object, currency: str | None = None) -> str:
     """`12,345.68 USD`: the one formatter for people (`costcore.money.amount_for_people`)."""
@@ -125,6 +128,9 @@ def cmd_alerts_list(args: argparse.Namespace, settings: Settings) -> int:
         f"{args.project}: alerts, oldest first", "when", "kind", "budget", ">spent", ">limit"
     )
     for a in alerts:
+        if a.get("regression"):  # an evaluation regression: no budget, no spend
+            table.add_row(*_cells(a["occurred_at"], a["kind"], _regression_line(a), "", ""))
+            continue
         kind = a["kind"] + (f" {a['threshold_pct']} %" if a.get("threshold_pct") else "")
         table.add_row(
             *_cells(
@@ -139,6 +145,15 @@ def cmd_alerts_list(args: argparse.Namespace, settings: Settings) -> int:
     if len(alerts) == args.limit:
         ui.err.print(f"more may follow: --limit, or --from {alerts[-1]['occurred_at']}")
     return 0
+
+
+def _regression_line(alert: dict[str, Any]) -> str:
+    """`mix-a: mmlu 58.0 against 60.0 (base), rework 206.40 USD`."""
+    r = alert["regression"]
+    return (
+        f"{r['experiment']}: {r['benchmark']} {r['value']} against {r['baseline_value']} "
+        f"({r['baseline']}), rework {money(r['rework_exposure'], alert.get('currency'))}"
+    )
 
 
 # --- webhooks -------------------------------------------------------------------------------
@@ -281,11 +296,11 @@ def _add_budgets(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _add_alerts(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    alerts = sub.add_parser("alerts", help="budget alert history (over HTTP)")
+    alerts = sub.add_parser("alerts", help="alert history: budgets, regressions (over HTTP)")
     a_sub = alerts.add_subparsers(dest="alerts_command", required=True)
     listing = a_sub.add_parser("list", help="a project's alerts, oldest first")
     listing.add_argument("--project", required=True)
-    listing.add_argument("--kind", choices=("threshold", "forecast", "growth"))
+    listing.add_argument("--kind", choices=ALERT_KINDS)
     listing.add_argument("--from", dest="from_time", help="RFC 3339 time: alerts since")
     listing.add_argument("--to", dest="to_time", help="RFC 3339 time: alerts before")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (100)")
@@ -304,9 +319,7 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default="standard",
     )
     create.add_argument("--project", action="append", help="only this project (repeatable)")
-    create.add_argument(
-        "--kind", action="append", choices=("threshold", "forecast", "growth"), help="repeatable"
-    )
+    create.add_argument("--kind", action="append", choices=ALERT_KINDS, help="repeatable")
     create.add_argument("--description")
     create.add_argument("--secret", help="signing secret (standard: generated when not given)")
     _common(create, cmd_webhooks_create)

@@ -18,12 +18,12 @@ from .effect import CostEffectReport
 from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
 from .service import (
     ReportQueryError,
-    add_results,
     cost_effect_report,
     evaluation_settings,
     list_results,
     report_filter,
-    set_evaluation_settings,
+    report_results,
+    update_evaluation_settings,
 )
 
 JSON, CSV = "application/json", "text/csv"
@@ -45,7 +45,9 @@ class EvaluationController(Controller):
         operation_id="postEvaluations",
         description="Each result: an experiment's value on a benchmark at a step or tokens "
         "seen. A result whose id is already stored is counted as a duplicate and changes "
-        "nothing.",
+        "nothing. Then each running experiment's general benchmark now regressed past the "
+        "tolerance fires an `evaluation_regression` alert to the webhooks, once per "
+        "(experiment, benchmark, baseline) (docs/guides/cost-effect.md).",
         request_example={
             "project": "llm-7b",
             "results": [
@@ -65,7 +67,7 @@ class EvaluationController(Controller):
         self, data: JSONBody[ResultsIn], services: NamedDependency[Services]
     ) -> ResultsAccepted:
         # The guard checked the body's project (`service.http.security`).
-        return await add_results(services.store, data)
+        return await report_results(services.store, services.rate_cards, data)
 
     @get(
         "/",
@@ -102,7 +104,8 @@ class EvaluationController(Controller):
         summary="Set the project's evaluation settings",
         operation_id="putEvaluationSettings",
         description="The baseline experiment, each benchmark's kind (general or target), the "
-        "regression tolerance and experiments' planned tokens.",
+        "regression tolerance and experiments' planned tokens. Regressions the new settings "
+        "reveal fire their `evaluation_regression` alerts (once each).",
         request_example={
             "baseline": "flat",
             "benchmarks": {"general_qa": "general", "gsm8k": "target"},
@@ -116,7 +119,7 @@ class EvaluationController(Controller):
         data: JSONBody[EvaluationSettings],
         services: NamedDependency[Services],
     ) -> EvaluationSettings:
-        return await set_evaluation_settings(services.store, project, data)
+        return await update_evaluation_settings(services.store, services.rate_cards, project, data)
 
 
 class CostEffectController(Controller):

@@ -12,6 +12,7 @@ from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from .effect import CostEffectReport, ReportFilter, cost_effect
 from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
+from .regression import regression_alerts
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -83,6 +84,39 @@ async def add_results(
     )
 
 
+async def report_results(
+    store: Stores, rate_cards: RateCards, data: ResultsIn, now: datetime | None = None
+) -> ResultsAccepted:
+    """`POST /v1/evaluations`: store the batch (`add_results`), then fire the regression
+    alerts the project's results now call for (`fire_regression_alerts`). The check runs
+    whether or not anything was new: a batch sent again after a crash between the two steps
+    fires what is missing."""
+    accepted = await add_results(store, data, now)
+    await fire_regression_alerts(store, rate_cards, data.project)
+    return accepted
+
+
+async def fire_regression_alerts(store: Stores, rate_cards: RateCards, project: str) -> list[str]:
+    """Fire each regression alert of the project not fired yet (the rules:
+    `regression.py`); returns the ids fired now. Without a baseline or a general benchmark
+    nothing is read; the event log (for the rework exposure) is read only when some running
+    experiment is regressed and its alert not yet fired."""
+    settings = await evaluation_settings(store, project)
+    if settings.baseline is None or "general" not in settings.benchmarks.values():
+        return []
+    # Which rows regress depends on the results and settings alone: a report without
+    # events tells whether the one over the log (for the costs) is needed at all. Reading
+    # the fired ids first only spares that work: the script decides what fires.
+    results = await list_results(store, project)
+    bare = cost_effect(project, "XXX", settings, [], set(), results, ReportFilter())
+    wanted = [a.id for a in regression_alerts(bare)]
+    if not wanted or await store.evaluations.regressions_fired(project, wanted) == set(wanted):
+        return []
+    report = await cost_effect_report(store, rate_cards, project, ReportFilter())
+    candidates = [(a.id, msgspec.json.encode(a)) for a in regression_alerts(report)]
+    return await store.evaluations.fire_regressions(project, candidates)
+
+
 async def list_results(
     store: Stores, project: str, experiment: str | None = None
 ) -> list[EvaluationResult]:
@@ -102,6 +136,16 @@ async def set_evaluation_settings(
     store: Stores, project: str, settings: EvaluationSettings
 ) -> EvaluationSettings:
     await store.evaluations.put_settings(project, msgspec.json.encode(settings))
+    return settings
+
+
+async def update_evaluation_settings(
+    store: Stores, rate_cards: RateCards, project: str, settings: EvaluationSettings
+) -> EvaluationSettings:
+    """`PUT /v1/evaluations/settings`: keep them, then fire the regression alerts a new
+    baseline, tolerance, benchmark kind or plan calls for."""
+    await set_evaluation_settings(store, project, settings)
+    await fire_regression_alerts(store, rate_cards, project)
     return settings
 
 

@@ -39,13 +39,16 @@ tl:P:bfired                     hash    alert id -> spend when it fired (once pe
 tl:P:hi:<key>                   hash    the high limbs of the sums of tl:P:<key> (tot, hr, daily,
                                         ru, bspend, bday): a sum is ``hi * 10**9 + lo``
                                         (service/storage/limbs.py, docs/exact-money.md)
-tl:P:alerts                     stream  alerts as decided by the ingest script
+tl:P:alerts                     stream  alerts as decided by the ingest script (and the
+                                        evaluation regression alerts, fire_regressions.lua)
                                         (consumer group ``deliverers``: the webhook outbox)
 tl:P:plans                      hash    plan id -> JSON (the plan, its estimate, its budgets)
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
 tl:P:evals                      hash    evaluation result id -> JSON result (cost-effect report)
 tl:P:evalset                    string  JSON evaluation settings (baseline, benchmark kinds)
+tl:P:efired                     hash    regression alert id -> its JSON record (fired once, with
+                                        the alerts entry, by fire_regressions.lua)
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
 tl:P:dlvq                       zset    pending delivery ids scored by next attempt (ms); a
@@ -175,6 +178,10 @@ class Keys:
     @staticmethod
     def evaluations(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:evals"
+
+    @staticmethod
+    def evaluation_fired(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:efired"
 
     @staticmethod
     def evaluation_settings(project: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlsplit
@@ -24,6 +24,14 @@ from urllib.parse import quote, urlsplit
 import msgspec
 
 from costcore.money import format_money_for_people, parse_money
+
+from .regression_text import (
+    RegressionLines,
+    RegressionMessage,
+    regression_facts,
+    regression_summary,
+    regression_title,
+)
 
 if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
     from .formats import AlertMessage
@@ -40,11 +48,14 @@ _KIND_LABEL: Final = {
     "forecast": "Forecast overrun",
     "growth": "Abnormal daily growth",
     "waste": "Waste finding",
+    "evaluation_regression": "Evaluation regression",
 }
-_LINK_ORDER: Final = ("dashboard", "costs", "alerts", "budget")
+_LINK_ORDER: Final = ("dashboard", "costs", "report", "evaluations", "alerts", "budget")
 _LINK_LABEL: Final = {
     "dashboard": "Dashboard",
     "costs": "Costs",
+    "report": "Cost-effect report",
+    "evaluations": "Results",
     "alerts": "Alerts",
     "budget": "Budget",
 }
@@ -156,9 +167,92 @@ class ChatView(msgspec.Struct, frozen=True, kw_only=True):
     links: list[tuple[str, str]]
     alert_id: str
     occurred: str
+    regression: RegressionLines | None = None  # an evaluation regression's own lines
 
 
-def chat_view(alert: AlertMessage) -> ChatView:
+def _drivers(top: list[dict[str, str]], currency: str) -> list[tuple[str, str]]:
+    return [
+        (
+            _clean(driver.get("name", ""), 160) or "(unnamed)",
+            people_amount(driver.get("cost", ""), currency),
+        )
+        for driver in top[:MAX_DRIVERS]
+    ]
+
+
+def _links(links: dict[str, str]) -> list[tuple[str, str]]:
+    keys: list[str] = [k for k in _LINK_ORDER if k in links]
+    keys += sorted(k for k in links if k not in _LINK_ORDER)
+    shown: list[tuple[str, str]] = []
+    for key in keys:
+        url = _safe_link(links[key])
+        if url is not None:
+            shown.append((_LINK_LABEL.get(key) or _clean(key, 40) or "link", url))
+    return shown
+
+
+def _utc(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def regression_view(alert: RegressionMessage) -> ChatView:
+    """The neutral view of an evaluation regression alert: the budget fields empty, its own
+    lines in `regression`."""
+    project = _clean(alert.project, 80) or "(unnamed project)"
+    r = alert.regression
+    at = ", ".join(
+        part
+        for part in (
+            f"step {r.step:,}" if r.step is not None else "",
+            f"{r.tokens_seen:,} tokens" if r.tokens_seen is not None else "",
+        )
+        if part
+    )
+    lines = RegressionLines(
+        experiment=_clean(r.experiment, 128) or "?",
+        benchmark=_clean(r.benchmark, 128) or "?",
+        baseline=_clean(r.baseline, 128) or "?",
+        value=_clean(r.value, 48),
+        baseline_value=_clean(r.baseline_value, 48),
+        gain=_clean(r.gain, 48),
+        tolerance=_clean(r.tolerance, 48),
+        direction="higher is better" if r.higher_is_better else "lower is better",
+        exposure=people_amount(r.rework_exposure, alert.currency),
+        since=_utc(r.rework_since) if r.rework_since is not None else None,
+        measured=_utc(r.measured_at),
+        at=at or None,
+    )
+    title = regression_title(project, lines)
+    if alert.test:
+        title = "Test message (a sample, not an alert): " + title
+    pairs = (f"{_clean(k, 60)}={_clean(v, 128)}" for k, v in sorted(alert.scope.items()))
+    return ChatView(
+        kind=alert.kind,
+        title=title,
+        project=project,
+        scope=_clean(", ".join(pairs), 300) or "whole project",
+        period=lines.measured,
+        budget=None,
+        threshold_pct=None,
+        amount="",
+        spent="",
+        limit="",
+        over_by="",
+        forecast=None,
+        currency=alert.currency,
+        used_pct=None,
+        also=[],
+        drivers=_drivers(alert.top_drivers, alert.currency),
+        links=_links(alert.links),
+        alert_id=_clean(alert.id, 120),
+        occurred=_utc(alert.occurred_at),
+        regression=lines,
+    )
+
+
+def chat_view(alert: AlertMessage | RegressionMessage) -> ChatView:
+    if isinstance(alert, RegressionMessage):
+        return regression_view(alert)
     project = _clean(alert.project, 80) or "(unnamed project)"
     budget_raw = alert.budget_name or alert.budget_id
     budget = _clean(budget_raw, 80) if budget_raw else None
@@ -167,20 +261,8 @@ def chat_view(alert: AlertMessage) -> ChatView:
         scope = _clean(", ".join(pairs), 300)
     else:
         scope = "whole project"
-    drivers = [
-        (
-            _clean(driver.get("name", ""), 160) or "(unnamed)",
-            people_amount(driver.get("cost", ""), alert.currency),
-        )
-        for driver in alert.top_drivers[:MAX_DRIVERS]
-    ]
-    keys: list[str] = [k for k in _LINK_ORDER if k in alert.links]
-    keys += sorted(k for k in alert.links if k not in _LINK_ORDER)
-    links: list[tuple[str, str]] = []
-    for key in keys:
-        url = _safe_link(alert.links[key])
-        if url is not None:
-            links.append((_LINK_LABEL.get(key) or _clean(key, 40) or "link", url))
+    drivers = _drivers(alert.top_drivers, alert.currency)
+    links = _links(alert.links)
     shown = budget or "(none)"
     also = [(a.threshold_pct, people_amount(a.limit, alert.currency)) for a in alert.also_crossed]
     if alert.kind == "threshold":
@@ -197,7 +279,7 @@ def chat_view(alert: AlertMessage) -> ChatView:
         title = f"{project}: waste finding"
     if alert.test:
         title = "Test message (a sample, not an alert): " + title
-    occurred = alert.occurred_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    occurred = _utc(alert.occurred_at)
     cur = alert.currency
     return ChatView(
         kind=alert.kind,
@@ -233,6 +315,8 @@ def _also(v: ChatView) -> str:
 def _summary(v: ChatView, esc: Escape) -> str:
     """What crossed what and by how much; the other thresholds crossed with it; the
     forecast."""
+    if v.regression is not None:
+        return regression_summary(v.regression, v.currency, esc)
     cur = v.currency
     budget = esc(v.budget or "(none)")
     over = f"{v.over_by} {cur}"
@@ -264,6 +348,8 @@ def _summary(v: ChatView, esc: Escape) -> str:
 
 
 def _facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
+    if v.regression is not None:
+        return regression_facts(v.regression, v.project, v.currency, esc)
     cur = v.currency
     facts = [("Project", esc(v.project)), ("Scope", esc(v.scope)), ("Period", esc(v.period))]
     if v.budget is not None:
@@ -312,10 +398,17 @@ def slack_body(v: ChatView) -> dict[str, Any]:
         },
         {"type": "context", "elements": [mrkdwn(" · ".join(context))]},
     ]
-    text = (
-        f"{esc(v.title)}: spent {v.spent} {v.currency}, limit {v.limit} {v.currency}, "
-        f"over by {v.over_by} {v.currency} ({esc(v.scope)}, {esc(v.period)})"
-    )
+    if v.regression is not None:
+        r = v.regression
+        text = (
+            f"{esc(v.title)}: {r.value} against the baseline's {r.baseline_value}, tolerance "
+            f"{r.tolerance}; rework exposure {r.exposure} {v.currency}"
+        )
+    else:
+        text = (
+            f"{esc(v.title)}: spent {v.spent} {v.currency}, limit {v.limit} {v.currency}, "
+            f"over by {v.over_by} {v.currency} ({esc(v.scope)}, {esc(v.period)})"
+        )
     return {"text": text, "blocks": blocks}
 
 

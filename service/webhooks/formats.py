@@ -10,7 +10,8 @@ Formats (``FORMATS``):
 ``standard``
     Standard Webhooks 1.0 (https://www.standardwebhooks.com, spec text in
     github.com/standard-webhooks/standard-webhooks ``spec/standard-webhooks.md``).
-    Body ``{"type": "budget.<kind>", "timestamp": <occurred_at, UTC>, "data": <alert>}``;
+    Body ``{"type": "budget.<kind>", "timestamp": <occurred_at, UTC>, "data": <alert>}``
+    (an evaluation regression: type ``evaluation.regression``, data a `RegressionMessage`);
     headers ``webhook-id`` (the alert id, stable across retries), ``webhook-timestamp``
     (unix seconds of this attempt) and ``webhook-signature`` =
     ``v1,`` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")), the key being the
@@ -56,6 +57,7 @@ from .chat_formats import (
     slack_body,
     wecom_body,
 )
+from .regression_text import RegressionMessage
 from .signing import (
     STANDARD_MIN_KEY_BYTES,
     aware,
@@ -73,12 +75,15 @@ __all__ = [
     "KINDS",
     "AlertMessage",
     "CrossedThreshold",
+    "Message",
     "OutgoingRequest",
+    "RegressionMessage",
     "build_request",
 ]
 
 FORMATS: Final = ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
-KINDS: Final = ("threshold", "forecast", "growth", "waste")
+KINDS: Final = ("threshold", "forecast", "growth", "waste", "evaluation_regression")
+REGRESSION: Final = "evaluation_regression"
 
 
 class CrossedThreshold(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +122,10 @@ class AlertMessage(msgspec.Struct, frozen=True, kw_only=True):
     test: bool = False  # a sample sent by POST /v1/webhooks/{id}/test, not an alert
 
 
+# What a sender is handed: a budget alert's message or an evaluation regression's.
+Message = AlertMessage | RegressionMessage
+
+
 class OutgoingRequest(msgspec.Struct, frozen=True, kw_only=True):
     """An HTTP request ready to send: POST ``body`` to ``url`` with ``headers``."""
 
@@ -129,7 +138,7 @@ class OutgoingRequest(msgspec.Struct, frozen=True, kw_only=True):
 class _StandardPayload(msgspec.Struct, frozen=True):
     type: str
     timestamp: datetime
-    data: AlertMessage
+    data: Message
 
 
 _DECIMAL_RE: Final = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
@@ -143,9 +152,30 @@ _JSON: Final = "application/json"
 # --- validation -------------------------------------------------------------------------
 
 
-def _validate(alert: AlertMessage) -> None:
-    if alert.kind not in KINDS:
-        raise ValueError(f"alert kind must be one of {KINDS}, not {alert.kind!r}")
+def _validate_regression(alert: RegressionMessage) -> None:
+    if alert.kind != REGRESSION:
+        raise ValueError(f"a regression message's kind is {REGRESSION!r}, not {alert.kind!r}")
+    if not alert.id:
+        raise ValueError("alert id is empty")
+    aware(alert.occurred_at, "occurred_at")
+    if not _CURRENCY_RE.match(alert.currency):
+        raise ValueError(f"currency must be three capital letters, not {alert.currency!r}")
+    r = alert.regression
+    for name in ("value", "baseline_value", "gain", "tolerance", "rework_exposure"):
+        value = getattr(r, name)
+        if not _DECIMAL_RE.match(value):
+            raise ValueError(f"regression {name} must be a decimal string, not {value!r}")
+    aware(r.measured_at, "measured_at")
+    if r.rework_since is not None:
+        aware(r.rework_since, "rework_since")
+
+
+def _validate(alert: Message) -> None:
+    if isinstance(alert, RegressionMessage):
+        _validate_regression(alert)
+        return
+    if alert.kind not in KINDS or alert.kind == REGRESSION:
+        raise ValueError(f"alert kind must be one of {KINDS[:-1]}, not {alert.kind!r}")
     if not alert.id:
         raise ValueError("alert id is empty")
     aware(alert.occurred_at, "occurred_at")
@@ -182,7 +212,7 @@ def _with_query(url: str, params: list[tuple[str, str]]) -> str:
 
 
 def build_request(
-    alert: AlertMessage,
+    alert: Message,
     fmt: str,
     url: str,
     secret: str | None,
@@ -214,7 +244,7 @@ def build_request(
             raise ValueError("alert id must be printable ASCII without '.' to be a webhook-id")
         data = msgspec.structs.replace(alert, top_drivers=alert.top_drivers[:MAX_DRIVERS])
         payload = _StandardPayload(
-            type=f"budget.{alert.kind}",
+            type="evaluation.regression" if alert.kind == REGRESSION else f"budget.{alert.kind}",
             timestamp=alert.occurred_at.astimezone(UTC),
             data=data,
         )

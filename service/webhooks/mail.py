@@ -32,7 +32,7 @@ from .chat_formats import ChatView, chat_view
 from .people_text import people_drivers, people_facts, people_summary
 
 if TYPE_CHECKING:
-    from .formats import AlertMessage
+    from .formats import Message
 
 # The WHATWG "valid email address" (what browsers accept in <input type=email>): ASCII,
 # no quoted local parts, no comments, no display names.
@@ -121,7 +121,7 @@ def email_html(v: ChatView) -> str:
 
 
 def build_email(
-    alert: AlertMessage, settings: EmailSettings, *, webhook_id: str, now: datetime
+    alert: Message, settings: EmailSettings, *, webhook_id: str, now: datetime
 ) -> EmailMessage:
     """The message delivering `alert` to the recipients of one ``email`` webhook."""
     view = chat_view(alert)

@@ -14,10 +14,11 @@ from urllib.parse import quote, urlencode
 
 from costcore.money import format_money, parse_money
 
-from ..budgets.model import linear_forecast
+from ..budgets.model import REGRESSION_KIND, linear_forecast
 from ..budgets.service import AlertView, find_budget
 from ..costs.report import cost_report
-from .formats import AlertMessage, CrossedThreshold
+from .formats import AlertMessage, CrossedThreshold, Message
+from .regression_text import RegressionMessage
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -93,7 +94,7 @@ async def top_drivers(
 def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str | None:
     """The budget period's spend projected linearly to its end, as the budget's status
     shows it (None for growth alerts, whose period is one day)."""
-    if view.kind not in ("threshold", "forecast") or bounds is None:
+    if view.kind not in ("threshold", "forecast") or bounds is None or view.spent is None:
         return None
     forecast = linear_forecast(parse_money(Decimal(view.spent)), *bounds, view.occurred_at)
     return format_money(forecast) if forecast is not None else None
@@ -120,16 +121,53 @@ def _links(base: str, view: AlertView, days: tuple[date, date] | None) -> dict[s
         "dashboard": dashboard_link(base, view.project, days, view.occurred_at.date()),
         "costs": costs,
         "alerts": f"{base}/v1/alerts?project={project}",
-        "budget": f"{base}/v1/budgets/{quote(view.budget_id, safe='')}?project={project}",
+        "budget": f"{base}/v1/budgets/{quote(view.budget_id or '', safe='')}?project={project}",
     }
+
+
+def _regression_links(base: str, view: AlertView) -> dict[str, str]:
+    project = quote(view.project, safe="")
+    experiment = quote(view.scope.get("experiment", ""), safe="")
+    return {
+        "dashboard": dashboard_link(base, view.project, None, view.occurred_at.date())
+        + "#cost-effect",
+        "report": f"{base}/v1/reports/cost-effect?project={project}",
+        "evaluations": f"{base}/v1/evaluations?project={project}&experiment={experiment}",
+        "alerts": f"{base}/v1/alerts?project={project}&kind={REGRESSION_KIND}",
+    }
+
+
+async def regression_message(store: Stores, view: AlertView, public_url: str) -> RegressionMessage:
+    """The message for an evaluation regression alert: its facts as recorded when it fired,
+    the experiment's top cost drivers (over all time) and links to the dashboard's
+    cost-effect section and the API."""
+    assert view.regression is not None  # alert_view checks it
+    currency = view.currency if _CURRENCY_RE.match(view.currency) else "XXX"
+    return RegressionMessage(
+        id=view.id,
+        kind=view.kind,
+        project=view.project,
+        scope=view.scope,
+        currency=currency,
+        regression=view.regression,
+        top_drivers=await top_drivers(store, view, None),
+        occurred_at=view.occurred_at,
+        links=_regression_links(public_url.rstrip("/"), view),
+    )
 
 
 async def alert_message(
     store: Stores, view: AlertView, public_url: str, also: Sequence[AlertView] = ()
-) -> AlertMessage:
+) -> Message:
     """The message for one alert (and `also`, the lower thresholds of the same budget that
     the same batch crossed, listed in it): what crossed what and by how much, the forecast,
-    the top cost drivers over the alert's period, and links to the dashboard and the API."""
+    the top cost drivers over the alert's period, and links to the dashboard and the API.
+    An evaluation regression alert: `regression_message`."""
+    if view.kind == REGRESSION_KIND:
+        return await regression_message(store, view, public_url)
+    assert view.period is not None and view.budget_id is not None  # a budget alert
+    assert view.amount is not None and view.spent is not None and view.limit is not None
+    assert view.over_by is not None
     window: tuple[datetime, datetime] | None = None
     if view.period == "window":
         budget = await find_budget(store, view.project, view.budget_id)
@@ -157,7 +195,7 @@ async def alert_message(
         occurred_at=view.occurred_at,
         links=_links(public_url.rstrip("/"), view, days),
         also_crossed=[
-            CrossedThreshold(id=a.id, threshold_pct=a.threshold_pct, limit=a.limit)
+            CrossedThreshold(id=a.id, threshold_pct=a.threshold_pct, limit=a.limit or "0")
             for a in sorted(also, key=lambda a: (a.threshold_pct or 0, a.id), reverse=True)
         ],
     )

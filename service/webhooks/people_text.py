@@ -11,6 +11,7 @@ from __future__ import annotations
 from costcore.money import amount_for_people
 
 from .chat_formats import ChatView
+from .regression_text import regression_facts, regression_summary
 
 
 def money_for_people(amount: str, currency: str) -> str:
@@ -18,12 +19,18 @@ def money_for_people(amount: str, currency: str) -> str:
     return amount_for_people(amount, currency)
 
 
+def _plain(text: str) -> str:
+    return text
+
+
 def _money(v: ChatView, amount: str) -> str:
     return money_for_people(amount, v.currency)
 
 
 def people_summary(v: ChatView) -> str:
-    """One sentence: what crossed what, and by how much."""
+    """One sentence: what crossed what, and by how much (or what regressed)."""
+    if v.regression is not None:
+        return regression_summary(v.regression, v.currency, _plain)
     budget = v.budget or "(none)"
     spent, limit, over = _money(v, v.spent), _money(v, v.limit), _money(v, v.over_by)
     if v.kind == "threshold":
@@ -46,6 +53,8 @@ def people_summary(v: ChatView) -> str:
 
 def people_facts(v: ChatView) -> list[tuple[str, str]]:
     """The alert's facts as (label, value)."""
+    if v.regression is not None:
+        return regression_facts(v.regression, v.project, v.currency, _plain)
     facts = [("Project", v.project), ("Scope", v.scope), ("Period", v.period)]
     if v.budget is not None:
         facts.append(("Budget", f"{v.budget} ({_money(v, v.amount)})"))

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainledger.webhooks")
 
 WebhookFormat = Literal["standard", "slack", "feishu", "dingtalk", "wecom", "teams", "email"]
-AlertKindName = Literal["threshold", "forecast", "growth"]
+AlertKindName = Literal["threshold", "forecast", "growth", "evaluation_regression"]
 
 
 # --- targets --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from email.message import EmailMessage
 
 import aiosmtplib
 
-from .formats import AlertMessage
+from .formats import Message
 from .mail import EmailSettings, build_email
 from .redaction import scrub, secret_parts
 from .registry import WebhookRecord
@@ -133,7 +133,7 @@ def _failure(exc: BaseException) -> MailOutcome:
 
 async def deliver_email(
     webhook: WebhookRecord,
-    alert: AlertMessage,
+    alert: Message,
     *,
     allowlist: AllowList,
     resolver: Resolver | None,

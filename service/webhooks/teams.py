@@ -23,7 +23,7 @@ from .chat_formats import ChatView, chat_view
 from .people_text import people_drivers, people_facts, people_summary
 
 if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
-    from .formats import AlertMessage
+    from .formats import Message
 
 CARD_CONTENT_TYPE: Final = "application/vnd.microsoft.card.adaptive"
 CARD_SCHEMA: Final = "http://adaptivecards.io/schemas/adaptive-card.json"
@@ -71,7 +71,7 @@ def adaptive_card(v: ChatView) -> dict[str, Any]:
     return card
 
 
-def teams_body(alert: AlertMessage) -> dict[str, Any]:
+def teams_body(alert: Message) -> dict[str, Any]:
     """The Workflows webhook request body: one message with the card attached."""
     card = adaptive_card(chat_view(alert))
     return {

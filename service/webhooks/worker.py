@@ -51,7 +51,7 @@ from ..storage.sealing import Sealer, load_sealer
 from .config import DeliveryConfig, parse_retry_after, retry_delay
 from .deliveries import DeliveryRecord, delivery_decoder, now_ms
 from .dispatch import dispatch_alerts
-from .formats import AlertMessage, OutgoingRequest, build_request
+from .formats import Message, OutgoingRequest, build_request
 from .messages import alert_message
 from .ordering import EndpointLines, entry_order
 from .redaction import scrub, secret_parts
@@ -170,7 +170,7 @@ class DeliveryWorker:
         await self.dispatch()
         jobs = await self.claim(self.config.concurrency)
         if jobs:
-            cache: dict[str, asyncio.Task[AlertMessage]] = {}
+            cache: dict[str, asyncio.Task[Message]] = {}
             async with self._http() as tls:
                 await asyncio.gather(*(self._send_in_order(tls, j, cache) for j in jobs))
         return len(jobs)
@@ -219,7 +219,7 @@ class DeliveryWorker:
         self,
         tls: ssl.SSLContext,
         job: _Job,
-        cache: dict[str, asyncio.Task[AlertMessage]],
+        cache: dict[str, asyncio.Task[Message]],
     ) -> asyncio.Task[None]:
         """Send `job` once the deliveries to its webhook started before it are done (sent,
         or their attempt recorded): one endpoint gets one request at a time, in alert order.
@@ -241,7 +241,7 @@ class DeliveryWorker:
         self,
         tls: ssl.SSLContext,
         job: _Job,
-        cache: dict[str, asyncio.Task[AlertMessage]],
+        cache: dict[str, asyncio.Task[Message]],
     ) -> None:
         try:
             await self.attempt(tls, job, cache)
@@ -260,8 +260,8 @@ class DeliveryWorker:
             )
 
     async def _message(
-        self, record: DeliveryRecord, cache: dict[str, asyncio.Task[AlertMessage]]
-    ) -> AlertMessage:
+        self, record: DeliveryRecord, cache: dict[str, asyncio.Task[Message]]
+    ) -> Message:
         view = record.alert
         key = f"{view.project}|{view.id}"
         task = cache.get(key)
@@ -275,7 +275,7 @@ class DeliveryWorker:
         self,
         tls: ssl.SSLContext,
         job: _Job,
-        cache: dict[str, asyncio.Task[AlertMessage]],
+        cache: dict[str, asyncio.Task[Message]],
     ) -> None:
         """Send one leased delivery and record the outcome.
 
@@ -322,7 +322,7 @@ class DeliveryWorker:
         record: DeliveryRecord,
         webhook: WebhookRecord,
         tls: ssl.SSLContext,
-        cache: dict[str, asyncio.Task[AlertMessage]],
+        cache: dict[str, asyncio.Task[Message]],
     ) -> None:
         """`attempt` for an email webhook (`service.webhooks.smtp`): `last_status_code` holds
         the SMTP reply code, and a 5xx reply makes a dead letter at once."""

@@ -266,3 +266,24 @@ async def test_budgets_alerts_and_webhooks(
         reader,
     )
     assert code == 1 and "HTTP 403" in err
+
+
+async def test_alerts_list_shows_an_evaluation_regression(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = {"baseline": "base", "benchmarks": {"mmlu": "general"}, "tolerance": "0.5"}
+    results = [
+        {"id": "b", "experiment": "base", "benchmark": "mmlu", "value": "60.0"},
+        {"id": "a", "experiment": "mix-a", "benchmark": "mmlu", "value": "58.0"},
+    ]
+    async with api.client() as http:
+        r = await http.put("/v1/evaluations/settings", params={"project": "llm"}, json=settings)
+        assert r.status_code == 200, r.text
+        r = await http.post("/v1/evaluations", json={"project": "llm", "results": results})
+        assert r.status_code == 200, r.text
+    c = conn(api.base_url, api.admin_token)
+    code, out, err = run(
+        capsys, "alerts", "list", "--project", "llm", "--kind", "evaluation_regression", *c
+    )
+    assert code == 0, err
+    assert "evaluation_regression" in out and "mix-a: mmlu 58.0 against 60.0 (base)" in out
