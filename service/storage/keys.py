@@ -45,6 +45,10 @@ tl:P:plans                      hash    plan id -> JSON (the plan, its estimate,
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
 tl:P:evals                      hash    evaluation result id -> JSON result (cost-effect report)
+tl:P:evalidx                    zset    ``<time>|<id>`` of each result (all scores 0: by lex, the
+                                        listing order; service/evaluations/capacity.py)
+tl:P:evalxidx                   zset    ``<experiment>\\x00<time>|<id>`` (one experiment's
+                                        results in listing order, by lex)
 tl:P:evalset                    string  JSON evaluation settings (baseline, benchmark kinds)
 tl:P:stage:*                    any     staging copies written by a rebuild, then renamed
 tl:P:dlv                        hash    ``<alert id>|<webhook id>`` -> JSON delivery record
@@ -175,6 +179,14 @@ class Keys:
     @staticmethod
     def evaluations(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:evals"
+
+    @staticmethod
+    def evaluation_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalidx"
+
+    @staticmethod
+    def evaluation_experiment_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalxidx"
 
     @staticmethod
     def evaluation_settings(project: str) -> str:
