@@ -61,7 +61,7 @@ class EvaluationController(Controller):
             "project": "llm-7b",
             "results": [
                 {
-                    "id": "mix-a:gsm8k:step-20000",
+                    "id": "mix-a.gsm8k.step-20000",
                     "experiment": "mix-a",
                     "benchmark": "gsm8k",
                     "value": "41.5",

@@ -20,6 +20,11 @@ from .capacity import (
 )
 
 
+def _wrote(reply: Any) -> bool:
+    """Whether add_evaluations.lua wrote anything (then a replica must have it)."""
+    return StoreAnswer(int(reply[0])) == StoreAnswer.STORED and any(int(n) for n in reply[1:])
+
+
 class EvaluationStore:
     """Results (a hash: id -> JSON, each written once, at most a limit of them per project),
     their two indexes in listing order (service/evaluations/capacity.py), and the settings
@@ -51,7 +56,9 @@ class EvaluationStore:
         for result_id, body in results:
             member, by_experiment = index_entries(body)
             args += [result_id, body, member, by_experiment]
-        reply = await self._add(keys=self._keys(project), args=args)
+        # As the ingest's writes: on a cluster, acknowledged once a replica has it (and the
+        # script loaded on the node in the same pipeline, not through a NOSCRIPT retry).
+        reply = await self.conn.replicated(self._add, self._keys(project), args, _wrote)
         if StoreAnswer(int(reply[0])) == StoreAnswer.OVER_LIMIT:
             raise ResultsLimitReached(limit, int(reply[1]), int(reply[2]))
         added = [bool(int(n)) for n in reply[1:]]
