@@ -173,6 +173,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TRAINLEDGER_MAX_BODY_BYTES", _integer(1), "67108864", "max_body_bytes"),
     Variable("TRAINLEDGER_MAX_JSON_BODY_BYTES", _integer(1), "1048576", "max_json_body_bytes"),
     Variable("TRAINLEDGER_DEAD_LETTER_LIMIT", _integer(0), "10000", "dead_letter_limit"),
+    Variable("TRAINLEDGER_MAX_EVALUATION_RESULTS", _integer(1), "100000", "max_evaluation_results"),
     Variable(
         "TRAINLEDGER_PUBLIC_URL", _url("http", "https"), "http://127.0.0.1:8000", "public_url"
     ),
@@ -304,6 +305,8 @@ class Settings:
     max_json_body_bytes: int = 1024 * 1024
     # Rejected events (dead letters) kept per project; past it the oldest are dropped.
     dead_letter_limit: int = 10_000
+    # Evaluation results kept per project; a batch that would pass it is refused whole (409).
+    max_evaluation_results: int = 100_000
     # Seconds a resolved bearer token is cached per worker (revocation delay).
     token_cache_seconds: float = 2.0
     # "everysec" (default) or "always" for the embedded Valkey's append-only file.

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal, cast
 
 from litestar import Controller, Request, get, post, put
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, QueryParameter
 from litestar.response import Response
 
@@ -12,15 +13,16 @@ from ..events.model import LABEL_PATTERN
 from ..export.cost_effect import cost_effect_csv, cost_effect_filename
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid
+from ..http.problems import invalid, problem
 from ..http.security import requires
+from .capacity import CURSOR_PATTERN, ResultsLimitReached
 from .effect import CostEffectReport
-from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
+from .listing import DEFAULT_PAGE, MAX_PAGE, ResultsPage, results_page
+from .model import EvaluationSettings, ResultsAccepted, ResultsIn
 from .service import (
     ReportQueryError,
     cost_effect_report,
     evaluation_settings,
-    list_results,
     report_filter,
     report_results,
     update_evaluation_settings,
@@ -47,12 +49,22 @@ class EvaluationController(Controller):
         "seen. A result whose id is already stored is counted as a duplicate and changes "
         "nothing. Then each running experiment's general benchmark now regressed past the "
         "tolerance fires an `evaluation_regression` alert to the webhooks, once per "
-        "(experiment, benchmark, baseline) (docs/guides/cost-effect.md).",
+        "(experiment, benchmark, baseline) (docs/guides/cost-effect.md). "
+        "A project keeps at most `TRAINLEDGER_MAX_EVALUATION_RESULTS` results "
+        "(100,000 by default; duplicates do not count): a batch whose new results would pass "
+        "it is refused whole (409) and stores nothing.",
+        responses={
+            409: ResponseSpec(
+                None,
+                description="The batch's new results would take the project past the results "
+                "it may keep: nothing was stored",
+            )
+        },
         request_example={
             "project": "llm-7b",
             "results": [
                 {
-                    "id": "mix-a:gsm8k:step-20000",
+                    "id": "mix-a.gsm8k.step-20000",
                     "experiment": "mix-a",
                     "benchmark": "gsm8k",
                     "value": "41.5",
@@ -67,22 +79,48 @@ class EvaluationController(Controller):
         self, data: JSONBody[ResultsIn], services: NamedDependency[Services]
     ) -> ResultsAccepted:
         # The guard checked the body's project (`service.http.security`).
-        return await report_results(services.store, services.rate_cards, data)
+        limit = services.settings.max_evaluation_results
+        try:
+            return await report_results(services.store, services.rate_cards, data, limit=limit)
+        except ResultsLimitReached as exc:
+            raise problem(
+                409,
+                "Too many evaluation results",
+                str(exc),
+                kind="evaluation-results-limit",
+                errors=[{"field": "results", "reason": str(exc)}],
+                limit=exc.limit,
+                stored=exc.stored,
+                new=exc.new,
+            ) from exc
 
     @get(
         "/",
         guards=[requires("read")],
-        summary="A project's evaluation results",
+        summary="A page of a project's evaluation results",
         operation_id="getEvaluations",
-        description="Every stored result of the project (or of one experiment), oldest first.",
+        description="The project's stored results (or one experiment's), oldest first (by "
+        "time, then id), a page at a time: `limit` results (100 by default, at most 1000), "
+        "from `offset` or after `after` (a page's `next_cursor`, which keeps its place when "
+        "results are added meanwhile). `next_cursor` and `next_offset` are null on the last "
+        "page.",
     )
     async def results(
         self,
         project: ProjectParam,
         services: NamedDependency[Services],
         experiment: Filter = None,
-    ) -> list[EvaluationResult]:
-        return await list_results(services.store, project, experiment)
+        offset: Annotated[int, QueryParameter(ge=0, le=2**31 - 1)] = 0,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+        after: Annotated[
+            str | None,
+            QueryParameter(
+                pattern=CURSOR_PATTERN,
+                description="a page's `next_cursor`: the page after it (instead of `offset`)",
+            ),
+        ] = None,
+    ) -> ResultsPage:
+        return await results_page(services.store, project, experiment, offset, limit, after)
 
     @get(
         "/settings",

@@ -10,6 +10,7 @@ import msgspec
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
+from .capacity import DEFAULT_MAX_RESULTS
 from .effect import CostEffectReport, ReportFilter, cost_effect
 from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
 from .regression import regression_alerts
@@ -51,10 +52,15 @@ def report_filter(
 
 
 async def add_results(
-    store: Stores, data: ResultsIn, now: datetime | None = None
+    store: Stores,
+    data: ResultsIn,
+    now: datetime | None = None,
+    *,
+    limit: int = DEFAULT_MAX_RESULTS,
 ) -> ResultsAccepted:
     """Store the batch's results; an id already stored (or repeated in the batch) is a
-    duplicate and changes nothing."""
+    duplicate and changes nothing. A batch whose new results would take the project past
+    `limit` stored results raises `ResultsLimitReached` and stores nothing."""
     received = now or datetime.now(UTC)
     records = [
         (
@@ -74,7 +80,7 @@ async def add_results(
         )
         for r in data.results
     ]
-    added = await store.evaluations.add_results(data.project, records)
+    added = await store.evaluations.add_results(data.project, records, limit)
     duplicates = [rid for (rid, _), new in zip(records, added, strict=True) if not new]
     return ResultsAccepted(
         project=data.project,
@@ -85,13 +91,19 @@ async def add_results(
 
 
 async def report_results(
-    store: Stores, rate_cards: RateCards, data: ResultsIn, now: datetime | None = None
+    store: Stores,
+    rate_cards: RateCards,
+    data: ResultsIn,
+    now: datetime | None = None,
+    *,
+    limit: int = DEFAULT_MAX_RESULTS,
 ) -> ResultsAccepted:
     """`POST /v1/evaluations`: store the batch (`add_results`), then fire the regression
     alerts the project's results now call for (`fire_regression_alerts`). The check runs
     whether or not anything was new: a batch sent again after a crash between the two steps
-    fires what is missing."""
-    accepted = await add_results(store, data, now)
+    fires what is missing. A batch refused for the project's `limit` (`ResultsLimitReached`)
+    stores nothing and fires nothing."""
+    accepted = await add_results(store, data, now, limit=limit)
     await fire_regression_alerts(store, rate_cards, data.project)
     return accepted
 
@@ -120,7 +132,9 @@ async def fire_regression_alerts(store: Stores, rate_cards: RateCards, project: 
 async def list_results(
     store: Stores, project: str, experiment: str | None = None
 ) -> list[EvaluationResult]:
-    """The project's results (of one experiment, when named), by time then id."""
+    """Every result of the project (of one experiment, when named), by time then id: the
+    reports' path (bounded by the project's limit); `GET /v1/evaluations` pages instead
+    (`listing.results_page`)."""
     results = [_result_decoder.decode(raw) for raw in await store.evaluations.results(project)]
     if experiment is not None:
         results = [r for r in results if r.experiment == experiment]

@@ -46,6 +46,10 @@ tl:P:plans                      hash    plan id -> JSON (the plan, its estimate,
 tl:P:progress                   hash    ``<plan>|<stage index>`` -> JSON progress report
 tl:P:xprog                      hash    experiment -> JSON list of progress points (waste report)
 tl:P:evals                      hash    evaluation result id -> JSON result (cost-effect report)
+tl:P:evalidx                    zset    ``<time>|<id>`` of each result (all scores 0: by lex, the
+                                        listing order; service/evaluations/capacity.py)
+tl:P:evalxidx                   zset    ``<experiment>\\x00<time>|<id>`` (one experiment's
+                                        results in listing order, by lex)
 tl:P:evalset                    string  JSON evaluation settings (baseline, benchmark kinds)
 tl:P:efired                     hash    regression alert id -> its JSON record (fired once, with
                                         the alerts entry, by fire_regressions.lua)
@@ -182,6 +186,14 @@ class Keys:
     @staticmethod
     def evaluation_fired(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:efired"
+
+    @staticmethod
+    def evaluation_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalidx"
+
+    @staticmethod
+    def evaluation_experiment_index(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalxidx"
 
     @staticmethod
     def evaluation_settings(project: str) -> str:

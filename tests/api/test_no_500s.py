@@ -106,7 +106,12 @@ async def test_offsets_beyond_int64_are_a_4xx(api: Api) -> None:
     async with api.client() as c:
         r = await c.put("/v1/rate-cards/default", json=TEST_CARD)
         assert r.status_code == 201, r.text
-        for path in ("/v1/events/rejected", "/v1/costs", "/v1/webhooks/deliveries"):
+        for path in (
+            "/v1/events/rejected",
+            "/v1/costs",
+            "/v1/webhooks/deliveries",
+            "/v1/evaluations",
+        ):
             for offset in (2**70, 2**63, 2**31):
                 r = await c.get(path, params={"project": "llm", "offset": offset})
                 assert r.status_code == 400, (path, offset, r.status_code, r.text)
