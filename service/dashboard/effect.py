@@ -8,6 +8,8 @@ place the points. Every name is escaped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from decimal import ROUND_CEILING, Decimal
 from html import escape
 
 from ..evaluations.effect import BenchmarkCell, CostEffectReport, ExperimentRow
@@ -16,7 +18,11 @@ from .money_text import money_html, tooltip
 
 __all__ = ["effect_section"]
 
-_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 520, 300, 56, 16, 16, 40
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 640, 320, 64, 16, 16, 40
+# A chart alone in its row is drawn no larger than this: scaled to a wide page it would read
+# as a poster (fonts scale with the drawing).
+_MAX_WIDTH_PX = 760
+_LABEL_SIZE = 11
 _FRONT, _OTHER, _REGRESSED = "#2f6fb0", "#9aa5b1", "#d62728"
 
 
@@ -58,6 +64,58 @@ def _row(row: ExperimentRow, targets: list[str], currency: str) -> str:
     )
 
 
+def label_width(text: str, size: int = _LABEL_SIZE) -> float:
+    """A label's width in the drawing's px, estimated generously (as `charts.label_room`)."""
+    return len(text) * size * 0.62
+
+
+def _point_label(cx: float, cy: float, name: str) -> str:
+    """The experiment's name beside its point: to the right, or to the left where the right
+    edge would cut it off."""
+    if cx + 9 + label_width(name) <= _W - 2:
+        x, anchor = cx + 9, "start"
+    else:
+        x, anchor = cx - 9, "end"
+    return (
+        f'<text x="{x:.1f}" y="{cy - 8:.1f}" font-size="{_LABEL_SIZE}" '
+        f'text-anchor="{anchor}">{_e(name)}</text>'
+    )
+
+
+def score_ticks(low: float, high: float) -> list[Decimal]:
+    """Round score values from `low` to `high` (a step of 1, 2 or 5 times a power of ten,
+    at most 6 of them): geometry and labels only."""
+    span = Decimal(repr(high - low)) if high > low else Decimal(1)
+    step = Decimal(1).scaleb((span / 5).adjusted())
+    for factor in (1, 2, 5, 10):
+        if span / (step * factor) <= 5:
+            step *= factor
+            break
+    first = (Decimal(repr(low)) / step).to_integral_value(rounding=ROUND_CEILING) * step
+    ticks = []
+    tick = first
+    while tick <= Decimal(repr(high)):
+        ticks.append(tick)
+        tick += step
+    return ticks
+
+
+def _score_axis(
+    low: float, high: float, y: Callable[[float], float], right_end: float
+) -> list[str]:
+    """Score ticks on the left edge, with faint grid lines."""
+    out = []
+    for tick in score_ticks(low, high):
+        ty = y(float(tick))
+        out.append(
+            f'<line x1="{_LEFT}" y1="{ty:.1f}" x2="{right_end:.1f}" y2="{ty:.1f}" '
+            'stroke="#e3e8ee"/>'
+            f'<text class="score-tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" font-size="11" '
+            f'text-anchor="end">{_e(tick.normalize().to_eng_string() if tick else "0")}</text>'
+        )
+    return out
+
+
 def _chart(report: CostEffectReport, benchmark: str) -> str:
     """Cost (x) against the benchmark's latest value (y), one point per experiment."""
     points = [
@@ -69,7 +127,9 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
     low, high = min(values, default=0.0), max(values, default=1.0)
     pad = (high - low) * 0.1 or 1.0
     low, high = low - pad, high + pad
-    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    # The last cost label is centred on the axis' end: room for its half on the right.
+    right = max(_RIGHT, label_width(x_labels[-1]) / 2 + 4 if x_labels else 0)
+    plot_w, plot_h = _W - _LEFT - right, _H - _TOP - _BOTTOM
 
     def x(cost: float) -> float:
         return _LEFT + plot_w * cost / (x_ticks[-1] or 1)
@@ -78,17 +138,18 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
         return _TOP + plot_h * (1 - (value - low) / (high - low))
 
     body = [
-        f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_W - _RIGHT}" y2="{_TOP + plot_h}" '
+        *_score_axis(low, high, y, _W - right),
+        f'<line x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_W - right:.1f}" y2="{_TOP + plot_h}" '
         'stroke="#9aa5b1"/>',
         f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" stroke="#9aa5b1"/>',
         f'<text x="{_W / 2:.1f}" y="{_H - 6}" text-anchor="middle" font-size="12">cost '
         f"({_e(report.currency)})</text>",
-        f'<text x="12" y="{_TOP + plot_h / 2:.1f}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 12 {_TOP + plot_h / 2:.1f})">{_e(benchmark)}</text>',
+        f'<text x="14" y="{_TOP + plot_h / 2:.1f}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {_TOP + plot_h / 2:.1f})">{_e(benchmark)}</text>',
     ]
     for tick, text in zip(x_ticks, x_labels, strict=True):
         body.append(
-            f'<text x="{x(tick):.1f}" y="{_TOP + plot_h + 16}" font-size="11" '
+            f'<text class="cost-tick" x="{x(tick):.1f}" y="{_TOP + plot_h + 16}" font-size="11" '
             f'text-anchor="middle">{_e(text)}</text>'
         )
     front = sorted(((amount(row.cost), float(cell.value)) for row, cell in points if cell.on_front))
@@ -118,16 +179,15 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
                 f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="10" fill="none" '
                 f'stroke="{_REGRESSED}" stroke-width="2"/>'
             )
-        body.append(
-            f'<text x="{cx + 9:.1f}" y="{cy - 8:.1f}" font-size="11">{_e(row.experiment)}</text>'
-            "</g>"
-        )
+        body.append(_point_label(cx, cy, row.experiment) + "</g>")
     label = f"cost against {benchmark}; the Pareto front highlighted, regressions ringed"
     return (
         f"<figure><figcaption>{_e(benchmark)}: cost against score</figcaption>"
         f'<svg class="chart cost-effect" role="img" aria-label="{_e(label)}" '
         f'viewBox="0 0 {_W} {_H}" width="100%" preserveAspectRatio="xMinYMin meet" '
-        f'xmlns="http://www.w3.org/2000/svg" style="{FONT}">' + "".join(body) + "</svg></figure>"
+        f'xmlns="http://www.w3.org/2000/svg" style="{FONT};max-width:{_MAX_WIDTH_PX}px">'
+        + "".join(body)
+        + "</svg></figure>"
     )
 
 

@@ -4,9 +4,12 @@ user-given names are escaped."""
 
 from __future__ import annotations
 
+from trainledger.dashboard.effect import label_width
+
 from tests.api.test_cost_effect_http import _project, result
 from tests.api.test_dashboard import (
     PEOPLE_TICK,
+    Node,
     check_money,
     exact_titles,
     parse,
@@ -61,9 +64,26 @@ async def test_section_shows_the_report_and_marks_front_and_regressions(api: Api
     }
     for point in gsm8k.find_all("g"):  # the tooltip as people read it
         assert point.one("title").all_text().endswith(f"for {people_usd(point.attrs['data-cost'])}")
-    ticks = [t.all_text() for t in gsm8k.find_all("text", font_size="11")][: -len(points)]
+    ticks = [t.all_text() for t in gsm8k.find_all("text", class_="cost-tick")]
     assert ticks and all(PEOPLE_TICK.fullmatch(t) for t in ticks), ticks
     assert len(section.find_all("figure")) == 2  # gsm8k and the hostile-named target
+    for figure in section.find_all("figure"):
+        check_nothing_cut_off(figure)
+
+
+def check_nothing_cut_off(figure: Node) -> None:
+    """Every label of the chart lies inside its drawing (its width estimated generously, as
+    the page does); the score axis has ticks."""
+    svg = figure.one("svg")
+    width = float(svg.attrs["viewbox"].split()[2])  # the parser lowercases names
+    for text in svg.find_all("text"):
+        if "transform" in text.attrs:
+            continue  # the rotated axis title
+        x, anchor = float(text.attrs["x"]), text.attrs.get("text-anchor", "start")
+        extent = label_width(text.all_text(), int(text.attrs.get("font-size", "11")))
+        left = {"start": x, "middle": x - extent / 2, "end": x - extent}[anchor]
+        assert left >= 0 and left + extent <= width, (text.all_text(), left, extent, width)
+    assert len(svg.find_all("text", class_="score-tick")) >= 2
 
 
 async def test_section_without_results_says_so(api: Api) -> None:
