@@ -20,6 +20,7 @@ from trainledger.cli import main
 from trainledger.client import Spool
 from trainledger.config import Settings
 
+from tests.api.test_webhooks import Receiver, check_standard, receiving
 from tests.conftest import TEST_CARD, Api, ServerThread, event, free_port, make_admin_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,6 +306,29 @@ async def test_alerts_list_shows_a_budget_alert_and_a_regression_in_their_own_te
     regression_row = next(line for line in lines if "evaluation_regression" in line)
     for needle in ("mix-a · mmlu", "58.0 vs 60.0 (base)", "rework 750,000.00 USD"):
         assert needle in regression_row, (needle, out)
+
+
+async def test_webhooks_test_sends_the_sample_of_a_kind(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = conn(api.base_url, api.admin_token)
+    with receiving(Receiver().start()) as rx:
+        code, out, err = run(
+            capsys, "webhooks", "create", rx.url + "/hook", "--kind", "threshold", "--json", *c
+        )
+        assert code == 0, err
+        hook = json.loads(out)
+        code, out, err = run(
+            capsys, "webhooks", "test", hook["id"], "--kind", "evaluation_regression", *c
+        )
+        assert code == 0, err
+        assert "test evaluation_regression message test_" in out and "delivered (HTTP 200)" in out
+        assert "does not receive evaluation_regression alerts" in out
+        code, out, err = run(capsys, "webhooks", "test", hook["id"], "--json", *c)
+        assert code == 0, err
+        assert json.loads(out)["kind"] == "threshold" and json.loads(out)["subscribed"] is True
+    types = [check_standard(hook["secret"], r)["type"] for r in rx.at("/hook")]
+    assert types == ["evaluation.regression", "budget.threshold"]
 
 
 async def test_alerts_list_shows_an_evaluation_regression(
