@@ -125,34 +125,39 @@ def cmd_alerts_list(args: argparse.Namespace, settings: Settings) -> int:
         print_json(alerts)
         return 0
     table = _table(
-        f"{args.project}: alerts, oldest first", "when", "kind", "budget", ">spent", ">limit"
+        f"{args.project}: alerts, oldest first", "when", "kind", "what", ">figure", ">over by"
     )
     for a in alerts:
-        if a.get("regression"):  # an evaluation regression: no budget, no spend
-            table.add_row(*_cells(a["occurred_at"], a["kind"], _regression_line(a), "", ""))
-            continue
-        kind = a["kind"] + (f" {a['threshold_pct']} %" if a.get("threshold_pct") else "")
-        table.add_row(
-            *_cells(
-                a["occurred_at"],
-                kind,
-                a["budget_name"],
-                money(a["spent"], a.get("currency")),
-                money(a["limit"], a.get("currency")),
-            )
-        )
+        table.add_row(*_cells(*_alert_row(a)))
     ui.out.print(table)
     if len(alerts) == args.limit:
         ui.err.print(f"more may follow: --limit, or --from {alerts[-1]['occurred_at']}")
     return 0
 
 
-def _regression_line(alert: dict[str, Any]) -> str:
-    """`mix-a: mmlu 58.0 against 60.0 (base), rework 206.40 USD`."""
-    r = alert["regression"]
+def _alert_row(alert: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    """(when, kind, what, figure, over by) for either kind of alert. A budget alert: its
+    budget and period, `spent / limit`, the amount over the limit. An evaluation regression:
+    `experiment · benchmark`, `value vs baseline value (baseline)`, and its rework exposure
+    (the cost since the last good checkpoint, `rework ...`)."""
+    currency = alert.get("currency")
+    r = alert.get("regression")
+    if r:
+        return (
+            alert["occurred_at"],
+            alert["kind"],
+            f"{r['experiment']} · {r['benchmark']}",
+            f"{r['value']} vs {r['baseline_value']} ({r['baseline']}), tolerance {r['tolerance']}",
+            f"rework {money(r['rework_exposure'], currency)}",
+        )
+    kind = alert["kind"] + (f" {alert['threshold_pct']} %" if alert.get("threshold_pct") else "")
+    budget = alert.get("budget_name") or alert.get("budget_id") or ""
     return (
-        f"{r['experiment']}: {r['benchmark']} {r['value']} against {r['baseline_value']} "
-        f"({r['baseline']}), rework {money(r['rework_exposure'], alert.get('currency'))}"
+        alert["occurred_at"],
+        kind,
+        f"{budget} · {alert.get('period') or ''}",
+        f"{money(alert['spent'], currency)} / {money(alert['limit'], currency)}",
+        money(alert.get("over_by") or "0", currency),
     )
 
 
@@ -207,6 +212,27 @@ def cmd_webhooks_delete(args: argparse.Namespace, settings: Settings) -> int:
         client.request("DELETE", f"/v1/webhooks/{args.webhook_id}")
     ui.out.print(Text(f"webhook {args.webhook_id} deleted"))
     return 0
+
+
+def cmd_webhooks_test(args: argparse.Namespace, settings: Settings) -> int:
+    with Client.from_args(args, settings) as client:
+        sent = client.json(
+            "POST", f"/v1/webhooks/{args.webhook_id}/test", params={"kind": args.kind}
+        )
+    if args.json:
+        print_json(sent)
+        return 0
+    if sent["delivered"]:
+        outcome = f"delivered (HTTP {sent['status_code']})"
+    else:
+        outcome = f"not delivered: {sent['error']}"
+    ui.out.print(
+        Text(f"test {sent['kind']} message {sent['message_id']} to {sent['webhook_id']} ")
+        + Text(f"({sent['format']}): {outcome}")
+    )
+    if not sent["subscribed"]:
+        ui.out.print(Text(f"note: this webhook does not receive {sent['kind']} alerts (kinds)"))
+    return 0 if sent["delivered"] else 1
 
 
 def cmd_webhooks_deliveries(args: argparse.Namespace, settings: Settings) -> int:
@@ -308,7 +334,7 @@ def _add_alerts(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    hooks = sub.add_parser("webhooks", help="where budget alerts are sent (over HTTP)")
+    hooks = sub.add_parser("webhooks", help="where alerts are sent (over HTTP)")
     w_sub = hooks.add_subparsers(dest="webhooks_command", required=True)
     _common(w_sub.add_parser("list", help="registered webhooks (admin)"), cmd_webhooks_list)
     create = w_sub.add_parser("create", help="register a webhook (admin)")
@@ -326,6 +352,15 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     remove = w_sub.add_parser("delete", help="delete a webhook (admin)")
     remove.add_argument("webhook_id")
     _common(remove, cmd_webhooks_delete, json_flag=False)
+    test = w_sub.add_parser(
+        "test",
+        help="send a signed sample message to a webhook (admin)",
+        description="POST /v1/webhooks/{id}/test: a made-up alert of --kind, marked test, in "
+        "the webhook's format. Exit 1 when it was not delivered.",
+    )
+    test.add_argument("webhook_id")
+    test.add_argument("--kind", choices=ALERT_KINDS, default="threshold")
+    _common(test, cmd_webhooks_test)
     deliveries = w_sub.add_parser("deliveries", help="deliveries of a project's alerts")
     deliveries.add_argument("--project", required=True)
     deliveries.add_argument("--status", choices=("pending", "failed", "delivered"))

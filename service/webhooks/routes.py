@@ -23,6 +23,7 @@ from .deliveries import (
     redeliver,
 )
 from .registry import (
+    AlertKindName,
     WebhookCreated,
     WebhookError,
     WebhookIn,
@@ -128,10 +129,14 @@ class WebhookController(Controller):
         guards=[requires("admin")],
         status_code=200,
         summary="Send a signed sample message to a webhook",
-        description="Sends one made-up alert (marked `test`: a batch that crossed 50, 80 and "
-        "100 % of a sample budget) in the webhook's format, signed with its secret and "
-        "checked as every delivery is, and answers what became of it: `delivered` (the "
-        "endpoint answered 2xx), its status code, or the error. Sent once, not retried, not "
+        description="Sends one made-up alert of the alert kind `kind` (marked `test`, a new "
+        "id each time; default `threshold`: a batch that crossed 50, 80 and 100 % of a "
+        "sample budget; `evaluation_regression`: a sample experiment's benchmark fallen past "
+        "the tolerance against the baseline, with its rework exposure) in the webhook's "
+        "format, signed with its secret and checked as every delivery is, and answers what "
+        "became of it: `delivered` (the endpoint answered 2xx), its status code, or the "
+        "error. A kind the webhook does not receive is sent too (it is a test); `subscribed` "
+        "says whether it would receive real alerts of that kind. Sent once, not retried, not "
         "listed with the deliveries. A webhook outside the token's projects is a 404.",
         operation_id="postWebhookTest",
     )
@@ -140,6 +145,13 @@ class WebhookController(Controller):
         webhook_id: FromPath[str],
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
+        kind: Annotated[
+            AlertKindName,
+            QueryParameter(
+                description="the alert kind of the sample: threshold (the default), "
+                "forecast, growth or evaluation_regression"
+            ),
+        ] = "threshold",
     ) -> SampleDelivery:
         try:
             return await send_test_message(
@@ -147,6 +159,7 @@ class WebhookController(Controller):
                 services.sealer,
                 request.user,
                 webhook_id,
+                kind=kind,
                 public_url=services.settings.public_url,
                 allowlist=services.settings.webhook_allowlist,
             )

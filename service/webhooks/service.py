@@ -14,9 +14,9 @@ from ..auth.model import Principal
 from ..storage.sealing import Sealer
 from .config import DeliveryConfig
 from .formats import build_request
-from .messages import sample_message
 from .redaction import scrub, secret_parts
 from .registry import (
+    AlertKindName,
     WebhookCreated,
     WebhookError,
     WebhookFormat,
@@ -29,6 +29,7 @@ from .registry import (
     load_webhooks,
     webhook_view,
 )
+from .samples import sample_for
 from .sending import send_checked
 from .targets import AllowList, Resolver, UnsafeTarget
 
@@ -100,6 +101,9 @@ class SampleDelivery(msgspec.Struct, kw_only=True):
 
     webhook_id: str
     format: WebhookFormat
+    kind: AlertKindName  # the alert kind of the sample sent
+    # whether the webhook receives real alerts of that kind (its `kinds`); a test is sent anyway
+    subscribed: bool
     message_id: str  # its webhook-id header (the standard format's signed id)
     delivered: bool  # the endpoint answered 2xx
     status_code: int | None  # the endpoint's answer, if it answered
@@ -112,14 +116,17 @@ async def send_test_message(
     principal: Principal,
     webhook_id: str,
     *,
+    kind: AlertKindName = "threshold",
     public_url: str,
     allowlist: AllowList | Sequence[str],
     config: DeliveryConfig | None = None,
     resolver: Resolver | None = None,
 ) -> SampleDelivery:
-    """Send a sample alert (`messages.sample_message`) to a webhook the token may see, in
-    its format and signed with its secret as every delivery is, through the same target
-    checks. Raises WebhookNotFound (also for one the token may not see)."""
+    """Send a made-up alert of kind ``kind`` (`samples.sample_for`) to a webhook the token
+    may see, in its format and signed with its secret as every delivery is, through the same
+    target checks. A kind the webhook does not receive (its `kinds`) is sent too, since it
+    is a test; the answer's `subscribed` says so. Raises WebhookNotFound (also for one the
+    token may not see)."""
     found = [w for w in await load_webhooks(store, sealer) if w.id == webhook_id]
     if not found or not visible(principal, found[0]):
         raise WebhookNotFound(webhook_id)
@@ -127,13 +134,15 @@ async def send_test_message(
     allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
     now = datetime.now(UTC)
     project = webhook.projects[0] if webhook.projects else None
-    message = sample_message(project, public_url, now)
+    message = sample_for(kind, project, public_url, now)
     secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
 
     def result(status: int | None, error: str | None) -> SampleDelivery:
         return SampleDelivery(
             webhook_id=webhook.id,
             format=webhook.format,
+            kind=kind,
+            subscribed=webhook.kinds is None or kind in webhook.kinds,
             message_id=message.id,
             delivered=error is None,
             status_code=status,

@@ -20,6 +20,7 @@ from trainledger.cli import main
 from trainledger.client import Spool
 from trainledger.config import Settings
 
+from tests.api.test_webhooks import Receiver, check_standard, receiving
 from tests.conftest import TEST_CARD, Api, ServerThread, event, free_port, make_admin_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -268,6 +269,68 @@ async def test_budgets_alerts_and_webhooks(
     assert code == 1 and "HTTP 403" in err
 
 
+async def test_alerts_list_shows_a_budget_alert_and_a_regression_in_their_own_terms(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    budget = {"project": "llm", "name": "gpu monthly", "amount": "1000000", "thresholds": [50]}
+    settings = {"baseline": "base", "benchmarks": {"mmlu": "general"}, "tolerance": "0.5"}
+    results = [
+        {"id": "b", "experiment": "base", "benchmark": "mmlu", "value": "60.0"},
+        {"id": "a", "experiment": "mix-a", "benchmark": "mmlu", "value": "58.0"},
+    ]
+    async with api.client() as http:
+        assert (await http.post("/v1/budgets", json=budget)).status_code == 201
+        # 300,000 GPU hours of mix-a: 750,000.00 USD, past 50 % (500,000.00) of the budget.
+        r = await http.post("/v1/events", json=[event("big", "300000", experiment="mix-a")])
+        assert r.status_code == 200, r.text
+        r = await http.put("/v1/evaluations/settings", params={"project": "llm"}, json=settings)
+        assert r.status_code == 200, r.text
+        r = await http.post("/v1/evaluations", json={"project": "llm", "results": results})
+        assert r.status_code == 200, r.text
+    c = conn(api.base_url, api.admin_token)
+    code, out, err = run(capsys, "alerts", "list", "--project", "llm", *c)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if "when" in line)
+    assert [h for h in ("kind", "what", "figure", "over by") if h in header] == [
+        "kind",
+        "what",
+        "figure",
+        "over by",
+    ]
+    assert "budget" not in header and "spent" not in header
+    lines = out.splitlines()
+    budget_row = next(line for line in lines if "threshold 50 %" in line)
+    for needle in ("gpu monthly ·", "750,000.00 USD / 500,000.00 USD", "250,000.00 USD"):
+        assert needle in budget_row, (needle, out)
+    regression_row = next(line for line in lines if "evaluation_regression" in line)
+    for needle in ("mix-a · mmlu", "58.0 vs 60.0 (base)", "rework 750,000.00 USD"):
+        assert needle in regression_row, (needle, out)
+
+
+async def test_webhooks_test_sends_the_sample_of_a_kind(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = conn(api.base_url, api.admin_token)
+    with receiving(Receiver().start()) as rx:
+        code, out, err = run(
+            capsys, "webhooks", "create", rx.url + "/hook", "--kind", "threshold", "--json", *c
+        )
+        assert code == 0, err
+        hook = json.loads(out)
+        code, out, err = run(
+            capsys, "webhooks", "test", hook["id"], "--kind", "evaluation_regression", *c
+        )
+        assert code == 0, err
+        assert "test evaluation_regression message test_" in out and "delivered (HTTP 200)" in out
+        assert "does not receive evaluation_regression alerts" in out
+        code, out, err = run(capsys, "webhooks", "test", hook["id"], "--json", *c)
+        assert code == 0, err
+        assert json.loads(out)["kind"] == "threshold" and json.loads(out)["subscribed"] is True
+    types = [check_standard(hook["secret"], r)["type"] for r in rx.at("/hook")]
+    assert types == ["evaluation.regression", "budget.threshold"]
+
+
 async def test_alerts_list_shows_an_evaluation_regression(
     api: Api, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -286,4 +349,5 @@ async def test_alerts_list_shows_an_evaluation_regression(
         capsys, "alerts", "list", "--project", "llm", "--kind", "evaluation_regression", *c
     )
     assert code == 0, err
-    assert "evaluation_regression" in out and "mix-a: mmlu 58.0 against 60.0 (base)" in out
+    assert "evaluation_regression" in out and "mix-a · mmlu" in out
+    assert "58.0 vs 60.0 (base), tolerance 0.5" in out
