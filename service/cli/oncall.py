@@ -21,6 +21,8 @@ from .ui import ui
 
 # The kinds of `GET /v1/alerts` and of a webhook's `kinds` (budgets/model.py's AlertKind).
 ALERT_KINDS = ("threshold", "forecast", "growth", "evaluation_regression")
+# Every format but email, whose sender, recipients and login take a JSON body (the API).
+CLI_WEBHOOK_FORMATS = ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
 
 
 def money(amount: object, currency: str | None = None) -> str:
@@ -341,8 +343,10 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     create.add_argument("target", metavar="URL", help="where alerts are sent (https)")
     create.add_argument(
         "--format",
-        choices=("standard", "slack", "feishu", "dingtalk", "wecom"),
+        choices=CLI_WEBHOOK_FORMATS,
         default="standard",
+        help="the message format (email: POST /v1/webhooks with an `email` object, "
+        "docs/guides/budgets-and-webhooks.md)",
     )
     create.add_argument("--project", action="append", help="only this project (repeatable)")
     create.add_argument("--kind", action="append", choices=ALERT_KINDS, help="repeatable")

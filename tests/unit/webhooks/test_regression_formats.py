@@ -162,3 +162,12 @@ def test_every_list_of_alert_kinds_agrees() -> None:
 
     assert get_args(AlertKind) == get_args(AlertKindName) == ALERT_KINDS
     assert set(ALERT_KINDS) <= set(KINDS)
+
+
+def test_the_cli_offers_every_webhook_format_but_email() -> None:
+    from typing import get_args
+
+    from trainledger.cli.oncall import CLI_WEBHOOK_FORMATS
+    from trainledger.webhooks.registry import WebhookFormat
+
+    assert set(get_args(WebhookFormat)) - set(CLI_WEBHOOK_FORMATS) == {"email"}
