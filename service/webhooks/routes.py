@@ -134,7 +134,8 @@ class WebhookController(Controller):
         "sample budget; `evaluation_regression`: a sample experiment's benchmark fallen past "
         "the tolerance against the baseline, with its rework exposure) in the webhook's "
         "format, signed with its secret and checked as every delivery is, and answers what "
-        "became of it: `delivered` (the endpoint answered 2xx), its status code, or the "
+        "became of it: `delivered` (the endpoint answered 2xx; an email webhook's SMTP "
+        "server accepted it), its status code (email: the SMTP reply code), or the "
         "error. A kind the webhook does not receive is sent too (it is a test); `subscribed` "
         "says whether it would receive real alerts of that kind. Sent once, not retried, not "
         "listed with the deliveries. A webhook outside the token's projects is a 404.",

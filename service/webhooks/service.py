@@ -3,6 +3,7 @@ projects. A token limited to some projects sees only webhooks limited to those p
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ from .registry import (
 )
 from .samples import sample_for
 from .sending import send_checked
+from .smtp import deliver_email
 from .targets import AllowList, Resolver, UnsafeTarget
 
 if TYPE_CHECKING:
@@ -105,8 +107,8 @@ class SampleDelivery(msgspec.Struct, kw_only=True):
     # whether the webhook receives real alerts of that kind (its `kinds`); a test is sent anyway
     subscribed: bool
     message_id: str  # its webhook-id header (the standard format's signed id)
-    delivered: bool  # the endpoint answered 2xx
-    status_code: int | None  # the endpoint's answer, if it answered
+    delivered: bool  # the endpoint answered 2xx (email: the SMTP server accepted it)
+    status_code: int | None  # the endpoint's answer, if it answered (email: the SMTP reply)
     error: str | None  # why it was not delivered (secrets in the URL never shown)
 
 
@@ -121,6 +123,7 @@ async def send_test_message(
     allowlist: AllowList | Sequence[str],
     config: DeliveryConfig | None = None,
     resolver: Resolver | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> SampleDelivery:
     """Send a made-up alert of kind ``kind`` (`samples.sample_for`) to a webhook the token
     may see, in its format and signed with its secret as every delivery is, through the same
@@ -151,6 +154,14 @@ async def send_test_message(
 
     if webhook.unsealable is not None:
         return result(None, webhook.unsealable)
+    timeout_s = (config or DeliveryConfig.from_env()).timeout_s
+    tls = ssl_context or httpx.create_ssl_context()
+    if webhook.format == "email":  # one SMTP session, as a delivery makes (`smtp.py`)
+        mailed = await deliver_email(
+            webhook, message, allowlist=allow, resolver=resolver, ssl_context=tls,
+            timeout_s=timeout_s,
+        )  # fmt: skip
+        return result(mailed.code, mailed.error)
     try:
         target = check_target(webhook.url, allow)
         request = build_request(message, webhook.format, webhook.url, webhook.secret, now=now)
@@ -163,7 +174,7 @@ async def send_test_message(
         message.id,
         allowlist=allow,
         resolver=resolver,
-        timeout_s=(config or DeliveryConfig.from_env()).timeout_s,
-        ssl_context=httpx.create_ssl_context(),
+        timeout_s=timeout_s,
+        ssl_context=tls,
     )
     return result(status, error)

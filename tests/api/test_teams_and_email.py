@@ -35,8 +35,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from trainledger.auth.model import Principal
+from trainledger.storage.sealing import load_sealer
 from trainledger.webhooks import targets
 from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.service import send_test_message
 from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
@@ -324,6 +327,46 @@ async def test_email_over_starttls_with_login_is_delivered_once(
         for needle in ("6,000.00 USD", "5,000.00 USD", "1,000.00 USD", "10,000.00 USD",
                        "gpu.h100.hour / pretrain", f"{PUBLIC_URL}/v1/budgets/"):  # fmt: skip
             assert needle in part, needle
+
+
+async def test_an_email_webhook_gets_its_test_message_over_smtp(
+    clean_redis: str, monkeypatch: pytest.MonkeyPatch, pki: Pki
+) -> None:
+    """`POST /v1/webhooks/{id}/test` on an email webhook: one SMTP session as a delivery
+    makes (TLS, login), the sample of the asked kind, and the SMTP reply code as the status.
+    The use case is driven here, beside the route, to trust the test CA (the route is one
+    call to it)."""
+    names = mail_names(monkeypatch)
+    with SmtpServer(starttls=pki.server, login=("ledger", PASSWORD)) as mx:
+        async with ledger(clean_redis, monkeypatch, QUIET) as api, store_of(clean_redis) as store:
+            hook = await add_webhook(
+                api, f"smtp://mail.test:{mx.port}", "email", secret=PASSWORD,
+                email=email_settings(username="ledger"),
+            )  # fmt: skip
+            answers = [
+                await send_test_message(
+                    store,
+                    load_sealer(None),
+                    Principal("t", "admin", None),
+                    hook["id"],
+                    kind=kind,
+                    public_url=PUBLIC_URL,
+                    allowlist=LOOPBACK,
+                    config=QUIET,
+                    resolver=names,
+                    ssl_context=pki.client,
+                )
+                for kind in ("threshold", "evaluation_regression")
+            ]
+            async with api.client() as c:
+                listed = (await c.get("/v1/webhooks/deliveries", params={"project": "llm"})).json()
+    assert [(a.delivered, a.status_code, a.error) for a in answers] == [(True, 250, None)] * 2
+    assert listed["items"] == []  # a test is not a delivery
+    first, second = (mail.message for mail in mx.mails)
+    assert all(mail.tls and mail.login == "ledger" for mail in mx.mails)
+    assert first["X-Trainledger-Alert-Id"] == answers[0].message_id
+    assert "budget" in first["Subject"] and "mmlu" in second["Subject"]
+    assert "test" in (first.get_body(("plain",)) or first).get_content().lower()
 
 
 async def test_email_over_implicit_tls(
