@@ -20,12 +20,14 @@ from .study import (
     MIXES,
     PIPELINES,
     STUDY_TAG,
-    evaluation_results,
     evaluation_settings,
 )
 
 
-def post_results(demo: DemoSession) -> None:
+def put_settings(demo: DemoSession) -> dict[str, Any]:
+    """The study's evaluation settings, put before the replay: the baseline, the kinds of
+    benchmark, the tolerance and each run's planned tokens (a run is running until its
+    results reach them)."""
     settings = evaluation_settings()
     demo.call(
         "PUT",
@@ -34,21 +36,31 @@ def post_results(demo: DemoSession) -> None:
         params=demo.project_q,
         json=settings,
     )
-    results = evaluation_results(demo.sc)
+    return settings
+
+
+def post_results(demo: DemoSession, results: Sequence[Mapping[str, Any]]) -> int:
+    """Post one checkpoint's (or a few checkpoints') results as the eval harness would, when
+    the replay reaches their time; the service checks for regressions on each post."""
     accepted = 0
     for i in range(0, len(results), 1000):
         answer = demo.call(
             "POST",
             "/v1/evaluations",
             "evaluations",
-            json={"project": demo.sc.project, "results": results[i : i + 1000]},
+            json={"project": demo.sc.project, "results": list(results[i : i + 1000])},
         )
         accepted += int(answer["accepted"])
+    return accepted
+
+
+def say_results(demo: DemoSession, settings: Mapping[str, Any], accepted: int, posts: int) -> None:
     kinds = ", ".join(f"{name} ({what}, {kind})" for name, (kind, what) in BENCHMARKS.items())
     demo.say(
-        f"  evaluations: {accepted} results at the study's checkpoints (POST /v1/evaluations) "
-        f"on {kinds}; baseline {settings['baseline']}, tolerance {settings['tolerance']} "
-        "points (PUT /v1/evaluations/settings)"
+        f"  evaluations: {accepted} results at the study's checkpoints, posted in {posts} "
+        f"requests as the replay reached each checkpoint's time (POST /v1/evaluations) on "
+        f"{kinds}; baseline {settings['baseline']}, tolerance {settings['tolerance']} points "
+        "(PUT /v1/evaluations/settings, before the replay)"
     )
 
 
