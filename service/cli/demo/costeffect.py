@@ -222,3 +222,29 @@ def closing(demo: DemoSession) -> None:
             f"past the tolerance of {report['tolerance']} points on {', '.join(regressions)}; "
             "the spend after its last good checkpoint would be redone)"
         )
+    _alerted(demo, report)
+
+
+def _alerted(demo: DemoSession, report: Mapping[str, Any]) -> None:
+    """The regression alerts, as GET /v1/alerts has them: each fired when the checkpoint that
+    fell past the tolerance was posted, with the tokens its run had seen by then."""
+    fired = demo.call(
+        "GET",
+        "/v1/alerts",
+        "regression alerts",
+        params={**demo.project_q, "kind": "evaluation_regression", "limit": 1000},
+    )
+    by_run: dict[str, list[Mapping[str, Any]]] = {}
+    for a in fired:
+        by_run.setdefault(a["regression"]["experiment"], []).append(a["regression"])
+    planned = {r["experiment"]: r.get("planned_tokens") for r in report["rows"]}
+    for name, regressions in by_run.items():
+        when = " and ".join(
+            f"{r['benchmark']} at {_tokens(r['tokens_seen'])}"
+            for r in sorted(regressions, key=lambda r: (r["measured_at"], r["benchmark"]))
+        )
+        of = f" of its {_tokens(planned[name])} planned" if planned.get(name) else ""
+        demo.say(
+            f"  alerted as it happened: {escape(name)} fell past the tolerance on {when}"
+            f"{of} tokens, while it still ran (GET /v1/alerts: evaluation_regression)"
+        )
