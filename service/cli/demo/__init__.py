@@ -24,10 +24,10 @@ webhook receiver (a small HTTP server on 127.0.0.1), then walks through the API 
    tolerance fire regression alerts while it still runs;
 6. wait for the webhook deliveries and print what arrived;
 7. print the spend by stage and category, plan against actual, the alerts (budget and
-   regression), the waste
-   findings and the study's cost-effect table, each with a line saying what it means, and
-   end with the winner on cost per point and the rework exposure of the run that broke a
-   general benchmark, both read from `GET /v1/reports/cost-effect`.
+   regression), the waste findings and the study's cost-effect table, each with a line
+   saying what it means, and end with the winner on cost per point and the rework exposure
+   of the run that broke a general benchmark, both read from `GET /v1/reports/cost-effect`,
+   and when its regression was alerted, read from `GET /v1/alerts`.
 
 Everything is generated from a fixed seed relative to the start day (today − 33 days, UTC), so
 every run gives the same figures apart from the dates; all events lie inside the ledger's
