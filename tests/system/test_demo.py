@@ -30,6 +30,7 @@ import pytest
 import redis
 from rich.console import Console
 from trainledger.cli.demo import (
+    BATCH_EVENTS,
     CRASH,
     DAYS,
     EXAMPLE_CARD,
@@ -46,6 +47,7 @@ from trainledger.cli.demo import (
     run,
     run_demo,
 )
+from trainledger.cli.demo.replay import schedule
 from trainledger.cli.demo.study import (
     BALANCED_MIX,
     BENCHMARKS,
@@ -53,13 +55,16 @@ from trainledger.cli.demo.study import (
     MIXES,
     PIPELINES,
     STUDY_TAG,
+    TOLERANCE,
     evaluation_results,
+    evaluation_settings,
 )
 
 from costcore.money import amount_for_people, format_money_for_people
 from tests.conftest import ServerThread, make_admin_token
 
 INCIDENTS = {"reserved_idle", "experiment_no_progress", "checkpoint_growth"}
+GENERALS = sorted(b for b, (kind, _) in BENCHMARKS.items() if kind == "general")
 NANO = Decimal("0.000000001")
 
 
@@ -130,6 +135,19 @@ def test_independent_pricing_handles_tiers() -> None:
     assert per_sku["network.egress.gb"] == Decimal("1.80")  # 20 GB past the free 100, in Nov
 
 
+def regression_rows(text: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """The regression rows of the step-8 table: (experiment, benchmark) -> (limit, received),
+    each row whole on one line."""
+    found = re.findall(
+        r"^(\d\d \w{3} \d\d:00)  (\S+) · (\S+) +regressed +(\S+ pt)  \S+ +(\S+) *$",
+        text,
+        flags=re.MULTILINE,
+    )
+    rows = {(name, bench): (limit, mark) for _, name, bench, limit, mark in found}
+    assert len(rows) == len(found) == text.count("regressed  ")
+    return rows
+
+
 def cost_effect_table(text: str) -> list[str]:
     """The rows of the first cost-effect table in `text`: the lines after its header
     (`experiment  USD ...`) up to the first indented one."""
@@ -189,11 +207,20 @@ def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "…" not in out
     assert end.index("In short") < end.index("winner on cost per point: ")
     assert re.search(r"rework exposure of \S+: [\d,.]+ USD", " ".join(end.split())) is not None
-    replayed = re.search(r"(\d+) requests: ([\d,]+) events accepted, 0 duplicates, 0 rejected", out)
+    replayed = re.search(
+        r"(\d+) requests of events: ([\d,]+) events accepted, 0 duplicates, 0 rejected", out
+    )
     assert replayed is not None
-    events = generate_events(Scenario.for_now("llm-7b", "default"))
+    sc = Scenario.for_now("llm-7b", "default")
+    events = generate_events(sc)
     assert int(replayed[2].replace(",", "")) == len(events)
-    assert int(replayed[1]) == -(-len(events) // 5000)
+    # Batches of 5,000 events, also ending at each checkpoint; its results follow it.
+    requests = schedule(events, evaluation_results(sc), BATCH_EVENTS)
+    assert int(replayed[1]) == sum(1 for batch, _ in requests if batch)
+    assert int(replayed[1]) < 2 * -(-len(events) // BATCH_EVENTS) + len(requests) // 2 + 1
+    posted = re.search(r"(\d+) results at the study's checkpoints, posted in (\d+) requests", out)
+    assert posted is not None and int(posted[1]) == len(evaluation_results(sc))
+    assert int(posted[2]) == sum(1 for _, results in requests if results)
     # Every incident is named as a waste finding, with a plain-language line.
     for kind in INCIDENTS:
         assert f"{kind}:" in out
@@ -217,6 +244,11 @@ def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     # One row per alert, each marked as received once.
     rows = re.findall(r"^\d\d \w{3} \d\d:00 .*  (\S+) *$", out, flags=re.MULTILINE)
     assert rows == ["once"] * int(got[5])
+    # The regression alerts of the math/code mix among them, and no other run's.
+    assert regression_rows(out) == {(MATH_MIX, b): ("1.0 pt", "once") for b in GENERALS}
+    assert "alerted as it happened: midtrain-mathcode fell past the tolerance on " in " ".join(
+        out.split()
+    )
     assert " times" not in out
     assert "the receiver" in out and "demo failed" not in out
 
@@ -296,6 +328,64 @@ def test_demo_against_a_running_service(server: tuple[str, str]) -> None:
     assert len(events) == len(generate_events(sc)) and DAYS == 33
     printed = console.file.getvalue()  # type: ignore[attr-defined]
     check_cost_effect(base_url, token, sc, events, per_event_cost(card, events), printed)
+    check_regression_alerts(sc, outcome.alerts, receiver.received(), printed)
+
+
+def check_regression_alerts(
+    sc: Scenario,
+    alerts: Sequence[Mapping[str, Any]],
+    deliveries: Sequence[Any],
+    printed: str,
+) -> None:
+    """The regression alerts: one for each general benchmark of the math/code mix, fired at
+    the first checkpoint past the tolerance (re-derived here from the results the demo
+    posts) while it still ran, each received once, signed and typed; none for another run;
+    each a row of step 8."""
+    regressions = [a for a in alerts if a["kind"] == "evaluation_regression"]
+    assert {(a["scope"]["experiment"], a["scope"]["benchmark"]) for a in regressions} == {
+        (MATH_MIX, b) for b in GENERALS
+    }
+    assert len(regressions) == len(GENERALS)
+    results = evaluation_results(sc)
+    baseline = {
+        r["benchmark"]: Decimal(r["value"])  # the baseline's last checkpoint: its final scores
+        for r in sorted(results, key=lambda r: r["tokens_seen"])
+        if r["experiment"] == evaluation_settings()["baseline"]
+    }
+    planned = evaluation_settings()["planned_tokens"][MATH_MIX]
+    for a in regressions:
+        fact = a["regression"]
+        series = sorted(
+            (
+                r
+                for r in results
+                if (r["experiment"], r["benchmark"]) == (MATH_MIX, fact["benchmark"])
+            ),
+            key=lambda r: r["tokens_seen"],
+        )
+        first = next(
+            r
+            for r in series
+            if Decimal(r["value"]) - baseline[fact["benchmark"]] < -Decimal(TOLERANCE)
+        )
+        assert (fact["value"], fact["tokens_seen"]) == (first["value"], first["tokens_seen"])
+        assert fact["measured_at"] == first["time"] and fact["tokens_seen"] < planned
+        assert Decimal(fact["baseline_value"]) == baseline[fact["benchmark"]]
+        assert Decimal(fact["tolerance"]) == Decimal(TOLERANCE)
+        assert Decimal(fact["rework_exposure"]) > 0
+        # Received exactly once (the caller checked every alert's count), signed, typed.
+        got = [d for d in deliveries if d.webhook_id == a["id"]]
+        assert len(got) == 1 and got[0].signed
+        assert got[0].body["type"] == "evaluation.regression"
+        # Its row in step 8: the checkpoint's simulated time, once.
+        when = datetime.fromisoformat(fact["measured_at"].replace("Z", "+00:00"))
+        row = f"{when:%d %b %H:00}  {MATH_MIX} · {fact['benchmark']} "
+        assert any(line.startswith(row) for line in printed.splitlines()), row
+        shown = format_money_for_people(
+            int(Decimal(fact["rework_exposure"]).scaleb(9)), a["currency"]
+        )
+        assert f"rework exposure then {shown}" in " ".join(printed.split())
+    assert regression_rows(printed) == {(MATH_MIX, b): ("1.0 pt", "once") for b in GENERALS}
 
 
 def per_event_cost(card: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> list[Decimal]:

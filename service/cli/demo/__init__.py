@@ -19,12 +19,15 @@ webhook receiver (a small HTTP server on 127.0.0.1), then walks through the API 
    with it, a study on a second on-demand node (`study.py`): two mid-training mixes against a
    baseline, and a quality-scored against a flat-filtered data pipeline, each with a pilot
    run, whose evaluation results (settings: baseline, general/target benchmarks, tolerance)
-   are posted to `POST /v1/evaluations`;
+   are posted to `POST /v1/evaluations` as the replay reaches each checkpoint's time (a batch
+   of events also ends there), so the math/code mix's general benchmarks falling past the
+   tolerance fire regression alerts while it still runs;
 6. wait for the webhook deliveries and print what arrived;
-7. print the spend by stage and category, plan against actual, the alerts, the waste
-   findings and the study's cost-effect table, each with a line saying what it means, and
-   end with the winner on cost per point and the rework exposure of the run that broke a
-   general benchmark, both read from `GET /v1/reports/cost-effect`.
+7. print the spend by stage and category, plan against actual, the alerts (budget and
+   regression), the waste findings and the study's cost-effect table, each with a line
+   saying what it means, and end with the winner on cost per point and the rework exposure
+   of the run that broke a general benchmark, both read from `GET /v1/reports/cost-effect`,
+   and when its regression was alerted, read from `GET /v1/alerts`.
 
 Everything is generated from a fixed seed relative to the start day (today − 33 days, UTC), so
 every run gives the same figures apart from the dates; all events lie inside the ledger's

@@ -20,12 +20,14 @@ from .study import (
     MIXES,
     PIPELINES,
     STUDY_TAG,
-    evaluation_results,
     evaluation_settings,
 )
 
 
-def post_results(demo: DemoSession) -> None:
+def put_settings(demo: DemoSession) -> dict[str, Any]:
+    """The study's evaluation settings, put before the replay: the baseline, the kinds of
+    benchmark, the tolerance and each run's planned tokens (a run is running until its
+    results reach them)."""
     settings = evaluation_settings()
     demo.call(
         "PUT",
@@ -34,21 +36,31 @@ def post_results(demo: DemoSession) -> None:
         params=demo.project_q,
         json=settings,
     )
-    results = evaluation_results(demo.sc)
+    return settings
+
+
+def post_results(demo: DemoSession, results: Sequence[Mapping[str, Any]]) -> int:
+    """Post one checkpoint's (or a few checkpoints') results as the eval harness would, when
+    the replay reaches their time; the service checks for regressions on each post."""
     accepted = 0
     for i in range(0, len(results), 1000):
         answer = demo.call(
             "POST",
             "/v1/evaluations",
             "evaluations",
-            json={"project": demo.sc.project, "results": results[i : i + 1000]},
+            json={"project": demo.sc.project, "results": list(results[i : i + 1000])},
         )
         accepted += int(answer["accepted"])
+    return accepted
+
+
+def say_results(demo: DemoSession, settings: Mapping[str, Any], accepted: int, posts: int) -> None:
     kinds = ", ".join(f"{name} ({what}, {kind})" for name, (kind, what) in BENCHMARKS.items())
     demo.say(
-        f"  evaluations: {accepted} results at the study's checkpoints (POST /v1/evaluations) "
-        f"on {kinds}; baseline {settings['baseline']}, tolerance {settings['tolerance']} "
-        "points (PUT /v1/evaluations/settings)"
+        f"  evaluations: {accepted} results at the study's checkpoints, posted in {posts} "
+        f"requests as the replay reached each checkpoint's time (POST /v1/evaluations) on "
+        f"{kinds}; baseline {settings['baseline']}, tolerance {settings['tolerance']} points "
+        "(PUT /v1/evaluations/settings, before the replay)"
     )
 
 
@@ -209,4 +221,30 @@ def closing(demo: DemoSession) -> None:
             f"  rework exposure of {name}: [bold red]{money(exposure, currency)}[/] (it fell "
             f"past the tolerance of {report['tolerance']} points on {', '.join(regressions)}; "
             "the spend after its last good checkpoint would be redone)"
+        )
+    _alerted(demo, report)
+
+
+def _alerted(demo: DemoSession, report: Mapping[str, Any]) -> None:
+    """The regression alerts, as GET /v1/alerts has them: each fired when the checkpoint that
+    fell past the tolerance was posted, with the tokens its run had seen by then."""
+    fired = demo.call(
+        "GET",
+        "/v1/alerts",
+        "regression alerts",
+        params={**demo.project_q, "kind": "evaluation_regression", "limit": 1000},
+    )
+    by_run: dict[str, list[Mapping[str, Any]]] = {}
+    for a in fired:
+        by_run.setdefault(a["regression"]["experiment"], []).append(a["regression"])
+    planned = {r["experiment"]: r.get("planned_tokens") for r in report["rows"]}
+    for name, regressions in by_run.items():
+        when = " and ".join(
+            f"{r['benchmark']} at {_tokens(r['tokens_seen'])}"
+            for r in sorted(regressions, key=lambda r: (r["measured_at"], r["benchmark"]))
+        )
+        of = f" of its {_tokens(planned[name])} planned" if planned.get(name) else ""
+        demo.say(
+            f"  alerted as it happened: {escape(name)} fell past the tolerance on {when}"
+            f"{of} tokens, while it still ran (GET /v1/alerts: evaluation_regression)"
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from rich.progress import (
@@ -15,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from . import costeffect
 from .scenario import (
     BATCH_EVENTS,
     CHECKPOINT_GB,
@@ -33,6 +36,7 @@ from .scenario import (
 )
 from .session import DemoError, DemoSession
 from .simulation import experiment_progress, pretrain_tokens_done
+from .study import evaluation_results
 
 
 def replay(demo: DemoSession) -> None:
@@ -72,8 +76,10 @@ def replay(demo: DemoSession) -> None:
         "balanced) against a baseline run, and the next data slice filtered two ways, by the "
         "quality scorer (hosted inference) or by flat heuristics, each with a pilot run"
     )
+    settings = costeffect.put_settings(demo)
     events = demo.outcome.events
-    batches = [events[i : i + BATCH_EVENTS] for i in range(0, len(events), BATCH_EVENTS)]
+    requests = schedule(events, evaluation_results(sc), BATCH_EVENTS)
+    posted = accepted = 0
     with Progress(
         TextColumn("  [progress.description]{task.description}"),
         BarColumn(),
@@ -83,25 +89,76 @@ def replay(demo: DemoSession) -> None:
         console=demo.console,
     ) as progress:
         task = progress.add_task("POST /v1/events", total=len(events), day="")
-        for batch in batches:
-            answer = demo.call(
-                "POST",
-                "/v1/events",
-                "replay",
-                content=json.dumps(batch).encode(),
-                headers={"content-type": "application/json"},
-            )
-            demo.outcome.accepted += int(answer["accepted"])
-            demo.outcome.duplicates += int(answer["duplicates"])
-            demo.outcome.rejected += len(answer["rejected"])
-            if answer["rejected"]:
-                first = answer["rejected"][0]
-                raise DemoError(f"replay: event {first.get('id')} rejected: {first.get('reason')}")
-            progress.update(task, advance=len(batch), day=f"up to {batch[-1]['time'][:10]}")
+        for batch, results in requests:
+            if batch:
+                _post_events(demo, batch)
+                progress.update(task, advance=len(batch), day=f"up to {batch[-1]['time'][:10]}")
+            if results:
+                accepted += costeffect.post_results(demo, results)
+                posted += 1
     demo.say(
-        f"  {len(batches)} requests: {demo.outcome.accepted:,} events accepted, "
-        f"{demo.outcome.duplicates} duplicates, {demo.outcome.rejected} rejected"
+        f"  {sum(1 for b, _ in requests if b)} requests of events: "
+        f"{demo.outcome.accepted:,} events accepted, {demo.outcome.duplicates} duplicates, "
+        f"{demo.outcome.rejected} rejected (batches also end at each of the study's checkpoints)"
     )
+    costeffect.say_results(demo, settings, accepted, posted)
+
+
+Request = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def schedule(
+    events: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]], size: int
+) -> list[Request]:
+    """The replay's requests in time order: (events, results) pairs. Events (in time order)
+    go in batches of at most `size`, and a batch also ends at each checkpoint's time (it
+    holds the events up to and including that time); the results of the checkpoints the
+    batch reached follow it, as an eval harness posts them when it has scored a checkpoint.
+    Results left after the last event follow the last batch."""
+    due = sorted(results, key=lambda r: _when(r["time"]))
+    cuts = sorted({_when(r["time"]) for r in results})
+    out: list[Request] = []
+    batch: list[dict[str, Any]] = []
+    taken = 0
+
+    def flush(end: int) -> None:  # the batch so far, then the results due[taken:end]
+        nonlocal batch, taken
+        if batch or end > taken:
+            out.append((batch, due[taken:end]))
+        batch, taken = [], end
+
+    for ev in events:
+        when = _when(ev["time"])
+        while cuts and cuts[0] < when:  # the replay has passed a checkpoint: its results
+            cut = cuts.pop(0)
+            flush(
+                next((i for i in range(taken, len(due)) if _when(due[i]["time"]) > cut), len(due))
+            )
+        batch.append(ev)
+        if len(batch) == size:
+            flush(taken)
+    flush(len(due))
+    return out
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def _post_events(demo: DemoSession, batch: list[dict[str, Any]]) -> None:
+    answer = demo.call(
+        "POST",
+        "/v1/events",
+        "replay",
+        content=json.dumps(batch).encode(),
+        headers={"content-type": "application/json"},
+    )
+    demo.outcome.accepted += int(answer["accepted"])
+    demo.outcome.duplicates += int(answer["duplicates"])
+    demo.outcome.rejected += len(answer["rejected"])
+    if answer["rejected"]:
+        first = answer["rejected"][0]
+        raise DemoError(f"replay: event {first.get('id')} rejected: {first.get('reason')}")
 
 
 def progress(demo: DemoSession) -> None:

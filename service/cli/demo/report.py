@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 from rich.markup import escape
 
@@ -110,13 +111,17 @@ def plan_vs_actual(demo: DemoSession) -> None:
     )
 
 
+REGRESSION = "evaluation_regression"
+
+
 def alerts(demo: DemoSession) -> None:
     demo.heading(
         8,
         "Alerts",
-        "Recorded once per budget, period and limit, and delivered to the webhook. 'crossed' "
-        "is the simulated hour the spend passed the limit; 'mostly' is the largest "
-        "cost driver the delivered message names.",
+        "Recorded once per budget, period and limit, or per experiment, benchmark and baseline, "
+        "and delivered to the webhook. 'crossed' is the simulated hour the spend passed the "
+        "limit (USD), or that of the checkpoint whose score fell past the tolerance (points below "
+        "the baseline); 'mostly' is the largest cost driver the delivered message names.",
     )
     received: dict[str, list[Delivery]] = {}
     for d in demo.outcome.deliveries:
@@ -125,11 +130,10 @@ def alerts(demo: DemoSession) -> None:
     crossings = _crossing_times(demo)
     rows = sorted(
         demo.outcome.alerts,
-        key=lambda a: (crossings.get(a["id"], demo.sc.end), a["budget_name"], a["id"]),
+        key=lambda a: (crossings.get(a["id"], demo.sc.end), _what(a), a["id"]),
     )
-    table = compact_table("crossed", "budget", "alert", ">limit USD", "mostly", "received")
+    table = compact_table("crossed", "what", "alert", ">limit", "mostly", "received")
     for a in rows:
-        what = f"{a['threshold_pct']} %" if a["kind"] == "threshold" else a["kind"]
         got = received.get(a["id"], [])
         if demo.outcome.webhook_id is None:
             mark = "-"
@@ -138,13 +142,13 @@ def alerts(demo: DemoSession) -> None:
         else:
             mark = f"[red]{len(got)} times[/]"
         drivers = got[0].body.get("data", {}).get("top_drivers", []) if got else []
-        top = drivers[0]["name"].split(" / ")[0] if drivers else ""
+        top = drivers[0]["name"].split(" / ")[0].rsplit(".", 1)[0] if drivers else ""
         when = crossings.get(a["id"])
         table.add_row(
             f"{when:%d %b %H:00}" if when else "?",
-            short_budget(a["budget_name"]) + ("" if a["period"] == "window" else f" {a['period']}"),
-            what,
-            num(a["limit"]),
+            escape(_what(a)),
+            _kind(a),
+            _limit(a),
             top,
             mark,
         )
@@ -167,11 +171,48 @@ def alerts(demo: DemoSession) -> None:
                 f"{money(data['forecast'])} by the end of the period, against "
                 f"{money(data['amount'])}"
             )
+    for a in rows:
+        if a["kind"] == REGRESSION:
+            _say_regression(demo, a)
     demo.means(
         "a threshold alert says a budget's spend reached that share of it: data prep and "
         "scoring came in near their plan, pretraining passed half its plan well before half "
         "its tokens, and the forecast alerts say the spend rate would overrun the plan and "
-        "the month. Monthly rows follow the calendar, so they change with today's date."
+        "the month. A regression alert came as the eval harness posted the checkpoint that "
+        "fell past the tolerance, while the run still went on (limit: the points a general "
+        "benchmark may fall below the baseline). Monthly rows follow the calendar, so they "
+        "change with today's date."
+    )
+
+
+def _what(a: dict[str, Any]) -> str:
+    if a["kind"] == REGRESSION:
+        return f"{a['scope'].get('experiment', '')} · {a['scope'].get('benchmark', '')}"
+    return short_budget(a["budget_name"]) + ("" if a["period"] == "window" else f" {a['period']}")
+
+
+def _kind(a: dict[str, Any]) -> str:
+    if a["kind"] == REGRESSION:
+        return "[red]regressed[/]"
+    return f"{a['threshold_pct']} %" if a["kind"] == "threshold" else str(a["kind"])
+
+
+def _limit(a: dict[str, Any]) -> str:
+    """A budget's limit in the currency; a regression's tolerance in points."""
+    if a["kind"] == REGRESSION:
+        return f"{a['regression']['tolerance']} pt"
+    return num(a["limit"], a.get("currency") or "USD")
+
+
+def _say_regression(demo: DemoSession, a: dict[str, Any]) -> None:
+    r = a["regression"]
+    tokens = Decimal(r["tokens_seen"]) / 1_000_000_000 if r.get("tokens_seen") else None
+    demo.say(
+        f"  regression, {escape(_what(a))}: {r['value']} against {r['baseline_value']} for "
+        f"the baseline {escape(r['baseline'])}, a change of {Decimal(r['gain']):+}, past the "
+        f"tolerance of {r['tolerance']} points"
+        + (f", after {tokens:.1f}B tokens" if tokens is not None else "")
+        + f"; rework exposure then {money(r['rework_exposure'], a['currency'])}"
     )
 
 
@@ -201,7 +242,10 @@ def _crossing_times(demo: DemoSession) -> dict[str, datetime]:
     }
     out: dict[str, datetime] = {}
     for a in demo.outcome.alerts:
-        budget = budgets.get(a["budget_id"])
+        if a["kind"] == REGRESSION:  # the time of the checkpoint that fell past the tolerance
+            out[a["id"]] = _when(a["regression"]["measured_at"])
+            continue
+        budget = budgets.get(a.get("budget_id"))
         if budget is None or a["kind"] == "growth":
             continue
         stage = a["scope"].get("stage")
@@ -211,8 +255,7 @@ def _crossing_times(demo: DemoSession) -> dict[str, datetime]:
             if stage is not None and row_stage != stage:
                 continue
             if a["period"] == "window":
-                start = datetime.fromisoformat(budget["window_start"].replace("Z", "+00:00"))
-                end = datetime.fromisoformat(budget["window_end"].replace("Z", "+00:00"))
+                start, end = _when(budget["window_start"]), _when(budget["window_end"])
                 if not start <= stamp < end:
                     continue
             elif stamp.strftime("%Y-%m") != a["period"]:
@@ -222,6 +265,10 @@ def _crossing_times(demo: DemoSession) -> dict[str, datetime]:
                 out[a["id"]] = stamp
                 break
     return out
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def waste(demo: DemoSession) -> None:

@@ -21,7 +21,6 @@ STEPS: tuple[Callable[[DemoSession], None], ...] = (
     preparation.webhook,
     replay.replay,
     replay.progress,
-    costeffect.post_results,
     replay.wait_for_deliveries,
     report.spend,
     report.plan_vs_actual,

@@ -10,8 +10,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from trainledger.cli.demo import Scenario, generate_events
+from trainledger.cli.demo import BATCH_EVENTS, Scenario, generate_events
 from trainledger.cli.demo.costeffect import read_verdict
+from trainledger.cli.demo.replay import schedule
 from trainledger.cli.demo.study import (
     BALANCED_MIX,
     BASELINE,
@@ -119,3 +120,53 @@ def test_the_verdict_is_read_from_the_report() -> None:
     assert verdict.cheapest == {"gsm8k": ("b", "9.999999999"), "humaneval": ("c", "3")}
     assert verdict.exposed == [("c", "41.20", ["mmlu"])]
     assert read_verdict({"rows": []}).cheapest == {}
+
+
+def test_results_are_posted_as_the_replay_reaches_their_checkpoint() -> None:
+    events, results = generate_events(SC), evaluation_results(SC)
+    requests = schedule(events, results, BATCH_EVENTS)
+    assert schedule(events, results, BATCH_EVENTS) == requests  # deterministic
+    # Every event once, in order, at most a batch a request; every result once.
+    assert [e for batch, _ in requests for e in batch] == events
+    assert all(len(batch) <= BATCH_EVENTS for batch, _ in requests)
+    assert sorted(r["id"] for _, rs in requests for r in rs) == sorted(r["id"] for r in results)
+
+    def when(item: dict[str, Any]) -> datetime:
+        return datetime.fromisoformat(item["time"].replace("Z", "+00:00"))
+
+    # A result follows every event up to its time and comes before every later one.
+    stamps = [[when(e) for e in batch] for batch, _ in requests]
+    for i, (_, rs) in enumerate(requests):
+        before = max((t for ts in stamps[: i + 1] for t in ts), default=None)
+        after = min((t for ts in stamps[i + 1 :] for t in ts), default=None)
+        for r in rs:
+            assert before is None or before <= when(r)
+            assert after is None or when(r) < after
+    # One checkpoint a results request (the study's runs do not share a checkpoint time):
+    # each regressing checkpoint of the math/code mix is posted before its last one.
+    assert len(requests) < 3 * len(events) // BATCH_EVENTS + 2 * len({r["time"] for r in results})
+    for _, rs in requests:
+        assert len({r["time"] for r in rs}) <= 1
+    order = {r["id"]: i for i, (_, rs) in enumerate(requests) for r in rs}
+    last = max(order[f"{MATH_MIX}-{b}-ckpt8"] for b in BENCHMARKS)
+    assert order[f"{MATH_MIX}-triviaqa-ckpt4"] < order[f"{MATH_MIX}-mmlu-ckpt5"] < last
+
+
+def test_schedule_on_a_small_stream() -> None:
+    def ev(i: int, t: str) -> dict[str, Any]:
+        return {"id": f"e{i}", "time": t}
+
+    events = [ev(0, "2026-01-01T00:00:00Z"), ev(1, "2026-01-01T01:00:00Z")]
+    events += [ev(2, "2026-01-01T01:00:00Z"), ev(3, "2026-01-01T05:00:00Z")]
+    results = [
+        {"id": "late", "time": "2026-01-02T00:00:00Z"},
+        {"id": "r1", "time": "2026-01-01T01:00:00Z"},
+        {"id": "early", "time": "2025-12-31T00:00:00Z"},
+    ]
+    got = [([e["id"] for e in b], [r["id"] for r in rs]) for b, rs in schedule(events, results, 2)]
+    assert got == [
+        ([], ["early"]),  # before any event
+        (["e0", "e1"], []),  # a full batch
+        (["e2"], ["r1"]),  # the events at its time, then the result
+        (["e3"], ["late"]),  # after the last event
+    ]
