@@ -360,9 +360,11 @@ class Connection:
             try:
                 await node.execute_pipeline(commands)
             except NODE_DOWN_ERRORS:
-                # Run or not, unknown: not retried. The next call reads the slot map again
-                # (a failover promotes the replica) on fresh connections.
+                # Run or not, unknown: not retried. As redis-py does after a connection error:
+                # the next call reads the slot map again (asking that node last), and the
+                # node's connections are recycled.
                 recycle_connections(node)
+                cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
                 cluster._initialize = True
                 raise
             reply = commands[-2 if wait else -1].result
