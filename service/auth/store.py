@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..storage import scripts
-from ..storage.connection import Connection, ScriptNotLoaded
+from ..storage.connection import Connection
 from ..storage.keys import Keys
 from ..storage.replies import as_text, str_mapping
 
@@ -50,8 +50,8 @@ class TokenStore:
         """Revoke a token (False: no such token). Raises `LastUnscopedAdmin` rather than revoke
         the last admin token for every project: nobody could manage tokens afterwards."""
         # The script counts only ids still in the index, so one revoked meanwhile does not count.
-        digest = await self._revoke_token(
-            keys=[Keys.token_index(), Keys.unscoped_admins()], args=[token_id]
+        digest = await self.conn.run_script(
+            self._revoke_token, [Keys.token_index(), Keys.unscoped_admins()], [token_id]
         )
         if digest is None:
             return False
@@ -63,16 +63,9 @@ class TokenStore:
     async def count_request(self, token_id: str, second: int, count: int = 1) -> int:
         """Requests of this token so far in this (epoch) second, these `count` included.
         On a cluster, one try at the window's master (its node down: NODE_DOWN_ERRORS at
-        once, and the rate limiter fails open; service/http/ratelimit.py)."""
+        once, and the rate limiter fails open; service/http/ratelimit.py): `run_script`."""
         key = Keys.rate_window(token_id, second)
-        if not self.conn.is_cluster:
-            return int(await self._rate_window(keys=[key], args=[count]))
-        script = self._rate_window
-        try:
-            return int(await self.conn.at_master(key, "EVALSHA", script.sha, 1, key, count))
-        except ScriptNotLoaded:
-            await self.conn.at_master(key, "SCRIPT", "LOAD", script.script)
-            return int(await self.conn.at_master(key, "EVALSHA", script.sha, 1, key, count))
+        return int(await self.conn.run_script(self._rate_window, [key], [count]))
 
     async def token_count(self) -> int:
         return int(await self.client.hlen(Keys.token_index()))

@@ -117,7 +117,7 @@ class BudgetStore:
             Keys.high(Keys.budget_spend(project)),
             Keys.high(Keys.budget_daily(project)),
         ]
-        return bool(await self._init_budget(keys=keys, args=[last_seen_entry, payload]))
+        return bool(await self.conn.run_script(self._init_budget, keys, [last_seen_entry, payload]))
 
     async def alerts(
         self, project: str, start: str = "-", end: str = "+", count: int = 100

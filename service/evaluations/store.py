@@ -82,7 +82,7 @@ class EvaluationStore:
             return []
         args = [x for alert_id, record in candidates for x in (alert_id, record)]
         keys = [Keys.evaluation_fired(project), Keys.alerts(project)]
-        fired = await self._fire_regressions(keys=keys, args=args)
+        fired = await self.conn.run_script(self._fire_regressions, keys, args)
         return [as_text(a) for a in fired or []]
 
     async def regressions_fired(self, project: str, alert_ids: Sequence[str]) -> set[str]:

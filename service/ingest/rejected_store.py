@@ -40,7 +40,7 @@ class RejectedStore:
             args: list[str | bytes | int] = [limit]
             for event_id, record, when_ms in kept[start : start + 500]:
                 args += [event_id, record, when_ms]
-            dropped += int(await script(keys=keys, args=args))
+            dropped += int(await self.conn.run_script(script, keys, args))
         await self.projects.add_project(project)
         return dropped
 

@@ -213,7 +213,7 @@ class IngestStore:
             # Not run (NOSCRIPT), or the lane's connection dropped, run or not: once more
             # through the pool, as redis-py retries a dropped command (a batch that did run
             # comes back as duplicates, IngestAnswer.DUPLICATES).
-            reply = await self._ingest(keys=keys, args=args)
+            reply = await self.conn.run_script(self._ingest, keys, args)
         return _ingest_outcome(reply, order)
 
     def _ingest_call(

@@ -164,7 +164,9 @@ class LedgerStore:
         milliseconds, and every request waited); a fold that another moved the cursor under
         writes nothing (`fold_log`)."""
         log_key = Keys.log(project)
-        cursor, last = await self._read_unfolded(keys=[Keys.meta(project), log_key])
+        cursor, last = await self.conn.run_script(
+            self._read_unfolded, [Keys.meta(project), log_key], []
+        )
         cursor, last = as_text(cursor), as_text(last)
         entries: list[tuple[str, bytes]] = []
         size, page, after = 0, 16, cursor
@@ -194,7 +196,7 @@ class LedgerStore:
         """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
         and move the cursor there. False (nothing written) when another fold moved it first."""
         keys, payload = await _encoded(project, [cursor, new_cursor], events, increments)
-        return bool(await self._fold_log(keys=keys, args=[payload]))
+        return bool(await self.conn.run_script(self._fold_log, keys, [payload]))
 
     # --- totals -------------------------------------------------------------------------
 
@@ -229,9 +231,10 @@ class LedgerStore:
         Read in one script, so a fold or a batch landing meanwhile cannot make them differ.
         """
         daily_key = Keys.daily(project)
-        covered, accepted, pending, flat, high = await self._totals_state(
-            keys=[Keys.rollup_count(project), Keys.meta(project), daily_key, Keys.high(daily_key)],
-            args=[rollup_field],
+        covered, accepted, pending, flat, high = await self.conn.run_script(
+            self._totals_state,
+            [Keys.rollup_count(project), Keys.meta(project), daily_key, Keys.high(daily_key)],
+            [rollup_field],
         )
         daily = {as_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
         for i in range(0, len(high), 2):
@@ -404,7 +407,7 @@ class LedgerStore:
             keys += [Keys.staging(project, live), live]
         keys += list(drop)
         args: list[str | int] = [last_seen_entry, len(replace), str(bounds[0]), str(bounds[1])]
-        done = await self._swap(keys=keys, args=args)
+        done = await self.conn.run_script(self._swap, keys, args)
         if not done:
             with contextlib.suppress(Exception):
                 await self.client.delete(*[Keys.staging(project, k) for k in replace])

@@ -24,7 +24,7 @@ class RateCardStore:
         self._card_revisions: dict[str, tuple[float, int]] = {}
 
     async def put_rate_card_version(self, name: str, version_json: bytes) -> int:
-        version = await self._put_card(keys=[Keys.rate_card(name)], args=[version_json])
+        version = await self.conn.run_script(self._put_card, [Keys.rate_card(name)], [version_json])
         self._card_revisions.pop(name, None)  # this worker applies it at once
         await self.client.sadd(Keys.rate_card_names(), name)
         return int(version)

@@ -79,26 +79,47 @@ def cluster_request_timeout_ms(url: str) -> int:
 
 
 class _Cluster(RedisCluster):
-    """redis-py's cluster client, except for how it resets itself after an error.
+    """redis-py's cluster client, except for how it resets itself after an error, and that
+    it learns the slot map before its first command is routed.
 
     After a failed pipeline, a CLUSTERDOWN answer or repeated MOVED answers, redis-py calls
     `aclose()`, which disconnects every connection to every node, *including those other
     requests are reading from at that moment*: they then fail with `RuntimeError` ("the
     handler is closed") or `AttributeError` (a writer that is None) instead of a storage
-    error. Here that reset only asks for a fresh slot map and recycles the connections
-    lazily (idle ones now, busy ones when their command is done), as redis-py does itself
-    after a connection error. `close_all` closes for good (`Connection.close`).
+    error. Here that reset only asks for a fresh slot map and marks every connection to be
+    recycled by whoever takes it next (`disconnect_if_needed`, on a connection that task
+    alone holds). Not `disconnect_free_connections`: it closes idle connections *while they
+    stay in the free queue*, so a request that takes one meanwhile writes on a closing socket
+    (`'NoneType' object has no attribute 'writelines'`). `close_all` closes for good.
+
+    redis-py 8.1 picks a command's route before its lazy `initialize()`: a keyed command
+    sent before the client knows any node goes to a random master. The first concurrent
+    commands of a fresh worker then drew MOVED answers, whose count (`reinitialize_steps`)
+    reset the client under the others (redis/redis-py#3935); `execute_command` initializes
+    first.
     """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize and self.get_default_node() is None:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
 
     async def aclose(self) -> None:
         self._initialize = True  # the next command reads the slot map again
         for node in list(self.nodes_manager.nodes_cache.values()):
-            node.update_active_connections_for_reconnect()
-            await node.disconnect_free_connections()
+            recycle_connections(node)
 
     async def close_all(self) -> None:
         self._initialize = False  # whatever state it is in: redis-py's aclose closes all
         await super().aclose()
+
+
+def recycle_connections(node: ClusterNode) -> None:
+    """Mark every connection to `node`, busy or idle, to be reconnected by the next task that
+    takes it (redis-py's `disconnect_if_needed`): nothing closes a socket another task holds."""
+    node.update_active_connections_for_reconnect()
+    for connection in list(node._free):
+        cast(Any, connection).mark_for_reconnect()
 
 
 def cluster_options(url: str) -> tuple[str, int | None, int]:
@@ -198,7 +219,8 @@ class Connection:
         # Cluster only: the longest a request may wait for the store before it is answered 503
         # (seconds; service/http/deadline.py). None: no bound beyond the socket timeouts.
         self.request_timeout: float | None = None
-        # (node name, script sha) of the scripts `replicated` has run on a node.
+        # Cluster only: (node name, script sha) of the scripts run on a node (`run_script`,
+        # `replicated`); a node not in it gets the script loaded before it runs there.
         self._scripts_on: set[tuple[str, str]] = set()
 
     @property
@@ -267,6 +289,20 @@ class Connection:
             self._wait_replicas = 1 if self.client.get_replicas() else 0
         return self._wait_replicas
 
+    async def run_script(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a registered script: every store runs its scripts through here, never by calling
+        the script itself. On one server, redis-py's EVALSHA (NOSCRIPT: SCRIPT LOAD, again).
+        On a cluster, at the master of `keys[0]`'s slot, loading the script there first in the
+        same round trip when this worker has not run it on that node (`_on_key_node`); a node
+        down raises NODE_DOWN_ERRORS (answered 503) and the next call reads the slot map again.
+        """
+        if not isinstance(self.client, RedisCluster):
+            return await script(keys=keys, args=args)
+        reply, _ = await self._on_key_node(script, keys, args, wait=0)
+        return reply
+
     async def replicated(
         self,
         script: AsyncScript,
@@ -284,7 +320,21 @@ class Connection:
         """
         want = await self.wait_replicas()
         if not want:
-            return await script(keys=keys, args=args)
+            return await self.run_script(script, keys, args)
+        reply, acked = await self._on_key_node(script, keys, args, wait=want)
+        if needs_replicas(reply) and int(acked) < want:
+            raise ReplicationTimeout(
+                f"the write reached {int(acked)} of {want} replicas in {self._wait_timeout_ms} ms"
+            )
+        return reply
+
+    async def _on_key_node(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any], wait: int
+    ) -> tuple[Any, Any]:
+        """EVALSHA at the master of `keys[0]`'s slot, as one pipeline on one connection, and
+        with `wait`, WAIT for that many replicas after it: (the script's reply, WAIT's reply or
+        None). MOVED, ASK, TRYAGAIN and NOSCRIPT are dealt with here, not by redis-py, whose
+        own handling resets the client under every other request (`_Cluster`)."""
         cluster = cast(RedisCluster, self.client)
         await cluster.initialize()  # a no-op unless a failed command asked for a refresh
         ask: ClusterNode | None = None  # the slot is migrating: this node, after ASKING
@@ -294,20 +344,31 @@ class Connection:
                 raise SlotNotCoveredError(f"no master serves {keys[0]!r} now; not applied")
             # A node this worker has not run the script on (a replica just promoted: the
             # script cache is not replicated) gets it loaded first, in the same pipeline:
-            # a NOSCRIPT answer would still cost a full WAIT (no write to wait for, but no
-            # replica either right after a failover) before the retry.
+            # a NOSCRIPT answer would cost a round trip (with WAIT, a full WAIT: no write to
+            # wait for, but no replica either right after a failover) before the retry.
             commands = []
             if (node.name, script.sha) not in self._scripts_on:
                 commands.append(PipelineCommand(0, "SCRIPT", "LOAD", script.script))
             if ask:  # right before the command it allows
                 commands.append(PipelineCommand(len(commands), "ASKING"))
-            commands += [
-                PipelineCommand(len(commands), "EVALSHA", script.sha, len(keys), *keys, *args),
-                PipelineCommand(len(commands) + 1, "WAIT", want, self._wait_timeout_ms),
-            ]
+            commands.append(
+                PipelineCommand(len(commands), "EVALSHA", script.sha, len(keys), *keys, *args)
+            )
+            if wait:
+                commands.append(PipelineCommand(len(commands), "WAIT", wait, self._wait_timeout_ms))
             ask = None
-            await node.execute_pipeline(commands)
-            reply, acked = commands[-2].result, commands[-1].result
+            try:
+                await node.execute_pipeline(commands)
+            except NODE_DOWN_ERRORS:
+                # Run or not, unknown: not retried. As redis-py does after a connection error:
+                # the next call reads the slot map again (asking that node last), and the
+                # node's connections are recycled.
+                recycle_connections(node)
+                cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+                cluster._initialize = True
+                raise
+            reply = commands[-2 if wait else -1].result
+            acked = commands[-1].result if wait else None
             if isinstance(reply, NoScriptError):  # a restarted master: load it there
                 self._scripts_on.discard((node.name, script.sha))
                 continue
@@ -327,12 +388,7 @@ class Connection:
                 raise reply
             if isinstance(acked, Exception):
                 raise acked
-            if needs_replicas(reply) and int(acked) < want:
-                raise ReplicationTimeout(
-                    f"the write reached {int(acked)} of {want} replicas in "
-                    f"{self._wait_timeout_ms} ms"
-                )
-            return reply
+            return reply, acked
         raise TryAgainError("the slot's master kept changing; not applied, retry")
 
     async def at_master(self, key: str, *command: Any) -> Any:

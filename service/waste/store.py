@@ -22,8 +22,10 @@ class WasteStore:
         self, project: str, experiment: str, point_json: bytes, keep: int = 500
     ) -> None:
         """Append a progress point to the experiment's list, keeping the newest `keep`."""
-        await self._append_progress(
-            keys=[Keys.experiment_progress(project)], args=[experiment, point_json, keep]
+        await self.conn.run_script(
+            self._append_progress,
+            [Keys.experiment_progress(project)],
+            [experiment, point_json, keep],
         )
         await self.projects.add_project(project)
 

@@ -37,7 +37,11 @@ class WebhookStore:
 
     async def replace_webhook(self, webhook_id: str, old: bytes, new: bytes) -> bool:
         """Store `new` for the webhook if it is still stored as `old` (re-sealing)."""
-        return bool(await self._replace_field(keys=[Keys.webhooks()], args=[webhook_id, old, new]))
+        return bool(
+            await self.conn.run_script(
+                self._replace_field, [Keys.webhooks()], [webhook_id, old, new]
+            )
+        )
 
     async def sealing_check(self, candidate: str) -> bytes:
         """The stored check value of the secret key, storing `candidate` if there is none."""
@@ -45,7 +49,9 @@ class WebhookStore:
         return as_bytes(await self.client.hget(Keys.sealing(), "check"))
 
     async def replace_sealing_check(self, old: bytes, new: str) -> bool:
-        return bool(await self._replace_field(keys=[Keys.sealing()], args=["check", old, new]))
+        return bool(
+            await self.conn.run_script(self._replace_field, [Keys.sealing()], ["check", old, new])
+        )
 
     async def alerts_to_dispatch(
         self, project: str, group: str, consumer: str, count: int, min_idle_ms: int
@@ -101,14 +107,16 @@ class WebhookStore:
         for delivery_id, record in deliveries:
             args += [delivery_id, record]
         keys = [Keys.alerts(project), Keys.deliveries(project), Keys.delivery_queue(project)]
-        return int(await self._dispatch_alert(keys=keys, args=args))
+        return int(await self.conn.run_script(self._dispatch_alert, keys, args))
 
     async def claim_deliveries(
         self, project: str, now_ms: int, lease_until_ms: int, count: int
     ) -> list[tuple[str, bytes]]:
         """Lease up to `count` due deliveries until `lease_until_ms` (the lease's token)."""
         keys = [Keys.delivery_queue(project), Keys.deliveries(project)]
-        reply = await self._claim_deliveries(keys=keys, args=[now_ms, lease_until_ms, count])
+        reply = await self.conn.run_script(
+            self._claim_deliveries, keys, [now_ms, lease_until_ms, count]
+        )
         return [(as_text(reply[i]), as_bytes(reply[i + 1])) for i in range(0, len(reply), 2)]
 
     async def settle_delivery(
@@ -130,7 +138,7 @@ class WebhookStore:
             Keys.delivery_dead(project),
         ]
         args: list[Any] = [delivery_id, token, claimed, record, outcome, score_ms]
-        return bool(await self._settle_delivery(keys=keys, args=args))
+        return bool(await self.conn.run_script(self._settle_delivery, keys, args))
 
     async def delivery_records(self, project: str, ids: Sequence[str]) -> list[bytes | None]:
         if not ids:
@@ -186,4 +194,4 @@ class WebhookStore:
             Keys.deliveries(project),
             Keys.delivery_dead(project),
         ]
-        return [as_text(i) for i in await self._redeliver(keys=keys, args=args)]
+        return [as_text(i) for i in await self.conn.run_script(self._redeliver, keys, args)]
