@@ -160,22 +160,32 @@ def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
-def table(reports: list[dict[str, Any]]) -> str:
-    """Markdown: instructions per unit per phase, one column per tree, the last against the
-    first."""
+def _column_table(reports: list[dict[str, Any]], value: Any, title: str, fmt: str) -> list[str]:
     heads = [f"{r['commit']} ({r['layout']})" for r in reports]
-    lines = ["| phase | unit | " + " | ".join(heads) + " | last / first |"]
+    lines = [f"| {title} | unit | " + " | ".join(heads) + " | last / first |"]
     lines.append("| --- | --- |" + " ---: |" * (len(reports) + 1))
     for i, (name, label, unit) in enumerate(PHASES):
         if name == "empty":
             continue
-        values = [r["phases"][i]["per_unit"] for r in reports]
-        cells = ["n/a" if v is None else f"{v:,.0f}" for v in values]
+        values = [value(r["phases"][i]) for r in reports]
+        cells = ["n/a" if v is None else format(v, fmt) for v in values]
         ratio = "—"
         if len(values) > 1 and values[0] and values[-1] is not None:
             ratio = f"{100 * (values[-1] / values[0] - 1):+.1f} %"
         lines.append(f"| {label} | {unit} | " + " | ".join(cells) + f" | {ratio} |")
-    lines.append("")
+    return [*lines, ""]
+
+
+def table(reports: list[dict[str, Any]]) -> str:
+    """Markdown: per unit and phase, one column per tree, the last against the first: the
+    instructions (or, without valgrind, the wall-clock µs: noise), and Valkey's calls."""
+    if any(p["per_unit"] is not None for r in reports for p in r["phases"]):
+        lines = _column_table(reports, lambda p: p["per_unit"], "instructions", ",.0f")
+    else:
+        lines = _column_table(reports, lambda p: p["us_per_unit"], "µs, wall clock", ",.1f")
+    lines += _column_table(
+        reports, lambda p: p["valkey_calls"] / p["units"], "Valkey commands", ",.3f"
+    )
     for r in reports:
         s = r["started"]
         lines.append(

@@ -25,6 +25,8 @@ from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio
+
 # Where each thing lives, by layout (`service`: before issue 16; `trainledger`: after).
 WHERE: dict[str, dict[str, str]] = {
     "service": {
@@ -350,17 +352,24 @@ async def measure(cfg: dict[str, Any], url: str, data_dir: Path) -> dict[str, An
         "fold": fold,
         "queries": queries,
     }
+    valkey = redis.asyncio.Redis.from_url(url)
     callgrind = Callgrind(cfg["shim"])
     callgrind.start()
     watch = GcWatch()
     phases = []
     for name, run in work.items():
+        await valkey.config_resetstat()
         before, gc_before = watch.snapshot(), time.perf_counter()
         callgrind.zero()
         units = await run()
         callgrind.dump(name)
         after = watch.snapshot()
         seconds = time.perf_counter() - gc_before
+        commands = {
+            name.removeprefix("cmdstat_"): {"calls": int(row["calls"]), "usec": int(row["usec"])}
+            for name, row in (await valkey.info("commandstats")).items()
+            if not name.startswith(("info", "config"))
+        }
         if name == "fold":
             units = posted  # the events of the batches folded (settle counts batches)
         elif name in ("single", "json", "msgpack", "budgets"):
@@ -372,8 +381,11 @@ async def measure(cfg: dict[str, Any], url: str, data_dir: Path) -> dict[str, An
                 "collections": [a - b for a, b in zip(after[0], before[0], strict=True)],
                 "gc_seconds": after[1] - before[1],
                 "seconds": seconds,
+                "valkey_commands": commands,
+                "valkey_calls": sum(c["calls"] for c in commands.values()),
             }
         )
+    await valkey.aclose()
     await inbox.put({"type": "lifespan.shutdown"})
     await lifespan
     return {"layout": cfg["layout"], "valgrind": callgrind.on, "started": started, "phases": phases}
