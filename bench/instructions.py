@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.instructions                        # this tree
     .venv/bin/python -m bench.instructions --tree ../before --tree .   # before/after, one table
     .venv/bin/python -m bench.instructions --no-valgrind          # the phases once, no counts
+    .venv/bin/python -m bench.instructions --keep /tmp/cg         # keep the dumps: then
+    callgrind_annotate --inclusive=yes /tmp/cg/<commit>/cg.out.3  # where a phase's count goes
 
 Each tree runs in its own process under `valgrind --tool=callgrind`, with that tree's
 `.venv/bin/python` (the compiled core included) and from that tree's root, so a tree of the
@@ -157,6 +159,11 @@ def run_tree(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
             phase["us_per_unit"] = 1e6 * phase["seconds"] / phase["units"]
         return report
     finally:
+        if args.keep:
+            kept = args.keep / f"{commit_of(tree)}"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(out_dir, kept)
+            print(f"callgrind's dumps of {tree}: {kept}/cg.out.*", file=sys.stderr)
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
@@ -206,6 +213,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100, help="requests per request phase")
     parser.add_argument("--query-rounds", type=int, default=3, help="rounds of the 7 queries")
     parser.add_argument("--json", type=Path, help="write the reports here")
+    parser.add_argument(
+        "--keep", type=Path, help="keep callgrind's dumps in DIR/<commit>/ (callgrind_annotate)"
+    )
     args = parser.parse_args()
     if not args.no_valgrind and shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install -y valgrind)")
