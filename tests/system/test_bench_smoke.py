@@ -106,3 +106,45 @@ def test_cpu_accounting_sees_a_reaped_child_and_the_machine() -> None:
     assert process_cpu_seconds(me) - own_before < reaped
     busy_after, all_after = machine_cpu_seconds()
     assert 0 < busy_after - busy_before <= all_after - all_before
+
+
+def test_instructions_phases_run_without_valgrind(tmp_path: Any) -> None:
+    """`bench.instructions --no-valgrind` runs every phase once on this tree (a few seconds)
+    and reports each with its units, its collections and Valkey's commands; no counts."""
+    import subprocess
+    import sys
+
+    from bench.instructions import PHASES, ROOT, table
+
+    out = tmp_path / "instr.json"
+    small = ["--batches", "1", "--size", "200", "--requests", "3", "--query-rounds", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--no-valgrind", *small, "--json", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (report,) = json.loads(out.read_text())
+    assert report["layout"] == "trainledger"
+    assert report["valgrind"] is False
+    assert [p["name"] for p in report["phases"]] == [name for name, _, _ in PHASES]
+    units = {p["name"]: p["units"] for p in report["phases"]}
+    assert units == {
+        "empty": 1,
+        "healthz": 3,
+        "single": 3,
+        "json": 200,
+        "msgpack": 200,
+        "budgets": 200,
+        "fold": 603,
+        "queries": 7,
+    }
+    for phase in report["phases"]:
+        assert phase["instructions"] is None and phase["per_unit"] is None
+        assert len(phase["collections"]) == 3
+        assert phase["valkey_calls"] == sum(c["calls"] for c in phase["valkey_commands"].values())
+        if phase["name"] not in ("empty", "healthz"):
+            assert phase["valkey_calls"] > 0, phase["name"]
+    assert report["started"]["frozen"] > 0
+    assert "POST 5,000-event msgpack batch" in table([report])
