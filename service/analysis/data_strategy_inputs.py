@@ -23,6 +23,7 @@ from .schema import (
     Currency,
     DecimalString,
     ProbabilityString,
+    ScaleTokens,
     SignedDecimalString,
 )
 
@@ -242,19 +243,7 @@ class DataStrategyIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, o
     pilot_benchmark: (
         Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)] | None
     ) = None
-    scale_tokens: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                ge=1,
-                le=10**18,
-                description="tokens at full scale for the verdict's scale-up figures (tokens); "
-                "needs experiments; default: the winner's planned_tokens in the evaluation "
-                "settings",
-            ),
-        ]
-        | None
-    ) = None
+    scale_tokens: ScaleTokens | None = None
     currency: Currency = "USD"
     scoring_cost_per_token: (
         Annotated[

@@ -8,7 +8,14 @@ from typing import Annotated, Literal
 import msgspec
 
 from ..events.model import PROJECT_PATTERN, Label
-from .schema import Currency, DecimalString, Name, ProbabilityString, SignedDecimalString
+from .schema import (
+    Currency,
+    DecimalString,
+    Name,
+    ProbabilityString,
+    ScaleTokens,
+    SignedDecimalString,
+)
 
 __all__ = ["DomainMixIn", "DomainName", "MixIn"]
 
@@ -142,16 +149,4 @@ class DomainMixIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit
         ]
         | None
     ) = None
-    scale_tokens: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                ge=1,
-                le=10**18,
-                description="tokens at full scale for the verdict's scale-up figures (tokens); "
-                "needs experiments; default: the winner's planned_tokens in the evaluation "
-                "settings",
-            ),
-        ]
-        | None
-    ) = None
+    scale_tokens: ScaleTokens | None = None

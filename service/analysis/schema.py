@@ -108,3 +108,15 @@ def savings_versus(
         versus=versus,
         definition=definition,
     )
+
+
+# Both measured analyses: the tokens a verdict's option is scaled to (analysis/verdict.py).
+ScaleTokens = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=10**18,
+        description="tokens at full scale for the verdict's scale-up figures (tokens); needs "
+        "experiments; default: the winner's planned_tokens in the evaluation settings",
+    ),
+]
