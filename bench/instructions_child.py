@@ -43,7 +43,9 @@ WHERE: dict[str, dict[str, str]] = {
         "Store": "trainledger.stores:Stores",
         "settle": "trainledger.ledger.folding:settle",
         "EmbeddedValkey": "trainledger.storage.embedded:EmbeddedValkey",
-        "ensure_admin_token": "trainledger.cli.serve:ensure_admin_token",
+        # cli/local_store.py since the CLI starts light; cli/serve.py before.
+        "ensure_admin_token": "trainledger.cli.local_store:ensure_admin_token"
+        "|trainledger.cli.serve:ensure_admin_token",
         "tune_garbage_collector": "trainledger.runtime:tune_garbage_collector",
     },
 }
@@ -68,7 +70,15 @@ ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 
 def load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
+    """`module:name`, or the first of `a:x|b:y` that the tree has."""
+    *earlier, last = spec.split("|")
+    for choice in earlier:
+        module, _, name = choice.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    module, _, name = last.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
