@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainledger.spend_metrics.settings import OPTIONAL_DIMENSIONS, SpendConfig
 
 from tests.api.test_ingest import post, put_card
-from tests.api.test_spend_metrics import serve, settled, this_month
+from tests.api.test_spend_metrics import FIGURES_WAIT_S, serve, settled, this_month
 from tests.conftest import Api, event
 from tests.promql import metric_names
 
@@ -66,7 +66,9 @@ async def exported_names(api: Api) -> set[str]:
 
 
 async def test_every_query_names_exported_metrics(clean_redis: str) -> None:
-    config = SpendConfig(dimensions=OPTIONAL_DIMENSIONS, ttl_seconds=0)
+    config = SpendConfig(
+        dimensions=OPTIONAL_DIMENSIONS, ttl_seconds=0, deadline_seconds=FIGURES_WAIT_S
+    )
     async for api in serve(clean_redis, config):
         exported = await exported_names(api)
     dashboard = json.loads(DASHBOARD.read_text())
@@ -99,8 +101,10 @@ async def test_every_query_names_exported_metrics(clean_redis: str) -> None:
 
 async def test_the_public_page_has_no_spend(clean_redis: str) -> None:
     """What the rules need is on the page a token scrapes, never on the public one."""
-    async for api in serve(clean_redis, SpendConfig(ttl_seconds=0)):
-        async with httpx.AsyncClient(base_url=api.base_url) as c:
+    async for api in serve(
+        clean_redis, SpendConfig(ttl_seconds=0, deadline_seconds=FIGURES_WAIT_S)
+    ):
+        async with httpx.AsyncClient(base_url=api.base_url, timeout=120) as c:
             page = await c.get("/metrics")
         public = {f.name for f in text_string_to_metric_families(page.text)}
         rules = yaml.safe_load(RULES.read_text())
