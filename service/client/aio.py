@@ -30,7 +30,7 @@ from .retry import (
     retryable_error,
     retryable_status,
 )
-from .sync import DEFAULT_BATCH, OnRetry, as_mapping, drain_report, unreachable
+from .sync import DEFAULT_BATCH, OnRetry, as_mapping, drain_report, set_aside, unreachable
 
 if TYPE_CHECKING:
     from .spool import Spool
@@ -294,6 +294,8 @@ class AsyncBatcher:
         except SpoolBusy:
             return
         self._queue.add_report(drain_report(drained))
+        if drained.files_failed:
+            self._queue.notify(set_aside(spool, drained))
 
     async def _run(self) -> None:
         while True:

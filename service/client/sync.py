@@ -16,7 +16,7 @@ import msgspec
 
 from ..events.model import EventIn
 from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, split_posts
-from .errors import ApiError, BatcherError, ServiceUnreachable
+from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
 from .models import (
     NDJSON,
     Event,
@@ -375,6 +375,8 @@ class Batcher:
         except SpoolBusy:  # an agent is draining it: the events are in good hands
             return
         self._queue.add_report(drain_report(drained))
+        if drained.files_failed:
+            self._queue.notify(set_aside(spool, drained))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -410,6 +412,13 @@ def drain_report(drained: DrainReport) -> IngestReport:
     """A spool drain's answers as an ingest report."""
     rejected = msgspec.convert(drained.rejected, list[RejectedEvent])
     return IngestReport(accepted=drained.accepted, duplicates=drained.duplicates, rejected=rejected)
+
+
+def set_aside(spool: Spool, drained: DrainReport) -> ClientError:
+    """What `on_error` hears when a drain set spooled files aside."""
+    return ClientError(
+        f"{drained.files_failed} spooled files refused by the service, set aside in {spool.failed}"
+    )
 
 
 def as_mapping(event: Event) -> Any:

@@ -73,11 +73,13 @@ async def test_one_refused_event_does_not_hold_up_the_others(api: Api) -> None:
 async def test_with_a_spool_a_refused_event_goes_to_failed_alone(api: Api, tmp_path: Path) -> None:
     limited = await api.token("ingest", ["llm"])
     spool = Spool(tmp_path / "spool")
+    heard: list[Exception] = []
     with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
-        with client.batcher(size=20, interval=3600, spool=spool) as batcher:
+        with client.batcher(size=20, interval=3600, spool=spool, on_error=heard.append) as b:
             for e in poisoned():
-                batcher.add(e)
-        assert counted(admin) == 19
+                b.add(e)
+        assert counted(admin) == 19 and b.report.accepted == 19
+        assert [str(e).split(" spooled")[0] for e in heard] == ["1"]
         assert spool.files() == []
         kept = [p for p in spool.failed.iterdir() if p.name.endswith(".ndjson")]
         assert [json.loads(line)["id"] for p in kept for line in p.read_text().splitlines()] == [
