@@ -171,7 +171,7 @@ class AsyncBatcher:
         *,
         size: int = 1_000,
         interval: float = 5.0,
-        spool: Spool | None,
+        spool: Spool | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED,
         on_error: OnError | None = None,
     ) -> None:
@@ -185,6 +185,7 @@ class AsyncBatcher:
         self._spooled = 0
         self._sending = asyncio.Lock()
         self._wake = asyncio.Event()
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Self:
@@ -195,7 +196,7 @@ class AsyncBatcher:
         await self.aclose()
 
     def _start(self) -> None:
-        if self._task is None:
+        if self._task is None and not self._closing:
             self._task = asyncio.create_task(self._run())
 
     @property
@@ -298,19 +299,23 @@ class AsyncBatcher:
             self._queue.notify(set_aside(spool, drained))
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             woken = False  # by `size` reached, else the timer
             with contextlib.suppress(TimeoutError):
                 woken = await asyncio.wait_for(self._wake.wait(), self.interval)
             self._wake.clear()
+            if self._closing:
+                return  # aclose() flushes
             with contextlib.suppress(Exception):  # kept as last_error; the events stay
                 await self._flush(whole=woken)
 
     async def aclose(self) -> None:
+        """Stop the task (its flush in flight finishes: a spool drain runs in a thread that
+        cancelling would not stop) and flush; what cannot be sent as `Batcher.close`."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._closing = True
+            self._wake.set()
+            await self._task
             self._task = None
         try:
             await self.flush()

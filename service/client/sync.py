@@ -243,7 +243,7 @@ class Batcher:
         *,
         size: int = 1_000,
         interval: float = 5.0,
-        spool: Spool | None,
+        spool: Spool | None = None,
         max_queued: int = DEFAULT_MAX_QUEUED,
         on_error: OnError | None = None,
     ) -> None:

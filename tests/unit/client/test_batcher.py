@@ -3,6 +3,7 @@ refused, the bounded queue, `add` never raising a transport error, write-through
 
 from __future__ import annotations
 
+import asyncio
 import math
 import socket
 import time
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainledger.client import (
     ApiError,
+    AsyncClient,
     BatcherError,
     BatcherFull,
     Client,
@@ -131,3 +133,21 @@ def test_a_spool_that_cannot_take_an_event_leaves_it_in_memory(tmp_path: Path) -
         with pytest.raises(BatcherError) as left:
             batcher.close()  # neither the service nor the spool took it: the caller has it
         assert len(left.value.lines) == 1
+
+
+async def test_the_async_batcher_waits_out_an_outage_alike() -> None:
+    policy = RetryPolicy(attempts=2, base=0.0, cap=0.0)
+    heard: list[Exception] = []
+    async with AsyncClient(f"http://127.0.0.1:{closed_port()}", "tl", retry=policy) as client:
+        batcher = client.batcher(size=2, interval=0.01, max_queued=5, on_error=heard.append)
+        await batcher.extend(event(n) for n in range(5))  # the task's flushes fail; add does not
+        for _ in range(POLLS):
+            if isinstance(batcher.last_error, ServiceUnreachable):
+                break
+            await asyncio.sleep(0.01)
+        assert isinstance(batcher.last_error, ServiceUnreachable) and heard
+        with pytest.raises(BatcherFull):
+            await batcher.add(event(5))
+        with pytest.raises(BatcherError) as left:
+            await batcher.aclose()
+        assert len(left.value.lines) == 5
