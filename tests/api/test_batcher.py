@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from trainledger.client import (
     AsyncClient,
     Client,
@@ -21,6 +22,9 @@ from trainledger.client import (
 )
 
 from tests.conftest import TEST_CARD, Api, ServerThread, event
+
+# The batcher is the caller's side: one store is enough (ingest on each store is tested there).
+pytestmark = pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
 
 FAST = RetryPolicy(attempts=30, base=0.01, cap=0.2)
 SHORT = RetryPolicy(attempts=2, base=0.01, cap=0.01)  # gives up long before the outage ends
