@@ -163,8 +163,10 @@ def wait_until_ready(
 class ServerThread:
     """A real uvicorn server for the app, on a free loopback port, in a thread of its own."""
 
-    def __init__(self, redis_url: str, settings: Settings | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self, redis_url: str, settings: Settings | None = None, port: int | None = None
+    ) -> None:
+        self.port = port or free_port()  # a port again: the same service back after a stop
         self.base_url = f"http://127.0.0.1:{self.port}"
         # Test receivers listen on loopback over http: allow-list it (service/webhooks/targets.py).
         settings = settings or Settings(redis_url=redis_url, webhook_allowlist=("127.0.0.1",))

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..events.model import EventIn
     from .aio import AsyncBatcher, AsyncClient
-    from .errors import ApiError
+    from .batching import RefusedEvent
+    from .errors import ApiError, BatcherError, BatcherFull, ClientError, ServiceUnreachable
     from .ids import NAMESPACE, event_id, namespace
     from .models import Event, IngestReport, RejectedEvent
     from .retry import NO_RETRY, RetryPolicy
     from .spool import DrainReport, Spool, SpoolBusy
-    from .sync import Batcher, BatcherError, Client
+    from .sync import Batcher, Client
 
 # Imported when first used: a Slurm hook that imports `trainledger.client.spool` to call
 # `Spool.put` does not pay for httpx and the event model (most of a second on a busy node).
@@ -32,6 +33,11 @@ _WHERE = {
     "AsyncBatcher": ".aio",
     "AsyncClient": ".aio",
     "ApiError": ".errors",
+    "BatcherError": ".errors",
+    "BatcherFull": ".errors",
+    "ClientError": ".errors",
+    "ServiceUnreachable": ".errors",
+    "RefusedEvent": ".batching",
     "NAMESPACE": ".ids",
     "event_id": ".ids",
     "namespace": ".ids",
@@ -44,7 +50,6 @@ _WHERE = {
     "Spool": ".spool",
     "SpoolBusy": ".spool",
     "Batcher": ".sync",
-    "BatcherError": ".sync",
     "Client": ".sync",
 }
 
@@ -64,13 +69,17 @@ __all__ = [
     "AsyncClient",
     "Batcher",
     "BatcherError",
+    "BatcherFull",
     "Client",
+    "ClientError",
     "DrainReport",
     "Event",
     "EventIn",
     "IngestReport",
+    "RefusedEvent",
     "RejectedEvent",
     "RetryPolicy",
+    "ServiceUnreachable",
     "Spool",
     "SpoolBusy",
     "event_id",

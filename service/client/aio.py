@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import httpx
+import msgspec
 
-from .errors import ApiError
+from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, split_posts
+from .errors import ApiError, BatcherError
 from .models import (
     NDJSON,
     Event,
@@ -28,10 +30,11 @@ from .retry import (
     retryable_error,
     retryable_status,
 )
-from .sync import DEFAULT_BATCH, BatcherError, OnRetry
+from .sync import DEFAULT_BATCH, OnRetry, as_mapping, drain_report, set_aside, unreachable
 
 if TYPE_CHECKING:
     from .spool import Spool
+    from .sync import Client
 
 
 class AsyncClient:
@@ -90,7 +93,7 @@ class AsyncClient:
                 response = await self.http.request(method, path, **kwargs)
             except Exception as exc:
                 if last or not retryable_error(exc, repeatable):
-                    raise
+                    raise unreachable(self.url, exc, retry + 1) from exc
                 await self._wait(retry, exc, None)
                 continue
             if last or not retryable_status(response.status_code, repeatable):
@@ -136,18 +139,41 @@ class AsyncClient:
         return total
 
     def batcher(
-        self, *, size: int = 1_000, interval: float = 5.0, spool: Spool | None = None
+        self,
+        *,
+        size: int = 1_000,
+        interval: float = 5.0,
+        spool: Spool | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        on_error: OnError | None = None,
     ) -> AsyncBatcher:
-        return AsyncBatcher(self, size=size, interval=interval, spool=spool)
+        return AsyncBatcher(
+            self,
+            size=size,
+            interval=interval,
+            spool=spool,
+            max_queued=max_queued,
+            on_error=on_error,
+        )
 
 
 class AsyncBatcher:
-    """`Batcher` on asyncio: a task flushes every `interval` seconds; `add` flushes when
-    `size` are waiting; `aclose()` (or leaving `async with`) flushes what is left, to the
-    spool when the service cannot take it (else raises `BatcherError`)."""
+    """`Batcher` on asyncio, the same contract: `add` never posts (a task sends, as soon as
+    `size` are waiting and every `interval` seconds), so it never awaits the network nor
+    raises a transport error; with `spool` it writes the event there before it returns (in
+    a worker thread: the fsync does not stall the loop), and the task drains the spool;
+    refused events are set aside; `aclose()` (or leaving `async with`) flushes what is left,
+    to the spool when the service cannot take it (else raises `BatcherError`)."""
 
     def __init__(
-        self, client: AsyncClient, *, size: int = 1_000, interval: float = 5.0, spool: Spool | None
+        self,
+        client: AsyncClient,
+        *,
+        size: int = 1_000,
+        interval: float = 5.0,
+        spool: Spool | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        on_error: OnError | None = None,
     ) -> None:
         if size < 1 or interval <= 0:
             raise ValueError("size must be at least 1 and interval positive")
@@ -155,61 +181,164 @@ class AsyncBatcher:
         self.size = size
         self.interval = interval
         self.spool = spool
-        self.report = IngestReport(accepted=0, duplicates=0)
-        self.last_error: Exception | None = None
-        self._queue: list[bytes] = []
+        self._queue = EventQueue(max_queued, on_error)
+        self._spooled = 0
         self._sending = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Self:
-        self._task = asyncio.create_task(self._tick())
+        self._start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _start(self) -> None:
+        if self._task is None and not self._closing:
+            self._task = asyncio.create_task(self._run())
+
     @property
-    def waiting(self) -> int:
+    def report(self) -> IngestReport:
+        return self._queue.report
+
+    @property
+    def last_error(self) -> Exception | None:
+        return self._queue.last_error
+
+    @property
+    def refused(self) -> list[RefusedEvent]:
+        return list(self._queue.refused)
+
+    @property
+    def refused_total(self) -> int:
+        return self._queue.refused_total
+
+    @property
+    def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def waiting(self) -> int:
+        """In memory, and in the spool when there is one (see `Batcher.waiting`)."""
+        return len(self._queue) + (self.spool.pending() if self.spool is not None else 0)
+
     async def add(self, event: Event) -> None:
-        self._queue.append(encode_event(event))
-        if len(self._queue) >= self.size:
-            await self.flush()
+        await self._keep([event])
 
     async def extend(self, events: Iterable[Event]) -> None:
-        for event in events:
-            await self.add(event)
+        many = list(events)
+        for first in range(0, len(many), self.size):
+            await self._keep(many[first : first + self.size])
+
+    async def _keep(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        self._start()
+        if self.spool is not None:
+            try:
+                await asyncio.to_thread(self.spool.put, [as_mapping(e) for e in events])
+            except OSError as exc:  # a full disk, permissions: keep them in memory instead
+                self._queue.failed(exc)
+            else:
+                self._spooled += len(events)
+                if self._spooled >= self.size:
+                    self._wake.set()
+                return
+        if self._queue.admit([encode_event(e) for e in events]) >= self.size:
+            self._wake.set()
 
     async def flush(self) -> None:
-        async with self._sending:
-            while self._queue:
-                batch = self._queue[: self.size]
-                report = await self.client.post_ndjson(batch)
-                del self._queue[: len(batch)]
-                self.report.add(report, 0)
+        """See `Batcher.flush`."""
+        await self._flush(whole=False)
 
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
+    async def _flush(self, whole: bool) -> None:
+        async with self._sending:
             try:
-                await self.flush()
-                self.last_error = None
+                while batch := self._queue.head(self.size, whole):
+                    self._queue.answered(len(batch), await self._deliver(batch))
+                if self.spool is not None:
+                    self._spooled = 0
+                    await self._drain(self.spool)
             except Exception as exc:
-                self.last_error = exc
+                self._queue.failed(exc)
+                raise
+            self._queue.succeeded()
+
+    async def _deliver(self, batch: list[bytes]) -> Delivery:
+        posts = split_posts(batch)
+        part = next(posts)
+        while True:
+            try:
+                answer: IngestReport | ApiError = await self.client.post_ndjson(part)
+            except ApiError as exc:
+                if not exc.refused_batch:
+                    raise
+                answer = exc
+            try:
+                part = posts.send(answer)
+            except StopIteration as done:
+                delivery: Delivery = done.value
+                return delivery
+
+    async def _drain(self, spool: Spool) -> None:
+        from .spool import SpoolBusy
+
+        # The spool drains with a blocking client: run it in a thread whose posts go
+        # through this loop's client.
+        bridge = _LoopPoster(self.client, asyncio.get_running_loop())
+        try:
+            drained = await asyncio.to_thread(
+                spool.drain, cast("Client", bridge), batch_size=self.size
+            )
+        except SpoolBusy:
+            return
+        self._queue.add_report(drain_report(drained))
+        if drained.files_failed:
+            self._queue.notify(set_aside(spool, drained))
+
+    async def _run(self) -> None:
+        while not self._closing:
+            woken = False  # by `size` reached, else the timer
+            with contextlib.suppress(TimeoutError):
+                woken = await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            if self._closing:
+                return  # aclose() flushes
+            with contextlib.suppress(Exception):  # kept as last_error; the events stay
+                await self._flush(whole=woken)
 
     async def aclose(self) -> None:
+        """Stop the task (its flush in flight finishes: a spool drain runs in a thread that
+        cancelling would not stop) and flush; what cannot be sent as `Batcher.close`."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._closing = True
+            self._wake.set()
+            await self._task
             self._task = None
         try:
             await self.flush()
         except Exception as exc:
-            left, self._queue = self._queue, []
-            if self.spool is None:
-                raise BatcherError(left, exc) from exc
-            import msgspec
+            left = self._queue.take_all()
+            if not left:
+                return
+            if self.spool is not None:
+                try:
+                    self.spool.put([msgspec.json.decode(line) for line in left])
+                    return
+                except OSError:
+                    pass
+            raise BatcherError(left, exc) from exc
 
-            self.spool.put([msgspec.json.decode(line) for line in left])
+
+class _LoopPoster:
+    """`post_ndjson` for a thread, run on the event loop's `AsyncClient`."""
+
+    def __init__(self, client: AsyncClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.client = client
+        self.loop = loop
+
+    def post_ndjson(self, lines: Sequence[bytes]) -> IngestReport:
+        future = asyncio.run_coroutine_threadsafe(self.client.post_ndjson(lines), self.loop)
+        return future.result()

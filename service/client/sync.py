@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -11,12 +12,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Self
 
 import httpx
+import msgspec
 
-from .errors import ApiError
+from ..events.model import EventIn
+from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, split_posts
+from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
 from .models import (
     NDJSON,
     Event,
     IngestReport,
+    RejectedEvent,
     encode_event,
     event_list,
     ndjson,
@@ -32,6 +37,8 @@ from .retry import (
 
 if TYPE_CHECKING:
     from .spool import DrainReport, Spool
+
+__all__ = ["DEFAULT_BATCH", "Batcher", "BatcherError", "Client", "OnRetry", "RefusedEvent"]
 
 DEFAULT_BATCH = 5_000
 # A hook that learns of each retry (attempt number, the wait, the status or the error).
@@ -88,7 +95,7 @@ class Client:
         self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any
     ) -> httpx.Response:
         """The answer to a request, retried under the policy; the last answer (any status)
-        once retrying is over; raises the transport error when the last try had no answer.
+        once retrying is over; raises `ServiceUnreachable` when the last try had no answer.
         `idempotent` (default: GET, HEAD, OPTIONS, DELETE) says whether the request may be
         repeated after an unknown outcome (a timeout, a 502); if not, only refusals (429, 503)
         and requests that never left are retried."""
@@ -99,7 +106,7 @@ class Client:
                 response = self.http.request(method, path, **kwargs)
             except Exception as exc:
                 if last or not retryable_error(exc, repeatable):
-                    raise
+                    raise unreachable(self.url, exc, retry + 1) from exc
                 self._wait(retry, exc, None)
                 continue
             if last or not retryable_status(response.status_code, repeatable):
@@ -140,7 +147,7 @@ class Client:
                 response = self.http.send(request, stream=True)
             except Exception as exc:
                 if last or not retryable_error(exc):
-                    raise
+                    raise unreachable(self.url, exc, retry + 1) from exc
                 self._wait(retry, exc, None)
                 continue
             if last or not retryable_status(response.status_code):
@@ -181,28 +188,64 @@ class Client:
         return total
 
     def batcher(
-        self, *, size: int = 1_000, interval: float = 5.0, spool: Spool | None = None
+        self,
+        *,
+        size: int = 1_000,
+        interval: float = 5.0,
+        spool: Spool | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        on_error: OnError | None = None,
     ) -> Batcher:
         """A `Batcher` posting through this client (see there)."""
-        return Batcher(self, size=size, interval=interval, spool=spool)
+        return Batcher(
+            self,
+            size=size,
+            interval=interval,
+            spool=spool,
+            max_queued=max_queued,
+            on_error=on_error,
+        )
 
     def drain(self, spool: Spool, *, batch_size: int = DEFAULT_BATCH) -> DrainReport:
         """Send what `spool` holds (`Spool.drain`)."""
         return spool.drain(self, batch_size=batch_size)
 
 
-class Batcher:
-    """Collects events and posts them in batches: when `size` are waiting, and every
-    `interval` seconds from a background thread. `flush()` posts everything waiting now;
-    `close()` (or leaving the `with` block) stops the thread and flushes.
+def unreachable(url: str, error: Exception, attempts: int) -> Exception:
+    """The error to raise once a request had no answer: httpx's transport errors become
+    `ServiceUnreachable` (a trainledger error); anything else is a bug, raised as it is."""
+    if isinstance(error, httpx.TransportError):
+        return ServiceUnreachable(url, error, attempts)
+    return error
 
-    Nothing is lost: events stay queued until the service answered for them; when a flush
-    gives up (the service unreachable past the client's retries) they stay queued for the
-    next one, and at `close()` they go to `spool` when one is given (else `close` raises
-    `BatcherError` holding them)."""
+
+class Batcher:
+    """Collects events and posts them in batches of `size`, from a background thread: as
+    soon as `size` are waiting, and every `interval` seconds. `add` never posts, so it never
+    waits for the network and never raises a transport error. `flush()` posts what is
+    waiting now (and raises when it cannot); `close()` (or leaving the `with` block) stops
+    the thread and flushes.
+
+    Nothing is lost. Without a spool, events stay in memory until the service has answered
+    for them (at most `max_queued`: beyond, `add` raises `BatcherFull` with the event), and
+    `close` raises `BatcherError` holding what it could not send. With `spool`, `add` writes
+    the event to the spool before it returns (durable: it survives a SIGKILL of the caller),
+    and the thread drains the spool; what is not sent stays there for the next drain (the
+    agent's, `spool flush`, or this batcher's). An event the service refuses on its own (a
+    403 for a project the token does not cover) is split from the good ones and set aside:
+    in the spool's `failed/`, or without a spool in `refused` (the last `MAX_REFUSED`);
+    it is never sent again. `last_error` is why the last flush gave up (None once one
+    succeeds); `on_error(error)` hears of each failure and refusal, from the thread."""
 
     def __init__(
-        self, client: Client, *, size: int = 1_000, interval: float = 5.0, spool: Spool | None
+        self,
+        client: Client,
+        *,
+        size: int = 1_000,
+        interval: float = 5.0,
+        spool: Spool | None = None,
+        max_queued: int = DEFAULT_MAX_QUEUED,
+        on_error: OnError | None = None,
     ) -> None:
         if size < 1 or interval <= 0:
             raise ValueError("size must be at least 1 and interval positive")
@@ -210,13 +253,12 @@ class Batcher:
         self.size = size
         self.interval = interval
         self.spool = spool
-        self.report = IngestReport(accepted=0, duplicates=0)
-        self.last_error: Exception | None = None
-        self._queue: list[bytes] = []
-        self._lock = threading.Lock()  # guards _queue and report
-        self._sending = threading.Lock()  # one post at a time, in order
+        self._queue = EventQueue(max_queued, on_error)
+        self._sending = threading.Lock()  # one flush at a time, in order
+        self._spooled = 0  # events put since the last drain
+        self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="trainledger-batcher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="trainledger-batcher", daemon=True)
         self._thread.start()
 
     def __enter__(self) -> Self:
@@ -225,65 +267,160 @@ class Batcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --- what the caller sees -------------------------------------------------------------
+
+    @property
+    def report(self) -> IngestReport:
+        """The service's answers so far (with a spool: for every event the drains sent)."""
+        return self._queue.report
+
+    @property
+    def last_error(self) -> Exception | None:
+        return self._queue.last_error
+
+    @property
+    def refused(self) -> list[RefusedEvent]:
+        """Events the service refused on their own, kept here when there is no spool."""
+        return list(self._queue.refused)
+
+    @property
+    def refused_total(self) -> int:
+        return self._queue.refused_total
+
+    @property
+    def queued(self) -> int:
+        """Events in memory, not yet answered for."""
+        return len(self._queue)
+
     @property
     def waiting(self) -> int:
-        with self._lock:
-            return len(self._queue)
+        """Events not yet answered for: in memory, and in the spool when there is one (which
+        counts every producer's events in it, and reads its files)."""
+        return len(self._queue) + (self.spool.pending() if self.spool is not None else 0)
+
+    # --- adding ---------------------------------------------------------------------------
 
     def add(self, event: Event) -> None:
-        """Queue one event; posts a batch now when `size` are waiting."""
-        line = encode_event(event)
-        with self._lock:
-            self._queue.append(line)
-            full = len(self._queue) >= self.size
-        if full:
-            self.flush()
+        """Keep one event: in the spool (durable when this returns) when there is one, else
+        in memory. Never posts; raises only `BatcherFull` (memory at its bound) and
+        `ValueError` (the spool refuses an event without an id)."""
+        self._keep([event])
 
     def extend(self, events: Iterable[Event]) -> None:
-        for event in events:
-            self.add(event)
+        """`add` for many: with a spool, one file for each `size` of them (one fsync each)."""
+        many = list(events)
+        for first in range(0, len(many), self.size):
+            self._keep(many[first : first + self.size])
+
+    def _keep(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        if self.spool is not None:
+            try:
+                self.spool.put([as_mapping(e) for e in events])
+            except OSError as exc:  # a full disk, permissions: keep them in memory instead
+                self._queue.failed(exc)
+            else:
+                self._spooled += len(events)  # a hint for the thread: no lock needed
+                if self._spooled >= self.size:
+                    self._wake.set()
+                return
+        queued = self._queue.admit([encode_event(e) for e in events])
+        if queued >= self.size:
+            self._wake.set()
+
+    # --- sending --------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Post everything waiting, `size` at a time. Raises what the client raised when
-        the service cannot take them now (they stay queued)."""
-        with self._sending:
-            while True:
-                with self._lock:
-                    batch = self._queue[: self.size]
-                if not batch:
-                    return
-                report = self.client.post_ndjson(batch)
-                with self._lock:
-                    del self._queue[: len(batch)]
-                    self.report.add(report, 0)
+        """Post everything waiting now, `size` at a time, and drain the spool (unless another
+        drainer has it). Raises `ServiceUnreachable` or `ApiError` when the service cannot
+        take them now: they stay queued (or spooled) for the next flush."""
+        self._flush(whole=False)
 
-    def _tick(self) -> None:
-        while not self._stop.wait(self.interval):
+    def _flush(self, whole: bool) -> None:
+        """With `whole`, only full batches (`size` reached: the rest waits for the timer)."""
+        with self._sending:
             try:
-                self.flush()
-                self.last_error = None
-            except Exception as exc:  # kept for close(); the events stay queued
-                self.last_error = exc
+                while batch := self._queue.head(self.size, whole):
+                    self._queue.answered(len(batch), self._deliver(batch))
+                if self.spool is not None:
+                    self._spooled = 0
+                    self._drain(self.spool)
+            except Exception as exc:
+                self._queue.failed(exc)
+                raise
+            self._queue.succeeded()
+
+    def _deliver(self, batch: list[bytes]) -> Delivery:
+        posts = split_posts(batch)
+        part = next(posts)
+        while True:
+            try:
+                answer: IngestReport | ApiError = self.client.post_ndjson(part)
+            except ApiError as exc:
+                if not exc.refused_batch:
+                    raise
+                answer = exc
+            try:
+                part = posts.send(answer)
+            except StopIteration as done:
+                delivery: Delivery = done.value
+                return delivery
+
+    def _drain(self, spool: Spool) -> None:
+        from .spool import SpoolBusy
+
+        try:
+            drained = spool.drain(self.client, batch_size=self.size)
+        except SpoolBusy:  # an agent is draining it: the events are in good hands
+            return
+        self._queue.add_report(drain_report(drained))
+        if drained.files_failed:
+            self._queue.notify(set_aside(spool, drained))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            woken = self._wake.wait(self.interval)  # by `size` reached, else the timer
+            self._wake.clear()
+            if self._stop.is_set():
+                return  # close() flushes
+            with contextlib.suppress(Exception):  # kept as last_error; the events stay
+                self._flush(whole=woken)
 
     def close(self) -> None:
-        """Stop the timer and flush; what cannot be sent goes to the spool (or raises)."""
+        """Stop the thread and flush. What cannot be sent: with a spool, it stays there (or
+        goes there from memory); without one, `BatcherError` holds it."""
         self._stop.set()
+        self._wake.set()
         self._thread.join()
         try:
             self.flush()
         except Exception as exc:
-            with self._lock:
-                left, self._queue = self._queue, []
-            if self.spool is None:
-                raise BatcherError(left, exc) from exc
-            import msgspec
+            left = self._queue.take_all()
+            if not left:
+                return  # all in the spool, for the next drain
+            if self.spool is not None:
+                try:
+                    self.spool.put([msgspec.json.decode(line) for line in left])
+                    return
+                except OSError:
+                    pass
+            raise BatcherError(left, exc) from exc
 
-            self.spool.put([msgspec.json.decode(line) for line in left])
+
+def drain_report(drained: DrainReport) -> IngestReport:
+    """A spool drain's answers as an ingest report."""
+    rejected = msgspec.convert(drained.rejected, list[RejectedEvent])
+    return IngestReport(accepted=drained.accepted, duplicates=drained.duplicates, rejected=rejected)
 
 
-class BatcherError(Exception):
-    """`Batcher.close` could not send these events (JSON lines) and had no spool for them."""
+def set_aside(spool: Spool, drained: DrainReport) -> ClientError:
+    """What `on_error` hears when a drain set spooled files aside."""
+    return ClientError(
+        f"{drained.files_failed} spooled files refused by the service, set aside in {spool.failed}"
+    )
 
-    def __init__(self, lines: list[bytes], cause: Exception) -> None:
-        super().__init__(f"{len(lines)} events not sent: {cause}")
-        self.lines = lines
+
+def as_mapping(event: Event) -> Any:
+    """An event as the spool takes it: a mapping (a typed event's fields as JSON values)."""
+    return msgspec.to_builtins(event) if isinstance(event, EventIn) else event

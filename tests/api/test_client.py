@@ -14,8 +14,10 @@ import pytest
 from trainledger.client import (
     AsyncClient,
     Client,
+    ClientError,
     EventIn,
     RetryPolicy,
+    ServiceUnreachable,
     Spool,
     event_id,
 )
@@ -64,7 +66,12 @@ async def test_batcher_flushes_on_size_on_time_and_on_close(api: Api) -> None:
     with ready(api) as client:
         with client.batcher(size=4, interval=3600) as batcher:
             batcher.extend(event(f"s-{n}", "1") for n in range(9))
-            assert batcher.waiting == 1  # two full batches went as they filled
+            # Two full batches go from the batcher's thread (add never posts); one waits.
+            for _ in range(POLLS):
+                if batcher.waiting == 1:
+                    break
+                time.sleep(0.01)
+            assert batcher.waiting == 1
             assert counted(client) == 8
         assert counted(client) == 9  # close sent the last one
         assert batcher.report.accepted == 9
@@ -87,7 +94,7 @@ async def test_batcher_close_spools_what_the_service_cannot_take(api: Api, tmp_p
     assert spool.pending() == 5
     with ready(api) as client:
         drained = spool.drain(client)
-        assert (drained.accepted, drained.files_sent) == (5, 1)
+        assert (drained.accepted, drained.files_sent) == (5, 1)  # extend: one file
         assert spool.pending() == 0
         assert counted(client) == 5
 
@@ -139,9 +146,13 @@ def test_connect_errors_are_retried_then_raised() -> None:
         retry=RetryPolicy(attempts=4, base=0.01, cap=0.01),
         sleep=waits.append,
     )
-    with client, pytest.raises(httpx.ConnectError):
+    with client, pytest.raises(ServiceUnreachable) as raised:
         client.post_events(event("c-1", "1"))
     assert len(waits) == 3  # four tries, three waits between them
+    # A trainledger error, which code catching httpx's still catches; httpx's is the cause.
+    assert isinstance(raised.value, ClientError) and isinstance(raised.value, httpx.HTTPError)
+    assert isinstance(raised.value.__cause__, httpx.ConnectError)
+    assert raised.value.attempts == 4
 
 
 async def test_async_client_and_batcher(api: Api) -> None:
@@ -151,6 +162,10 @@ async def test_async_client_and_batcher(api: Api) -> None:
         assert one.accepted == 1
         async with client.batcher(size=3, interval=3600) as batcher:
             await batcher.extend(event(f"a-{n}", "1") for n in range(1, 8))
+            for _ in range(POLLS):  # full batches go from the batcher's task
+                if batcher.waiting == 1:
+                    break
+                await asyncio.sleep(0.01)
             assert batcher.waiting == 1
         assert batcher.report.accepted == 7
         report = await client.json("GET", "/v1/costs", params={"project": "llm"})

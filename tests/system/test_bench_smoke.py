@@ -148,3 +148,11 @@ def test_instructions_phases_run_without_valgrind(tmp_path: Any) -> None:
             assert phase["valkey_calls"] > 0, phase["name"]
     assert report["started"]["frozen"] > 0
     assert "POST 5,000-event msgpack batch" in table([report])
+
+
+def test_batcher_add_costs_run_on_a_tiny_input(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import batcher
+
+    assert batcher.main(["--events", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "add, written through a spool" in out and "extend(1000)" in out

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from trainledger.client import Client, RetryPolicy, Spool
+from trainledger.client import Client, RetryPolicy, ServiceUnreachable, Spool
 
 from tests.conftest import TEST_CARD, event, free_port, wait_until_ready
 
@@ -148,8 +148,15 @@ def test_nothing_lost_nothing_twice_through_a_restart_and_429s(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    # A second batcher whose retries give up long before the outage ends (issue 27).
+    short = Client(service.url, token, retry=RetryPolicy(attempts=2, base=0.01, cap=0.05))
     try:
-        with client, client.batcher(size=25, interval=0.2) as batcher:
+        with (
+            client,
+            short,
+            client.batcher(size=25, interval=0.2) as batcher,
+            short.batcher(size=10, interval=0.1) as impatient,
+        ):
             # Up: both paths post, faster than the rate limit allows.
             for n in range(0, 100, 5):
                 spool.put(events("spooled", n, 5))
@@ -160,6 +167,10 @@ def test_nothing_lost_nothing_twice_through_a_restart_and_429s(
             for n in range(100, 150, 5):
                 spool.put(events("spooled", n, 5))
             batcher.extend(events("batched", 120, 20))
+            for e in events("impatient", 0, 60):
+                impatient.add(e)  # never raises, though every flush gives up meanwhile
+            wait_for(lambda: isinstance(impatient.last_error, ServiceUnreachable))
+            assert impatient.queued > 0
             service.start()
             # Up again: more, and some sent a second time (a resend is harmless).
             for n in range(150, 250, 5):
@@ -167,6 +178,7 @@ def test_nothing_lost_nothing_twice_through_a_restart_and_429s(
             spool.put(events("spooled", 0, 30))
             batcher.extend(events("batched", 140, 160))
             batcher.extend(events("batched", 100, 40))
+            impatient.extend(events("impatient", 60, 40))
         wait_for(lambda: spool.pending() == 0)
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=60) == 0
@@ -187,6 +199,8 @@ def test_nothing_lost_nothing_twice_through_a_restart_and_429s(
     with Client(service.url, token, retry=PATIENT) as reader:
         assert counted(reader, "spooled") == (250, expected(range(250)))
         assert counted(reader, "batched") == (300, expected(range(300)))
+        assert counted(reader, "impatient") == (100, expected(range(100)))
+    assert impatient.last_error is None and impatient.report.answered == 100
     assert spool.files() == [] and list(spool.failed.iterdir()) == []
 
 

@@ -1,0 +1,154 @@
+"""What the sync and async batchers share: a bounded queue of encoded events, the state a
+caller can watch (queued, last error, refused events), and the rule for a batch the service
+refuses as a whole: split it until the refusal names single events, set those aside, send
+the rest. No I/O here: `split_posts` says what to post, the batcher posts it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .errors import ApiError, BatcherFull, ClientError
+from .models import IngestReport
+
+# Memory is the queue when no spool is given: bounded, so an outage of hours makes `add`
+# refuse (BatcherFull) rather than grow the caller's process without end.
+DEFAULT_MAX_QUEUED = 100_000
+# Refused events kept for inspection (the service would refuse them again: they are never
+# resent); beyond this the oldest go, and `refused_total` still counts them.
+MAX_REFUSED = 1_000
+# Called from the batcher's thread (or task) with each error a flush met.
+OnError = Callable[[Exception], None]
+
+log = logging.getLogger("trainledger.client")
+
+
+@dataclass(frozen=True)
+class RefusedEvent:
+    """One event the service refused on its own (a project the token may not reach, a body
+    it cannot read): ``status`` and ``problem`` are its answer; ``line`` the event as JSON."""
+
+    line: bytes
+    status: int
+    problem: dict[str, Any] | None
+
+    @property
+    def event(self) -> Any:
+        return msgspec.json.decode(self.line)
+
+
+@dataclass
+class Delivery:
+    """What the service said about one batch: its report, and the events it refused."""
+
+    report: IngestReport
+    refused: list[RefusedEvent]
+
+
+# Yields the next part to post; is sent the answer (a report, or the ApiError refusing the
+# part as a whole); returns the delivery when every event has its answer.
+Posts = Generator[Sequence[bytes], IngestReport | ApiError, Delivery]
+
+
+def split_posts(lines: Sequence[bytes]) -> Posts:
+    """The posts that deliver `lines`: all of them at once, and when that is refused as a
+    whole, each half in turn, down to the single events refused (about 2·log₂ n extra posts
+    for one bad event among n, where one post an event would take n)."""
+    delivery = Delivery(IngestReport(accepted=0, duplicates=0), [])
+    parts = [(0, len(lines))]
+    while parts:
+        first, end = parts.pop()
+        answer = yield lines[first:end]
+        if isinstance(answer, IngestReport):
+            delivery.report.add(answer, first)
+        elif end - first == 1:
+            delivery.refused.append(RefusedEvent(lines[first], answer.status, answer.problem))
+        else:
+            middle = (first + end) // 2
+            parts += [(middle, end), (first, middle)]  # the first half next: order is kept
+    return delivery
+
+
+class EventQueue:
+    """The batcher's state, guarded by one lock (taken briefly; never across a post)."""
+
+    def __init__(self, max_queued: int, on_error: OnError | None) -> None:
+        if max_queued < 1:
+            raise ValueError("max_queued must be at least 1")
+        self.max_queued = max_queued
+        self.on_error = on_error
+        self.report = IngestReport(accepted=0, duplicates=0)
+        self.last_error: Exception | None = None
+        self.refused: deque[RefusedEvent] = deque(maxlen=MAX_REFUSED)
+        self.refused_total = 0
+        self._lines: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._lines)
+
+    def admit(self, lines: Sequence[bytes]) -> int:
+        """Queue these (all or none: BatcherFull when they do not fit); the count now queued."""
+        with self._lock:
+            if len(self._lines) + len(lines) > self.max_queued:
+                raise BatcherFull(lines[0], self.max_queued, self.last_error)
+            self._lines.extend(lines)
+            return len(self._lines)
+
+    def head(self, size: int, whole: bool = False) -> list[bytes]:
+        """The next batch to send; with `whole`, only a full one."""
+        with self._lock:
+            return [] if whole and len(self._lines) < size else self._lines[:size]
+
+    def take_all(self) -> list[bytes]:
+        with self._lock:
+            left, self._lines = self._lines, []
+            return left
+
+    def answered(self, count: int, delivery: Delivery) -> None:
+        """The first `count` queued events have their answer: off the queue, into the report."""
+        with self._lock:
+            del self._lines[:count]
+            self.report.add(delivery.report, 0)
+            self.refused.extend(delivery.refused)
+            self.refused_total += len(delivery.refused)
+        for refused in delivery.refused:
+            log.warning("event refused by the service (HTTP %d), set aside", refused.status)
+        if delivery.refused:
+            self.notify(RefusedEvents(delivery.refused))
+
+    def add_report(self, report: IngestReport) -> None:
+        with self._lock:
+            self.report.add(report, 0)
+
+    def succeeded(self) -> None:
+        self.last_error = None
+
+    def failed(self, error: Exception) -> None:
+        """A flush gave up (the events stay queued): remember why, and tell the callback."""
+        self.last_error = error
+        self.notify(error)
+
+    def notify(self, error: Exception) -> None:
+        """Tell the callback; a broken callback stops nothing."""
+        if self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception:
+                log.exception("the batcher's on_error callback failed")
+
+
+class RefusedEvents(ClientError):
+    """Given to `on_error` (and kept as `last_error`) when events were set aside."""
+
+    def __init__(self, refused: list[RefusedEvent]) -> None:
+        statuses = sorted({r.status for r in refused})
+        super().__init__(f"{len(refused)} events refused (HTTP {statuses}), set aside")
+        self.refused = refused
