@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
+import os
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from trainledger.client import Spool, SpoolBusy
+
+from tests.small_fs import FILLER, fill, unfill
 
 
 def _writer(directory: str, worker: int, count: int) -> None:
@@ -81,3 +85,28 @@ def test_a_hook_importing_the_spool_does_not_load_the_http_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_put_on_a_full_disk_raises_and_leaves_nothing_behind(small_fs: Path) -> None:
+    spool = Spool(small_fs / "spool")
+    spool.put([{"id": "before", "quantity": "1"}])
+    fill(small_fs)
+    for n in range(20):  # a hook retried on a full disk: every try fails, none leaves a file
+        with pytest.raises(OSError) as full:
+            spool.put([{"id": f"full-{n}", "quantity": "1"}])
+        assert full.value.errno == errno.ENOSPC
+    assert list(spool.tmp.iterdir()) == []
+    # Room for part of a big put: a write takes what fits and says how much. The put raises
+    # rather than leave a cut file in new/ (its last event truncated, the rest lost).
+    filler = small_fs / FILLER
+    os.truncate(filler, filler.stat().st_size - 16_384)
+    with pytest.raises(OSError) as partly:
+        spool.put([{"id": f"big-{n}", "quantity": "1", "pad": "x" * 100} for n in range(1_000)])
+    assert partly.value.errno == errno.ENOSPC
+    assert list(spool.tmp.iterdir()) == []
+    assert [json.loads(line)["id"] for f in spool.files() for line in f.read_bytes().split()] == [
+        "before"
+    ]
+    unfill(small_fs)
+    spool.put([{"id": "after", "quantity": "1"}])
+    assert spool.pending() == 2
