@@ -22,6 +22,7 @@ from trainledger.config import Settings
 
 from tests.api.test_webhooks import Receiver, check_standard, receiving
 from tests.conftest import TEST_CARD, Api, ServerThread, event, free_port, make_admin_token
+from tests.small_fs import fill
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_POLLS = 1200
@@ -351,3 +352,102 @@ async def test_alerts_list_shows_an_evaluation_regression(
     assert code == 0, err
     assert "evaluation_regression" in out and "mix-a · mmlu" in out
     assert "58.0 vs 60.0 (base), tolerance 0.5" in out
+
+
+def _ingest_token_env(token: str, url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+    env.update(TRAINLEDGER_URL=url, TRAINLEDGER_TOKEN=token)
+    return env
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)  # the agent's, not the store's
+async def test_agent_drains_past_bad_entries_on_a_full_disk(
+    api: Api, tmp_path: Path, small_fs: Path
+) -> None:
+    await card(api)
+    spool = Spool(small_fs / "spool")
+    (spool.new / "0-a-directory.ndjson").mkdir()
+    os.mkfifo(spool.new / "0-b-fifo.ndjson")
+    corrupt = spool.new / "0-c-corrupt.ndjson"
+    corrupt.write_text(json.dumps(event("in-corrupt", "1")) + '\n{"id": "cut sh\n')
+    spool.put([event("refused", "1", project="other")])  # the token may not post there
+    for n in range(6):
+        spool.put([event(f"a-{n}-{k}", "1") for k in range(2)])
+    fill(small_fs)  # nothing can be set aside until the sent files free their space
+    limited = await api.token("ingest", ["llm"])
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "trainledger.cli", "agent", "--batch-size", "5"),
+                *("--spool", str(spool.directory), "--interval", "0.05", "--max-backoff", "0.2"),
+            ],
+            cwd=REPO,
+            env=_ingest_token_env(limited, api.base_url),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or (spool.files() == [] and "set aside" in _read(log_path)):
+                break
+            await asyncio.sleep(0.05)
+        assert agent.poll() is None, _read(log_path)  # still running: it did not crash
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    out = _read(log_path)
+    assert agent.returncode == 0, out
+    assert "Traceback" not in out
+    # The full disk first: said, the entries left where they were, the good files sent.
+    assert "could not set it aside (No space left on device)" in out, out
+    assert "could not keep its 1 unreadable lines (No space left on device)" in out, out
+    assert "agent: sent 12 events from 6 files" in out, out
+    # Then, with the space those files freed, everything set aside beside its note.
+    for needle in ("a directory", "a FIFO", "HTTP 403", "1 unreadable lines (not JSON objects)"):
+        assert needle in out, (needle, out)
+    assert spool.files() == []
+    names = sorted(p.name for p in spool.failed.iterdir())
+    assert [n for n in names if not n.endswith(".problem.json")][:3] == [
+        "0-a-directory.ndjson",
+        "0-b-fifo.ndjson",
+        "0-c-corrupt.ndjson.corrupt",
+    ]
+    assert len(names) == 8  # 4 entries, each beside its note
+    for name in names:
+        if name.endswith(".problem.json"):
+            assert json.loads((spool.failed / name).read_text())  # none empty
+    assert (spool.failed / "0-c-corrupt.ndjson.corrupt").read_bytes() == b'{"id": "cut sh\n'
+    assert await total_events(api) == 13  # the 12, and the corrupt file's readable event
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_spool_flush_says_what_it_set_aside(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    (spool.new / "0-dir.ndjson").mkdir()
+    (spool.new / "0-bad.ndjson").write_text(json.dumps(event("ok-1", "1")) + "\nnot json\n")
+    spool.put([event("ok-2", "1")])
+    code, out, err = run(
+        capsys,
+        "spool",
+        "flush",
+        "--spool",
+        str(spool.directory),
+        *conn(api.base_url, api.admin_token),
+    )
+    assert code == 1  # something needs a look
+    assert "2 accepted" in out
+    assert "0-dir.ndjson: cannot be read (a directory, not a spooled file)" in err
+    assert "1 spool entries that cannot be read" in err
+    assert "1 unreadable lines (not JSON objects), kept in" in err
+    assert await total_events(api) == 2
