@@ -20,12 +20,13 @@ from typing import Any
 import httpx
 import msgspec
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
 from ..client import ApiError, DrainReport, RetryPolicy, Spool, SpoolBusy
 from ..config import Settings
 from .client import Client, CliError, add_client_options, resolve_token, resolve_url
-from .commands import positive_int
+from .commands import positive_int, print_json
 from .imports import BATCH, print_posted, read_input
 from .ui import ui
 
@@ -162,6 +163,33 @@ def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
         )
 
 
+def cmd_spool_failed(args: argparse.Namespace, settings: Settings) -> int:
+    """The spool's dead letters: what drains set aside in failed/, and why."""
+    spool = spool_from_args(args)
+    entries = spool.set_aside()
+    if args.json:
+        print_json([msgspec.to_builtins(e) for e in entries])
+        return 0
+    if not entries:
+        ui.err.print(f"nothing set aside in {spool.failed}", highlight=False)
+        return 0
+    table = Table(title=Text(f"set aside in {spool.failed}", style="bold"), title_justify="left")
+    table.add_column("entry", overflow="fold")
+    table.add_column("kind")
+    table.add_column("lines", justify="right")
+    table.add_column("why", overflow="fold")
+    for e in entries:
+        lines = "" if e.events is None else str(e.events)
+        table.add_row(Text(e.name), Text(e.kind), Text(lines), Text(e.detail))
+    ui.out.print(table)
+    ui.err.print(
+        "a refused or unreadable file goes back with `mv` into new/ once its cause is fixed; "
+        "*.corrupt holds raw lines, never sent",
+        highlight=False,
+    )
+    return 0
+
+
 # --- agent ----------------------------------------------------------------------------------
 
 
@@ -270,6 +298,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _batch_size(flush)
     add_client_options(flush)
     flush.set_defaults(handler=cmd_spool_flush)
+    failed = spool_sub.add_parser(
+        "failed",
+        help="what drains set aside in DIR/failed/ (refused, unreadable, corrupt) and why",
+    )
+    _spool_option(failed)
+    failed.add_argument("--json", action="store_true", help="as JSON")
+    failed.set_defaults(handler=cmd_spool_failed)
 
     agent = sub.add_parser(
         "agent",

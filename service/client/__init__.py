@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .ids import NAMESPACE, event_id, namespace
     from .models import Event, IngestReport, RejectedEvent
     from .retry import NO_RETRY, RetryPolicy
-    from .spool import DrainReport, Spool, SpoolBusy
+    from .spool import DrainReport, SetAside, Spool, SpoolBusy
     from .sync import Batcher, BatcherError, Client
 
 # Imported when first used: a Slurm hook that imports `trainledger.client.spool` to call
@@ -41,6 +41,7 @@ _WHERE = {
     "NO_RETRY": ".retry",
     "RetryPolicy": ".retry",
     "DrainReport": ".spool",
+    "SetAside": ".spool",
     "Spool": ".spool",
     "SpoolBusy": ".spool",
     "Batcher": ".sync",
@@ -71,6 +72,7 @@ __all__ = [
     "IngestReport",
     "RejectedEvent",
     "RetryPolicy",
+    "SetAside",
     "Spool",
     "SpoolBusy",
     "event_id",

@@ -63,6 +63,10 @@ _encoder = msgspec.json.Encoder(decimal_format="string")
 _event_line = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
+UNREADABLE_ENTRY = "Unreadable spool entry"
+UNREADABLE_LINES = "Unreadable spool lines"
+
+
 class SpoolBusy(Exception):
     """Another process is draining this spool."""
 
@@ -102,6 +106,20 @@ class DrainReport:
         self.accepted += answer.accepted
         self.duplicates += answer.duplicates
         self.rejected.extend(msgspec.to_builtins(r) for r in answer.rejected)
+
+
+@dataclass
+class SetAside:
+    """One entry of failed/ and why it is there (its note): `kind` is "refused" (the service
+    refused the file as a whole: `problem` is its answer), "unreadable" (an entry that cannot
+    be read as a file) or "corrupt" (the unreadable lines of a file, raw). `events`: the event
+    lines in a refused file, the lines kept of a corrupt one."""
+
+    name: str
+    kind: str
+    events: int | None
+    detail: str
+    problem: dict[str, Any]
 
 
 @dataclass
@@ -175,6 +193,36 @@ class Spool:
                 total += len(_event_lines(_read(path) or b"")[0])
         return total
 
+    def set_aside(self) -> list[SetAside]:
+        """What drains set aside in failed/ (the spool's dead letters), oldest first."""
+        names = sorted(p.name for p in self.failed.iterdir())
+        entries = [n for n in names if not n.endswith(NOTE)]
+        entries += [
+            n[: -len(NOTE)] for n in names if n.endswith(NOTE) and n[: -len(NOTE)] not in names
+        ]
+        return [self._describe(name) for name in sorted(entries)]
+
+    def _describe(self, name: str) -> SetAside:
+        try:
+            problem = msgspec.json.decode((self.failed / (name + NOTE)).read_bytes())
+        except (OSError, msgspec.DecodeError) as exc:
+            problem = {"detail": f"no readable note ({exc})"}
+        if not isinstance(problem, dict):
+            problem = {"detail": str(problem)}
+        detail = str(problem.get("detail") or problem.get("title") or "")
+        if name.endswith(CORRUPT):
+            count = problem.get("count")
+            return SetAside(
+                name, "corrupt", count if isinstance(count, int) else None, detail, problem
+            )
+        if problem.get("title") == UNREADABLE_ENTRY:
+            return SetAside(name, "unreadable", None, detail, problem)
+        try:
+            events: int | None = len(_event_lines(_read(self.failed / name) or b"")[0])
+        except _Unreadable:
+            events = None
+        return SetAside(name, "refused", events, detail, problem)
+
     @contextlib.contextmanager
     def draining(self, wait: bool = False) -> Iterator[None]:
         """Hold the drain lock (raises SpoolBusy when another process holds it and not
@@ -217,7 +265,7 @@ class Spool:
         try:
             data = _read(path)
         except _Unreadable as exc:
-            problem = {"title": "Unreadable spool entry", "detail": f"{path.name}: {exc}"}
+            problem = {"title": UNREADABLE_ENTRY, "detail": f"{path.name}: {exc}"}
             if self._set_aside(path, problem, f"cannot be read ({exc})", report):
                 report.files_unreadable += 1
             return None
@@ -335,7 +383,7 @@ class Spool:
                 break
         total = sum(len(line) + 1 for _, line, _ in corrupt)
         problem = {
-            "title": "Unreadable spool lines",
+            "title": UNREADABLE_LINES,
             "detail": f"{len(corrupt)} lines of {path.name} are not JSON objects; they were not "
             "sent (the file's readable events were)",
             "file": path.name,

@@ -429,7 +429,7 @@ def _read(path: Path) -> str:
 
 
 @pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
-async def test_spool_flush_says_what_it_set_aside(
+async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
     api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await card(api)
@@ -437,17 +437,29 @@ async def test_spool_flush_says_what_it_set_aside(
     (spool.new / "0-dir.ndjson").mkdir()
     (spool.new / "0-bad.ndjson").write_text(json.dumps(event("ok-1", "1")) + "\nnot json\n")
     spool.put([event("ok-2", "1")])
-    code, out, err = run(
-        capsys,
-        "spool",
-        "flush",
-        "--spool",
-        str(spool.directory),
-        *conn(api.base_url, api.admin_token),
-    )
+    spool.put([event("elsewhere", "1", project="other"), event("ok-3", "1", project="other")])
+    limited = await api.token("ingest", ["llm"])
+    d = ("--spool", str(spool.directory))
+    code, out, err = run(capsys, "spool", "flush", *d, *conn(api.base_url, limited))
     assert code == 1  # something needs a look
     assert "2 accepted" in out
     assert "0-dir.ndjson: cannot be read (a directory, not a spooled file)" in err
     assert "1 spool entries that cannot be read" in err
     assert "1 unreadable lines (not JSON objects), kept in" in err
+    assert "1 spooled files refused by the service" in err
     assert await total_events(api) == 2
+    code, out, err = run(capsys, "spool", "failed", *d, "--json")
+    assert code == 0, err
+    listed = {e["name"]: (e["kind"], e["events"]) for e in json.loads(out)}
+    refused = spool.failed / next(n for n in listed if not n.startswith("0-"))
+    assert listed == {
+        "0-bad.ndjson.corrupt": ("corrupt", 1),
+        "0-dir.ndjson": ("unreadable", None),
+        refused.name: ("refused", 2),
+    }
+    code, out, _ = run(capsys, "spool", "failed", *d)
+    assert code == 0
+    rows = {line.split()[1]: line for line in out.splitlines() if ".ndjson" in line}
+    assert "corrupt" in rows["0-bad.ndjson.corrupt"] and "are not JSON objects" in out
+    assert "a directory" in rows["0-dir.ndjson"]
+    assert "refused" in rows[refused.name] and "project 'other'" in out
