@@ -463,3 +463,40 @@ async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
     assert "corrupt" in rows["0-bad.ndjson.corrupt"] and "are not JSON objects" in out
     assert "a directory" in rows["0-dir.ndjson"]
     assert "refused" in rows[refused.name] and "project 'other'" in out
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: Path) -> None:
+    # Another owner's file under a stricter umask. Root reads every file, so as root the
+    # drainer runs in a user namespace of its own (`unshare --user`): there it holds no
+    # capability over the host's files, and a mode-0 file is unreadable, as for any user.
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    denied = spool.new / "0-denied.ndjson"
+    denied.write_text(json.dumps(event("denied", "1")) + "\n")
+    denied.chmod(0)
+    spool.put([event(f"p-{k}", "1") for k in range(3)])
+    command = [sys.executable, "-m", "trainledger.cli", "spool", "flush"]
+    if os.geteuid() == 0:
+        command = ["unshare", "--user", *command]
+        probe = subprocess.run(["unshare", "--user", "true"], capture_output=True, check=False)
+        if probe.returncode:
+            why = f"no user namespace here: {probe.stderr.decode(errors='replace')}"
+            if os.environ.get("CI"):
+                pytest.fail(why)
+            pytest.skip(why)
+    done = subprocess.run(
+        [*command, "--spool", str(spool.directory), *conn(api.base_url, api.admin_token)],
+        cwd=REPO,
+        env=_ingest_token_env(api.admin_token, api.base_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "3 accepted" in out
+    assert "0-denied.ndjson: cannot be read (Permission denied)" in out, out
+    assert (spool.failed / "0-denied.ndjson").exists() and spool.files() == []
+    assert await total_events(api) == 3
