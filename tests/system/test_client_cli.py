@@ -500,3 +500,45 @@ async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: 
     assert "0-denied.ndjson: cannot be read (Permission denied)" in out, out
     assert (spool.failed / "0-denied.ndjson").exists() and spool.files() == []
     assert await total_events(api) == 3
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_the_agent_outlasts_an_error_of_the_spool_itself(api: Api, tmp_path: Path) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    spool.put([event(f"l-{k}", "1") for k in range(2)])
+    lock = spool.directory / "drain.lock"
+    lock.mkdir()  # the lock cannot be opened: every drain fails before it reads a file
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "trainledger.cli", "agent"),
+                *("--spool", str(spool.directory), "--interval", "0.05"),
+            ],
+            cwd=REPO,
+            env=_ingest_token_env(api.admin_token, api.base_url),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or _read(log_path).count("Is a directory") >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert agent.poll() is None, _read(log_path)  # said, and tried again
+        lock.rmdir()
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or "agent: sent 2 events" in _read(log_path):
+                break
+            await asyncio.sleep(0.05)
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    out = _read(log_path)
+    assert agent.returncode == 0 and "Traceback" not in out, out
+    assert "agent: sent 2 events" in out, out
+    assert await total_events(api) == 2
