@@ -381,22 +381,22 @@ class Spool:
             kept += line[: MAX_KEPT_BYTES - len(kept)] + b"\n"
             if len(kept) >= MAX_KEPT_BYTES:
                 break
-        total = sum(len(line) + 1 for _, line, _ in corrupt)
+        raw = bytes(kept[:MAX_KEPT_BYTES])
         problem = {
             "title": UNREADABLE_LINES,
             "detail": f"{len(corrupt)} lines of {path.name} are not JSON objects; they were not "
             "sent (the file's readable events were)",
             "file": path.name,
             "count": len(corrupt),
-            "bytes": total,
-            "kept_bytes": min(total, len(kept)),
+            "bytes": sum(len(line) + 1 for _, line, _ in corrupt),
+            "kept_bytes": len(raw),
             "lines": [
                 {"line": number, "bytes": len(line), "reason": reason}
                 for number, line, reason in corrupt[:MAX_NOTED_LINES]
             ],
         }
         name = path.name + CORRUPT
-        self._write(self.failed, name, bytes(kept[:MAX_KEPT_BYTES]))
+        self._write(self.failed, name, raw)
         self._write(self.failed, name + NOTE, _encoder.encode(problem))
 
     def _remove_stale_tmp(self) -> None:

@@ -137,6 +137,7 @@ async def test_corrupt_lines_are_kept_counted_and_the_readable_events_sent(
         assert len(huge_kept) == MAX_KEPT_BYTES
         huge_note = json.loads((spool.failed / "0-huge.ndjson.corrupt.problem.json").read_text())
         assert huge_note["bytes"] == MAX_KEPT_BYTES + 50_001 and huge_note["count"] == 1
+        assert huge_note["kept_bytes"] == MAX_KEPT_BYTES
         assert counted(client) == 3
         again = spool.drain(client)  # nothing is counted twice: the files are gone
         assert (again.events, again.corrupt_lines) == (0, 0)
