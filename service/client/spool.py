@@ -288,7 +288,7 @@ class Spool:
                 f"{self.failed / (path.name + CORRUPT)}"
             )
         if not lines:
-            self._remove([path])
+            self._remove([path], report)
             return None
         return _File(path, lines)
 
@@ -334,13 +334,24 @@ class Spool:
         done = [f for f in window if f.sent == len(f.lines)]
         for spooled in done:
             window.remove(spooled)
-        self._remove([f.path for f in done])
+        self._remove([f.path for f in done], report)
         report.files_sent += len(done)
 
-    def _remove(self, paths: list[Path]) -> None:
+    def _remove(self, paths: list[Path], report: DrainReport) -> None:
+        """Delete files the service has answered for. One that cannot be deleted (a sticky
+        `new/` and another owner's file) does not stop the drain: it is said, and sent again
+        next time, where its events are duplicates, counted nothing."""
         for path in paths:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                report.files_left += 1
+                report.notes.append(
+                    f"{path.name}: sent, but could not be removed ({exc.strerror or exc}); "
+                    "left in new/ (sent again, as duplicates, until it can be)"
+                )
         if paths:
             _fsync_directory(self.new)
 

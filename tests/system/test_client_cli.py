@@ -465,17 +465,10 @@ async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
     assert "refused" in rows[refused.name] and "project 'other'" in out
 
 
-@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
-async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: Path) -> None:
-    # Another owner's file under a stricter umask. Root reads every file, so as root the
-    # drainer runs in a user namespace of its own (`unshare --user`): there it holds no
-    # capability over the host's files, and a mode-0 file is unreadable, as for any user.
-    await card(api)
-    spool = Spool(tmp_path / "spool")
-    denied = spool.new / "0-denied.ndjson"
-    denied.write_text(json.dumps(event("denied", "1")) + "\n")
-    denied.chmod(0)
-    spool.put([event(f"p-{k}", "1") for k in range(3)])
+def _flush_unprivileged(spool: Spool, api: Api) -> tuple[int, str]:
+    """`spool flush` as a process without root's rights over files: as root, in a user
+    namespace of its own (`unshare --user`), where it holds no capability over the host's
+    files and another owner's file is another owner's, as for any user."""
     command = [sys.executable, "-m", "trainledger.cli", "spool", "flush"]
     if os.geteuid() == 0:
         command = ["unshare", "--user", *command]
@@ -494,11 +487,47 @@ async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: 
         timeout=120,
         check=False,
     )
-    out = done.stdout + done.stderr
-    assert done.returncode == 1, out
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: Path) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    denied = spool.new / "0-denied.ndjson"  # another owner's file under a stricter umask
+    denied.write_text(json.dumps(event("denied", "1")) + "\n")
+    denied.chmod(0)
+    spool.put([event(f"p-{k}", "1") for k in range(3)])
+    code, out = _flush_unprivileged(spool, api)
+    assert code == 1, out
     assert "3 accepted" in out
     assert "0-denied.ndjson: cannot be read (Permission denied)" in out, out
     assert (spool.failed / "0-denied.ndjson").exists() and spool.files() == []
+    assert await total_events(api) == 3
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_a_sent_file_the_drainer_may_not_remove_does_not_stop_it(
+    api: Api, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("another owner's file: only root can make one")
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    os.chown(spool.new, 12345, 12345)  # a sticky new/ of another owner, as /tmp is
+    spool.new.chmod(0o1777)
+    theirs = spool.new / "0-theirs.ndjson"
+    theirs.write_text(json.dumps(event("theirs", "1")) + "\n")
+    os.chown(theirs, 12346, 12346)
+    theirs.chmod(0o644)  # readable, not removable
+    spool.put([event(f"m-{k}", "1") for k in range(2)])
+    code, out = _flush_unprivileged(spool, api)
+    assert code == 1, out
+    assert "3 accepted" in out
+    assert "0-theirs.ndjson: sent, but could not be removed (Operation not permitted)" in out
+    assert spool.files() == [theirs]  # the others are gone: answered for
+    code, out = _flush_unprivileged(spool, api)
+    assert "0 accepted, 1 duplicates" in out, out  # sent again, counted nothing
     assert await total_events(api) == 3
 
 
