@@ -1,4 +1,4 @@
-"""`trainledger events post`, `trainledger spool put|flush` and `trainledger agent`: usage
+"""`trainledger events post`, `trainledger spool put|flush|failed` and `trainledger agent`: usage
 events from a file or stdin to the service, directly or through a durable spool.
 
 Input is NDJSON (one event a line) or JSON (an array of events, or one event). Posting goes
