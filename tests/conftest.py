@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -34,6 +35,7 @@ from trainledger.stores import Stores
 
 from tests.cluster import ValkeyCluster
 from tests.shared_redis import claim_database
+from tests.small_fs import small_filesystem
 
 # Building a TLS context loads the CA bundle (~50 ms); the tests speak plain HTTP on
 # loopback, so every client shares one context instead of building its own.
@@ -216,6 +218,13 @@ async def make_admin_token(redis_url: str) -> str:
     await s.tokens.put_token(digest, record["id"], record)
     await s.close()
     return token
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A small tmpfs (256 KiB) to fill up: tests/small_fs.py (`fill`, `unfill`)."""
+    with small_filesystem(tmp_path / "small-fs") as root:
+        yield root
 
 
 @pytest.fixture

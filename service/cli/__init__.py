@@ -4,8 +4,8 @@ Server side: `serve`, `token create|list|revoke` (straight to the service's Redi
 `openapi`. Client side, over HTTP to a running service (`--url`, `--token`): `ratecard apply`,
 `plan estimate`, `costs`, `export focus`, `import slurm|pods`, `events post`, `spool
 flush`, `agent`, `budgets`, `webhooks`, `alerts` (retried through outages and 429s by
-trainledger.client). `spool put` needs no service, nor does `slurm-hook` (it spools a
-Slurm job's usage as the job ends). And `demo`.
+trainledger.client). `spool put` and `spool failed` need no service, nor does `slurm-hook`
+(it spools a Slurm job's usage as the job ends). And `demo`.
 """
 
 from __future__ import annotations

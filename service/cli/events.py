@@ -1,4 +1,4 @@
-"""`trainledger events post`, `trainledger spool put|flush` and `trainledger agent`: usage
+"""`trainledger events post`, `trainledger spool put|flush|failed` and `trainledger agent`: usage
 events from a file or stdin to the service, directly or through a durable spool.
 
 Input is NDJSON (one event a line) or JSON (an array of events, or one event). Posting goes
@@ -20,12 +20,13 @@ from typing import Any
 import httpx
 import msgspec
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
 from ..client import ApiError, DrainReport, RetryPolicy, Spool, SpoolBusy
 from ..config import Settings
 from .client import Client, CliError, add_client_options, resolve_token, resolve_url
-from .commands import positive_int
+from .commands import positive_int, print_json
 from .imports import BATCH, print_posted, read_input
 from .ui import ui
 
@@ -131,20 +132,62 @@ def cmd_spool_flush(args: argparse.Namespace, settings: Settings) -> int:
         except (ApiError, httpx.HTTPError):
             ui.err.print(f"{spool.pending()} events stay spooled for the next flush")
             raise
+        except OSError as exc:  # the spool itself (its lock, its directories): say which
+            raise CliError(f"spool {spool.directory}: {exc}") from exc
     print_posted(report.accepted, report.duplicates, report.rejected)
-    _say_set_aside(spool, report)
-    return 1 if report.rejected or report.files_failed else 0
+    _say_set_aside(spool, report, report.notes)
+    return 1 if report.rejected or report.troubled or report.corrupt_lines else 0
 
 
-def _say_set_aside(spool: Spool, report: DrainReport) -> None:
-    if report.files_failed:
+def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
+    """What the drain set aside or could not: each entry once (`notes`), then the totals."""
+    for note in notes:
+        ui.err.print(Text(f"spool: {note}", style="red"))
+    said = [
+        (report.files_failed, "spooled files refused by the service"),
+        (report.files_unreadable, "spool entries that cannot be read"),
+        (report.corrupt_lines, "unreadable lines (not JSON objects)"),
+    ]
+    for count, what in said:
+        if count:
+            ui.err.print(
+                Text(f"{count} {what}, kept in {spool.failed} beside a note", style="bold red")
+            )
+    if report.files_left:
         ui.err.print(
             Text(
-                f"{report.files_failed} spooled files refused by the service, kept in "
-                f"{spool.failed} beside its answer",
+                f"{report.files_left} spooled files could not be set aside (see above): left "
+                f"in {spool.new}, tried again at the next drain",
                 style="bold red",
             )
         )
+
+
+def cmd_spool_failed(args: argparse.Namespace, settings: Settings) -> int:
+    """The spool's dead letters: what drains set aside in failed/, and why."""
+    spool = spool_from_args(args)
+    entries = spool.set_aside()
+    if args.json:
+        print_json([msgspec.to_builtins(e) for e in entries])
+        return 0
+    if not entries:
+        ui.err.print(f"nothing set aside in {spool.failed}", highlight=False)
+        return 0
+    table = Table(title=Text(f"set aside in {spool.failed}", style="bold"), title_justify="left")
+    table.add_column("entry", overflow="fold")
+    table.add_column("kind")
+    table.add_column("lines", justify="right")
+    table.add_column("why", overflow="fold")
+    for e in entries:
+        lines = "" if e.events is None else str(e.events)
+        table.add_row(Text(e.name), Text(e.kind), Text(lines), Text(e.detail))
+    ui.out.print(table)
+    ui.err.print(
+        "a refused or unreadable file goes back with `mv` into new/ once its cause is fixed; "
+        "*.corrupt holds raw lines, never sent",
+        highlight=False,
+    )
+    return 0
 
 
 # --- agent ----------------------------------------------------------------------------------
@@ -170,6 +213,7 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     token = resolve_token(args, settings)
     url = resolve_url(args)
     ui.err.print(f"agent: draining {spool.directory} to {url}", highlight=False)
+    said: set[str] = set()  # what was said of an entry left behind, said once while it lasts
     with Client(url, token, args.timeout, retry=policy, sleep=sleep) as client:
         while not stop.is_set():
             try:
@@ -180,10 +224,16 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
                 break
             except ApiError as exc:  # 401, 404...: say so, keep the files, try again later
                 ui.err.print(Text(f"agent: the service refused: {exc}", style="red"))
+            except OSError as exc:  # the spool itself (a full disk, its permissions): not a
+                # reason to stop; what can be sent is sent once it can be read again
+                ui.err.print(Text(f"agent: spool {spool.directory}: {exc}", style="red"))
             else:
-                if report.files_sent or report.files_failed:
+                if report.files_sent:
                     _say_drained(report)
-                    _say_set_aside(spool, report)
+                fresh = [note for note in report.notes if note not in said]
+                said = set(report.notes)
+                if fresh or report.files_failed or report.files_unreadable:
+                    _say_set_aside(spool, report, fresh)
             stop.wait(args.interval)
     ui.err.print(f"agent: stopped; {spool.pending()} events spooled", highlight=False)
     return 0
@@ -191,7 +241,8 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
 
 def _say_drained(report: DrainReport) -> None:
     ui.err.print(
-        f"agent: sent {report.events} events from {report.files_sent} files: "
+        f"agent: sent {report.events} events from {report.files_sent} files in "
+        f"{report.requests} requests: "
         f"{report.accepted} accepted, {report.duplicates} duplicates, "
         f"{len(report.rejected)} rejected",
         highlight=False,
@@ -247,6 +298,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _batch_size(flush)
     add_client_options(flush)
     flush.set_defaults(handler=cmd_spool_flush)
+    failed = spool_sub.add_parser(
+        "failed",
+        help="what drains set aside in DIR/failed/ (refused, unreadable, corrupt) and why",
+    )
+    _spool_option(failed)
+    failed.add_argument("--json", action="store_true", help="as JSON")
+    failed.set_defaults(handler=cmd_spool_failed)
 
     agent = sub.add_parser(
         "agent",

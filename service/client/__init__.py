@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .ids import NAMESPACE, event_id, namespace
     from .models import Event, IngestReport, RejectedEvent
     from .retry import NO_RETRY, RetryPolicy
-    from .spool import DrainReport, Spool, SpoolBusy
+    from .spool import DrainReport, SetAside, Spool, SpoolBusy
     from .sync import Batcher, Client
 
 # Imported when first used: a Slurm hook that imports `trainledger.client.spool` to call
@@ -47,6 +47,7 @@ _WHERE = {
     "NO_RETRY": ".retry",
     "RetryPolicy": ".retry",
     "DrainReport": ".spool",
+    "SetAside": ".spool",
     "Spool": ".spool",
     "SpoolBusy": ".spool",
     "Batcher": ".sync",
@@ -80,6 +81,7 @@ __all__ = [
     "RejectedEvent",
     "RetryPolicy",
     "ServiceUnreachable",
+    "SetAside",
     "Spool",
     "SpoolBusy",
     "event_id",

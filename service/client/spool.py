@@ -8,9 +8,11 @@ a file only once the service has answered for every event in it.
 
 Layout (one directory, plain files, readable with `cat`):
 
-    DIR/tmp/      files being written (a crashed `put` leaves one; nothing counts it)
+    DIR/tmp/      files being written (a crashed or failed `put` leaves none that counts)
     DIR/new/      spooled batches, one NDJSON file per `put`, named so they sort oldest first
-    DIR/failed/   batches the service refused as a whole (400, 403, 413...), with the answer
+    DIR/failed/   what a drain set aside, each beside `<name>.problem.json` saying why:
+                  batches the service refused as a whole (400, 403, 413...), entries that
+                  cannot be read (`<name>`), and the unreadable lines of a file (`<name>.corrupt`)
     DIR/drain.lock  held (flock) by the one drainer at a time
 
 Why files and not SQLite: every `put` is its own file, so any number of processes write at
@@ -20,6 +22,12 @@ on every POSIX filesystem, while SQLite's WAL mode needs shared memory that netw
 filesystems do not give. A crash at any point loses nothing: a file is in `new/` (sent again
 later: event ids make a resend count nothing twice) or it was not yet renamed (its `put` had
 not returned).
+
+One bad entry never stops the others: a file the service refuses, an entry that cannot be
+read (another owner's file, a directory, a FIFO, a symbolic link) and the lines that are not
+JSON objects are set aside in `failed/` and the drain goes on. When even that is impossible
+(a full disk), the entry stays in `new/`, the report says so, and the drain goes on: the files
+it sends free the space.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,31 +46,89 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
+    from .models import IngestReport
     from .sync import Client
 
 SUFFIX = ".ndjson"
+CORRUPT = ".corrupt"  # not SUFFIX: `mv failed/*.ndjson new/` must not send garbage again
+NOTE = ".problem.json"
 # A temporary file older than this was left by a `put` that crashed (it never returned).
 STALE_TMP_SECONDS = 3600.0
+# What is kept of one file's unreadable lines (the rest is counted, not kept): a disk filled
+# with garbage must not be copied whole into failed/.
+MAX_KEPT_BYTES = 1 << 20
+MAX_NOTED_LINES = 100  # lines described one by one in the note
 _encoder = msgspec.json.Encoder(decimal_format="string")
+# An event line is one JSON object; its values are checked as JSON, not read into Python.
+_event_line = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+UNREADABLE_ENTRY = "Unreadable spool entry"
+UNREADABLE_LINES = "Unreadable spool lines"
 
 
 class SpoolBusy(Exception):
     """Another process is draining this spool."""
 
 
+class _Unreadable(Exception):
+    """A spool entry that cannot be read as a file (its reason is the message)."""
+
+
 @dataclass
 class DrainReport:
-    """What one `drain` did: events answered by the service, files removed or set aside."""
+    """What one `drain` did: events answered by the service, files removed or set aside,
+    and what could not be read. `notes` says, one line each, what was set aside or left."""
 
     accepted: int = 0
     duplicates: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     files_sent: int = 0
-    files_failed: int = 0
+    files_failed: int = 0  # refused by the service as a whole, moved to failed/
+    files_unreadable: int = 0  # entries that cannot be read, moved to failed/
+    files_left: int = 0  # to be set aside but could not be (a full disk): still in new/
+    corrupt_lines: int = 0  # lines that are not JSON objects, kept in failed/*.corrupt
+    requests: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def events(self) -> int:
         return self.accepted + self.duplicates + len(self.rejected)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether anything was set aside or left behind (the caller should say so)."""
+        return bool(self.files_failed or self.files_unreadable or self.files_left)
+
+    def count(self, answer: IngestReport) -> None:
+        """Fold in the answer to one request."""
+        self.requests += 1
+        self.accepted += answer.accepted
+        self.duplicates += answer.duplicates
+        self.rejected.extend(msgspec.to_builtins(r) for r in answer.rejected)
+
+
+@dataclass
+class SetAside:
+    """One entry of failed/ and why it is there (its note): `kind` is "refused" (the service
+    refused the file as a whole: `problem` is its answer), "unreadable" (an entry that cannot
+    be read as a file) or "corrupt" (the unreadable lines of a file, raw). `events`: the event
+    lines in a refused file, the lines kept of a corrupt one."""
+
+    name: str
+    kind: str
+    events: int | None
+    detail: str
+    problem: dict[str, Any]
+
+
+@dataclass
+class _File:
+    """A spooled file being sent: its event lines and how many the service answered for."""
+
+    path: Path
+    lines: list[bytes]
+    sent: int = 0
 
 
 class Spool:
@@ -79,7 +146,8 @@ class Spool:
 
     def put(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Append these events durably (they are on disk when this returns). Each event needs
-        an `id`: a resend after a crash is harmless only because the service knows the id."""
+        an `id`: a resend after a crash is harmless only because the service knows the id.
+        A failure (a full disk: OSError) leaves nothing behind, in tmp/ or in new/."""
         if not events:
             return
         lines = []
@@ -88,25 +156,72 @@ class Spool:
                 raise ValueError(f"event {index}: a mapping with a string 'id' is required")
             lines.append(_encoder.encode(dict(event)))
         name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:16]}{SUFFIX}"
-        temporary = self.tmp / name
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        self._write(self.new, name, b"\n".join(lines) + b"\n", temporary=name)
+
+    def _write(self, directory: Path, name: str, data: bytes, temporary: str = "") -> None:
+        """`data` as `directory/name`, all or nothing: written in tmp/, fsynced, renamed into
+        place, the directory fsynced. On any failure the temporary file is removed."""
+        scratch = self.tmp / (temporary or f"{uuid.uuid4().hex}-{name}")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
         try:
-            os.write(fd, b"\n".join(lines) + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temporary, self.new / name)
-        _fsync_directory(self.new)
+            try:
+                view = memoryview(data)
+                while view:  # a write may take part of it (a disk filling up): not done yet
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(scratch, directory / name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
+            raise
+        _fsync_directory(directory)
 
     # --- readers ------------------------------------------------------------------------
 
     def files(self) -> list[Path]:
-        """The spooled batches, oldest first."""
+        """The spooled batches, oldest first (whatever they are: a drain sets aside what is
+        not a readable file)."""
         return sorted(p for p in self.new.iterdir() if p.name.endswith(SUFFIX))
 
     def pending(self) -> int:
-        """Events waiting to be sent."""
-        return sum(len(_read_lines(path) or ()) for path in self.files())
+        """Events waiting to be sent (the lines of the readable files)."""
+        total = 0
+        for path in self.files():
+            with contextlib.suppress(_Unreadable):
+                total += len(_event_lines(_read(path) or b"")[0])
+        return total
+
+    def set_aside(self) -> list[SetAside]:
+        """What drains set aside in failed/ (the spool's dead letters), oldest first."""
+        names = sorted(p.name for p in self.failed.iterdir())
+        entries = [n for n in names if not n.endswith(NOTE)]
+        entries += [
+            n[: -len(NOTE)] for n in names if n.endswith(NOTE) and n[: -len(NOTE)] not in names
+        ]
+        return [self._describe(name) for name in sorted(entries)]
+
+    def _describe(self, name: str) -> SetAside:
+        try:
+            problem = msgspec.json.decode((self.failed / (name + NOTE)).read_bytes())
+        except (OSError, msgspec.DecodeError) as exc:
+            problem = {"detail": f"no readable note ({exc})"}
+        if not isinstance(problem, dict):
+            problem = {"detail": str(problem)}
+        detail = str(problem.get("detail") or problem.get("title") or "")
+        if name.endswith(CORRUPT):
+            count = problem.get("count")
+            return SetAside(
+                name, "corrupt", count if isinstance(count, int) else None, detail, problem
+            )
+        if problem.get("title") == UNREADABLE_ENTRY:
+            return SetAside(name, "unreadable", None, detail, problem)
+        try:
+            events: int | None = len(_event_lines(_read(self.failed / name) or b"")[0])
+        except _Unreadable:
+            events = None
+        return SetAside(name, "refused", events, detail, problem)
 
     @contextlib.contextmanager
     def draining(self, wait: bool = False) -> Iterator[None]:
@@ -123,80 +238,183 @@ class Spool:
             os.close(fd)  # closing releases the lock
 
     def drain(self, client: Client, *, batch_size: int = 5_000, wait: bool = False) -> DrainReport:
-        """Post every spooled event through `client` (with its retry policy) and delete each
-        file once the service has answered for all its events. Raises what the client raises
-        when the service stays unreachable (the files stay, for the next drain)."""
+        """Post every spooled event through `client` (with its retry policy), `batch_size`
+        events a request (a request takes lines of as many files as fit), and delete each
+        file once the service has answered for all its events. What cannot be read or is
+        refused as a whole is set aside in failed/ (see the module). Raises what the client
+        raises when the service stays unreachable (the files stay, for the next drain)."""
         report = DrainReport()
         with self.draining(wait):
             self._remove_stale_tmp()
-            batch: list[bytes] = []
-            paths: list[Path] = []
+            window: list[_File] = []  # files not yet answered for, oldest first
             for path in self.files():
-                lines = _read_lines(path)
-                if lines is None:
+                spooled = self._load(path, report)
+                if spooled is None:
                     continue
-                if batch and len(batch) + len(lines) > batch_size:
-                    self._send(client, batch, paths, batch_size, report)
-                    batch, paths = [], []
-                batch.extend(lines)
-                paths.append(path)
-            if batch:
-                self._send(client, batch, paths, batch_size, report)
+                window.append(spooled)
+                while sum(len(f.lines) - f.sent for f in window) >= batch_size:
+                    self._post_next(client, window, batch_size, report)
+            while window:
+                self._post_next(client, window, batch_size, report)
         return report
 
-    def _send(
-        self,
-        client: Client,
-        lines: list[bytes],
-        paths: list[Path],
-        batch_size: int,
-        report: DrainReport,
+    def _load(self, path: Path, report: DrainReport) -> _File | None:
+        """The event lines of a spooled file; None when there is nothing to send: the file is
+        gone (drained meanwhile), cannot be read (set aside), holds only unreadable lines
+        (kept, and the file removed), or its unreadable lines cannot be kept (left)."""
+        try:
+            data = _read(path)
+        except _Unreadable as exc:
+            problem = {"title": UNREADABLE_ENTRY, "detail": f"{path.name}: {exc}"}
+            if self._set_aside(path, problem, f"cannot be read ({exc})", report):
+                report.files_unreadable += 1
+            return None
+        if data is None:
+            return None
+        lines, corrupt = _event_lines(data)
+        if corrupt:
+            try:
+                self._keep_corrupt(path, corrupt)
+            except OSError as exc:
+                report.files_left += 1
+                report.notes.append(
+                    f"{path.name}: could not keep its {len(corrupt)} unreadable lines "
+                    f"({exc.strerror or exc}); left in new/"
+                )
+                return None
+            report.corrupt_lines += len(corrupt)
+            report.notes.append(
+                f"{path.name}: {len(corrupt)} unreadable lines (not JSON objects) kept in "
+                f"{self.failed / (path.name + CORRUPT)}"
+            )
+        if not lines:
+            self._remove([path], report)
+            return None
+        return _File(path, lines)
+
+    def _post_next(
+        self, client: Client, window: list[_File], batch_size: int, report: DrainReport
     ) -> None:
+        """Post the next `batch_size` unanswered lines of `window`, oldest first, as one
+        request; remove from `window` the files then answered for (deleted) or set aside."""
         from .errors import ApiError
 
+        chunk: list[bytes] = []
+        taken: list[tuple[_File, int]] = []
+        for spooled in window:
+            lines = spooled.lines[spooled.sent : spooled.sent + batch_size - len(chunk)]
+            if lines:
+                chunk.extend(lines)
+                taken.append((spooled, len(lines)))
+            if len(chunk) == batch_size:
+                break
         try:
-            answers = [
-                client.post_ndjson(lines[first : first + batch_size])
-                for first in range(0, len(lines), batch_size)
-            ]
+            answer = client.post_ndjson(chunk)
         except ApiError as exc:
             if not exc.refused_batch:
                 raise
-            if len(paths) > 1:  # find the file the service refuses; send the others
-                for path in paths:
-                    alone = _read_lines(path)
-                    if alone:
-                        self._send(client, alone, [path], batch_size, report)
+            if len(taken) == 1:
+                # Refused as a whole (not NDJSON, a project the token may not reach, too
+                # large): sending it again would be refused again. Kept beside the answer.
+                spooled = taken[0][0]
+                window.remove(spooled)
+                problem = exc.problem or {"detail": str(exc)}
+                if self._set_aside(spooled.path, problem, f"refused: {exc}", report):
+                    report.files_failed += 1
                 return
-            # Refused as a whole (not NDJSON, a project the token may not reach, too large):
-            # sending it again would be refused again. Kept beside the service's answer.
-            self._set_aside(paths[0], exc)
-            report.files_failed += 1
+            for spooled, _ in taken:  # find the file the service refuses; send the others
+                window.remove(spooled)
+                alone = [spooled]
+                while alone:
+                    self._post_next(client, alone, batch_size, report)
             return
-        for answer in answers:
-            report.accepted += answer.accepted
-            report.duplicates += answer.duplicates
-            report.rejected.extend(msgspec.to_builtins(r) for r in answer.rejected)
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        _fsync_directory(self.new)
-        report.files_sent += len(paths)
+        report.count(answer)
+        for spooled, count in taken:
+            spooled.sent += count
+        done = [f for f in window if f.sent == len(f.lines)]
+        for spooled in done:
+            window.remove(spooled)
+        self._remove([f.path for f in done], report)
+        report.files_sent += len(done)
 
-    def _set_aside(self, path: Path, error: Exception) -> None:
-        problem = getattr(error, "problem", None) or {"detail": str(error)}
-        note = self.failed / (path.name + ".problem.json")
-        note.write_bytes(_encoder.encode(problem))
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, self.failed / path.name)
-        _fsync_directory(self.failed)
-        _fsync_directory(self.new)
+    def _remove(self, paths: list[Path], report: DrainReport) -> None:
+        """Delete files the service has answered for. One that cannot be deleted (a sticky
+        `new/` and another owner's file) does not stop the drain: it is said, and sent again
+        next time, where its events are duplicates, counted nothing."""
+        for path in paths:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                report.files_left += 1
+                report.notes.append(
+                    f"{path.name}: sent, but could not be removed ({exc.strerror or exc}); "
+                    "left in new/ (sent again, as duplicates, until it can be)"
+                )
+        if paths:
+            _fsync_directory(self.new)
+
+    def _set_aside(
+        self, path: Path, problem: Mapping[str, Any], why: str, report: DrainReport
+    ) -> bool:
+        """Move `path` to failed/ beside its note; on failure (a full disk) leave it in new/,
+        with no note, and say so. True when it was moved."""
+        note = self.failed / (path.name + NOTE)
+        try:
+            self._write(self.failed, note.name, _encoder.encode(dict(problem)))
+            try:
+                os.rename(path, self.failed / path.name)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                with contextlib.suppress(OSError):
+                    note.unlink()
+                raise
+            _fsync_directory(self.failed)
+            _fsync_directory(self.new)
+        except OSError as exc:
+            report.files_left += 1
+            report.notes.append(
+                f"{path.name}: {why}; could not set it aside ({exc.strerror or exc}): left in "
+                "new/, tried again at the next drain"
+            )
+            return False
+        report.notes.append(f"{path.name}: {why}; set aside in {self.failed}")
+        return True
+
+    def _keep_corrupt(self, path: Path, corrupt: list[tuple[int, bytes, str]]) -> None:
+        """The unreadable lines of `path`, raw and bounded, as failed/<name>.corrupt beside a
+        note saying which lines and why (written before the file's events are sent: a crash
+        after it keeps them again, in the same place)."""
+        kept = bytearray()
+        for _, line, _ in corrupt:
+            kept += line[: MAX_KEPT_BYTES - len(kept)] + b"\n"
+            if len(kept) >= MAX_KEPT_BYTES:
+                break
+        raw = bytes(kept[:MAX_KEPT_BYTES])
+        problem = {
+            "title": UNREADABLE_LINES,
+            "detail": f"{len(corrupt)} lines of {path.name} are not JSON objects; they were not "
+            "sent (the file's readable events were)",
+            "file": path.name,
+            "count": len(corrupt),
+            "bytes": sum(len(line) + 1 for _, line, _ in corrupt),
+            "kept_bytes": len(raw),
+            "lines": [
+                {"line": number, "bytes": len(line), "reason": reason}
+                for number, line, reason in corrupt[:MAX_NOTED_LINES]
+            ],
+        }
+        name = path.name + CORRUPT
+        self._write(self.failed, name, raw)
+        self._write(self.failed, name + NOTE, _encoder.encode(problem))
 
     def _remove_stale_tmp(self) -> None:
         cutoff = time.time() - STALE_TMP_SECONDS
         for path in self.tmp.iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_mtime < cutoff:
+            with contextlib.suppress(OSError):  # gone, or not ours to remove: not a reason to stop
+                if path.lstat().st_mtime < cutoff:
                     path.unlink()
 
 
@@ -209,9 +427,47 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _read_lines(path: Path) -> list[bytes] | None:
-    """A spooled file's events (one JSON document a line), None when it is gone (drained)."""
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
+def _read(path: Path) -> bytes | None:
+    """A spooled file's bytes; None when it is gone (drained). Raises _Unreadable for what
+    `put` never leaves: not a regular file (never opened blocking: a FIFO would hang the
+    drain), a symbolic link (not followed: the drain would send, or keep in failed/, a file
+    from elsewhere), or a file it may not read."""
     try:
-        return [line for line in path.read_bytes().splitlines() if line.strip()]
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if path.is_symlink():
+            raise _Unreadable("a symbolic link (a spool holds only files)") from exc
+        raise _Unreadable(exc.strerror or str(exc)) from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise _Unreadable(f"{kind}, not a spooled file")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise _Unreadable(exc.strerror or str(exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def _event_lines(data: bytes) -> tuple[list[bytes], list[tuple[int, bytes, str]]]:
+    """The event lines of a file (one JSON object each) and its unreadable lines (line
+    number, raw bytes, why): truncated or garbage lines, binary data."""
+    lines: list[bytes] = []
+    corrupt: list[tuple[int, bytes, str]] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            _event_line.decode(line)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            corrupt.append((number, line, f"not a JSON object: {exc}"))
+            continue
+        lines.append(line)
+    return lines, corrupt

@@ -22,6 +22,7 @@ from trainledger.config import Settings
 
 from tests.api.test_webhooks import Receiver, check_standard, receiving
 from tests.conftest import TEST_CARD, Api, ServerThread, event, free_port, make_admin_token
+from tests.small_fs import fill
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_POLLS = 1200
@@ -351,3 +352,222 @@ async def test_alerts_list_shows_an_evaluation_regression(
     assert code == 0, err
     assert "evaluation_regression" in out and "mix-a · mmlu" in out
     assert "58.0 vs 60.0 (base), tolerance 0.5" in out
+
+
+def _ingest_token_env(token: str, url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
+    env.update(TRAINLEDGER_URL=url, TRAINLEDGER_TOKEN=token)
+    return env
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)  # the agent's, not the store's
+async def test_agent_drains_past_bad_entries_on_a_full_disk(
+    api: Api, tmp_path: Path, small_fs: Path
+) -> None:
+    await card(api)
+    spool = Spool(small_fs / "spool")
+    (spool.new / "0-a-directory.ndjson").mkdir()
+    os.mkfifo(spool.new / "0-b-fifo.ndjson")
+    corrupt = spool.new / "0-c-corrupt.ndjson"
+    corrupt.write_text(json.dumps(event("in-corrupt", "1")) + '\n{"id": "cut sh\n')
+    spool.put([event("refused", "1", project="other")])  # the token may not post there
+    for n in range(6):
+        spool.put([event(f"a-{n}-{k}", "1") for k in range(2)])
+    fill(small_fs)  # nothing can be set aside until the sent files free their space
+    limited = await api.token("ingest", ["llm"])
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "trainledger.cli", "agent", "--batch-size", "5"),
+                *("--spool", str(spool.directory), "--interval", "0.05", "--max-backoff", "0.2"),
+            ],
+            cwd=REPO,
+            env=_ingest_token_env(limited, api.base_url),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or (spool.files() == [] and "set aside" in _read(log_path)):
+                break
+            await asyncio.sleep(0.05)
+        assert agent.poll() is None, _read(log_path)  # still running: it did not crash
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    out = _read(log_path)
+    assert agent.returncode == 0, out
+    assert "Traceback" not in out
+    # The full disk first: said, the entries left where they were, the good files sent.
+    assert "could not set it aside (No space left on device)" in out, out
+    assert "could not keep its 1 unreadable lines (No space left on device)" in out, out
+    assert "agent: sent 12 events from 6 files" in out, out
+    # Then, with the space those files freed, everything set aside beside its note.
+    for needle in ("a directory", "a FIFO", "HTTP 403", "1 unreadable lines (not JSON objects)"):
+        assert needle in out, (needle, out)
+    assert spool.files() == []
+    names = sorted(p.name for p in spool.failed.iterdir())
+    assert [n for n in names if not n.endswith(".problem.json")][:3] == [
+        "0-a-directory.ndjson",
+        "0-b-fifo.ndjson",
+        "0-c-corrupt.ndjson.corrupt",
+    ]
+    assert len(names) == 8  # 4 entries, each beside its note
+    for name in names:
+        if name.endswith(".problem.json"):
+            assert json.loads((spool.failed / name).read_text())  # none empty
+    assert (spool.failed / "0-c-corrupt.ndjson.corrupt").read_bytes() == b'{"id": "cut sh\n'
+    assert await total_events(api) == 13  # the 12, and the corrupt file's readable event
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    (spool.new / "0-dir.ndjson").mkdir()
+    (spool.new / "0-bad.ndjson").write_text(json.dumps(event("ok-1", "1")) + "\nnot json\n")
+    spool.put([event("ok-2", "1")])
+    spool.put([event("elsewhere", "1", project="other"), event("ok-3", "1", project="other")])
+    limited = await api.token("ingest", ["llm"])
+    d = ("--spool", str(spool.directory))
+    code, out, err = run(capsys, "spool", "flush", *d, *conn(api.base_url, limited))
+    assert code == 1  # something needs a look
+    assert "2 accepted" in out
+    assert "0-dir.ndjson: cannot be read (a directory, not a spooled file)" in err
+    assert "1 spool entries that cannot be read" in err
+    assert "1 unreadable lines (not JSON objects), kept in" in err
+    assert "1 spooled files refused by the service" in err
+    assert await total_events(api) == 2
+    code, out, err = run(capsys, "spool", "failed", *d, "--json")
+    assert code == 0, err
+    listed = {e["name"]: (e["kind"], e["events"]) for e in json.loads(out)}
+    refused = spool.failed / next(n for n in listed if not n.startswith("0-"))
+    assert listed == {
+        "0-bad.ndjson.corrupt": ("corrupt", 1),
+        "0-dir.ndjson": ("unreadable", None),
+        refused.name: ("refused", 2),
+    }
+    code, out, _ = run(capsys, "spool", "failed", *d)
+    assert code == 0
+    rows = {line.split()[1]: line for line in out.splitlines() if ".ndjson" in line}
+    assert "corrupt" in rows["0-bad.ndjson.corrupt"] and "are not JSON objects" in out
+    assert "a directory" in rows["0-dir.ndjson"]
+    assert "refused" in rows[refused.name] and "project 'other'" in out
+
+
+def _flush_unprivileged(spool: Spool, api: Api) -> tuple[int, str]:
+    """`spool flush` as a process without root's rights over files: as root, in a user
+    namespace of its own (`unshare --user`), where it holds no capability over the host's
+    files and another owner's file is another owner's, as for any user."""
+    command = [sys.executable, "-m", "trainledger.cli", "spool", "flush"]
+    if os.geteuid() == 0:
+        command = ["unshare", "--user", *command]
+        probe = subprocess.run(["unshare", "--user", "true"], capture_output=True, check=False)
+        if probe.returncode:
+            why = f"no user namespace here: {probe.stderr.decode(errors='replace')}"
+            if os.environ.get("CI"):
+                pytest.fail(why)
+            pytest.skip(why)
+    done = subprocess.run(
+        [*command, "--spool", str(spool.directory), *conn(api.base_url, api.admin_token)],
+        cwd=REPO,
+        env=_ingest_token_env(api.admin_token, api.base_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_a_file_the_drainer_may_not_read_is_set_aside(api: Api, tmp_path: Path) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    denied = spool.new / "0-denied.ndjson"  # another owner's file under a stricter umask
+    denied.write_text(json.dumps(event("denied", "1")) + "\n")
+    denied.chmod(0)
+    spool.put([event(f"p-{k}", "1") for k in range(3)])
+    code, out = _flush_unprivileged(spool, api)
+    assert code == 1, out
+    assert "3 accepted" in out
+    assert "0-denied.ndjson: cannot be read (Permission denied)" in out, out
+    assert (spool.failed / "0-denied.ndjson").exists() and spool.files() == []
+    assert await total_events(api) == 3
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_a_sent_file_the_drainer_may_not_remove_does_not_stop_it(
+    api: Api, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("another owner's file: only root can make one")
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    os.chown(spool.new, 12345, 12345)  # a sticky new/ of another owner, as /tmp is
+    spool.new.chmod(0o1777)
+    theirs = spool.new / "0-theirs.ndjson"
+    theirs.write_text(json.dumps(event("theirs", "1")) + "\n")
+    os.chown(theirs, 12346, 12346)
+    theirs.chmod(0o644)  # readable, not removable
+    spool.put([event(f"m-{k}", "1") for k in range(2)])
+    code, out = _flush_unprivileged(spool, api)
+    assert code == 1, out
+    assert "3 accepted" in out
+    assert "0-theirs.ndjson: sent, but could not be removed (Operation not permitted)" in out
+    assert spool.files() == [theirs]  # the others are gone: answered for
+    code, out = _flush_unprivileged(spool, api)
+    assert "0 accepted, 1 duplicates" in out, out  # sent again, counted nothing
+    assert await total_events(api) == 3
+
+
+@pytest.mark.parametrize("redis_url", ["valkey"], indirect=True)
+async def test_the_agent_outlasts_an_error_of_the_spool_itself(api: Api, tmp_path: Path) -> None:
+    await card(api)
+    spool = Spool(tmp_path / "spool")
+    spool.put([event(f"l-{k}", "1") for k in range(2)])
+    lock = spool.directory / "drain.lock"
+    lock.mkdir()  # the lock cannot be opened: every drain fails before it reads a file
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as log:
+        agent = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "trainledger.cli", "agent"),
+                *("--spool", str(spool.directory), "--interval", "0.05"),
+            ],
+            cwd=REPO,
+            env=_ingest_token_env(api.admin_token, api.base_url),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or _read(log_path).count("Is a directory") >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert agent.poll() is None, _read(log_path)  # said, and tried again
+        lock.rmdir()
+        for _ in range(MAX_POLLS):
+            if agent.poll() is not None or "agent: sent 2 events" in _read(log_path):
+                break
+            await asyncio.sleep(0.05)
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    out = _read(log_path)
+    assert agent.returncode == 0 and "Traceback" not in out, out
+    assert "agent: sent 2 events" in out, out
+    assert await total_events(api) == 2
