@@ -1,7 +1,8 @@
 """What the sync and async batchers share: a bounded queue of encoded events, the state a
 caller can watch (queued, last error, refused events), and the rule for a batch the service
 refuses as a whole: split it until the refusal names single events, set those aside, send
-the rest. No I/O here: `split_posts` says what to post, the batcher posts it."""
+the rest. No I/O here: `split_posts` says what to post, `deliver` (or the async batcher)
+posts it; the batchers and the spool's drain split by this one rule."""
 
 from __future__ import annotations
 
@@ -73,6 +74,33 @@ def split_posts(lines: Sequence[bytes]) -> Posts:
             middle = (first + end) // 2
             parts += [(middle, end), (first, middle)]  # the first half next: order is kept
     return delivery
+
+
+def deliver(
+    post: Callable[[Sequence[bytes]], IngestReport],
+    lines: Sequence[bytes],
+    refusal: ApiError | None = None,
+) -> Delivery:
+    """Post `lines` through `post` by `split_posts`. `refusal`: the service's answer to all of
+    them, when they were already posted together (not posted again). Raises what `post`
+    raises that is not a refusal of the body (an outage: nothing is set aside)."""
+    posts = split_posts(lines)
+    part = next(posts)
+    answer: IngestReport | ApiError | None = refusal
+    while True:
+        if answer is None:
+            try:
+                answer = post(part)
+            except ApiError as exc:
+                if not exc.refused_batch:
+                    raise
+                answer = exc
+        try:
+            part = posts.send(answer)
+        except StopIteration as done:
+            delivery: Delivery = done.value
+            return delivery
+        answer = None
 
 
 class EventQueue:

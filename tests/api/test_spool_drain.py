@@ -1,5 +1,6 @@
 """The spool's drain against the real service when entries are bad: requests filled to the
-batch size, entries that cannot be read, corrupt lines, a full disk. One bad entry never
+batch size, a file with one refused event, entries that cannot be read, corrupt lines, a full
+disk. One bad entry never
 stops the others, nothing unreadable vanishes, and every event is counted once."""
 
 from __future__ import annotations
@@ -64,6 +65,74 @@ async def test_a_refused_file_inside_a_full_request_is_set_aside_alone(
         assert report.events == 9  # each event answered for once in the report
         assert sorted(p.name for p in spool.failed.iterdir())[0].endswith(".ndjson")
         assert spool.files() == [] and counted(admin) == 9
+
+
+def one_refused_among(n: int, at: int) -> list[dict[str, object]]:
+    """`n` events for the token's project, and at `at` one for a project it does not cover."""
+    events = [event(f"m-{k}", "1") for k in range(n)]
+    events.insert(at, event("m-bad", "1", project="other"))
+    return events
+
+
+async def test_a_file_with_one_refused_event_sets_aside_that_line_alone(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put(one_refused_among(19, at=7))  # one file of 20, as `Batcher.extend` writes
+    spool.put([event("m-after", "1")])  # the file behind it is sent too
+    [mixed, _] = spool.files()
+    bad_line = mixed.read_bytes().splitlines()[7]
+    limited = await api.token("ingest", ["llm"])
+    with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        report = spool.drain(client)
+        assert (report.accepted, report.duplicates, report.rejected) == (20, 0, [])
+        assert (report.files_failed, report.events_refused, report.files_sent) == (1, 1, 1)
+        assert report.requests <= 1 + 2 * 5  # split in halves, not one request an event
+        assert spool.files() == [] and counted(admin) == 20
+        # Only the refused line is set aside, as it was, under the file's name.
+        assert (spool.failed / mixed.name).read_bytes() == bad_line + b"\n"
+        note = json.loads((spool.failed / (mixed.name + ".problem.json")).read_text())
+        assert (note["status"], note["count"]) == (403, 1)
+        assert [e["id"] for e in note["events"]] == ["m-bad"]
+        assert "1 of the 20 events" in note["detail"] and "project 'other'" in note["detail"]
+        [listed] = spool.set_aside()
+        assert (listed.name, listed.kind, listed.events) == (mixed.name, "refused", 1)
+        again = spool.drain(client)  # nothing left to send, nothing counted twice
+        assert again.events == 0 and counted(admin) == 20
+
+
+async def test_a_drainer_dying_mid_split_loses_nothing_and_counts_nothing_twice(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put(one_refused_among(19, at=12))
+    [mixed] = spool.files()
+    original = mixed.read_bytes()
+    limited = await api.token("ingest", ["llm"])
+
+    class Died(Exception):
+        pass
+
+    posts: list[int] = []
+
+    def dies_at_the_fourth_post(response: httpx.Response) -> None:
+        posts.append(response.status_code)
+        if len(posts) == 4:  # the whole file refused, then halves: some sent, some not
+            raise Died
+
+    with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        client.http.event_hooks["response"].append(dies_at_the_fourth_post)
+        with pytest.raises(Died):
+            spool.drain(client)
+        assert 0 < counted(admin) < 19 and 403 in posts  # died mid-split
+        assert spool.files() == [mixed] and mixed.read_bytes() == original  # still all there
+        assert list(spool.failed.iterdir()) == []
+        client.http.event_hooks["response"].clear()
+        report = spool.drain(client)  # the next drain: the rest sent, the sent ones again
+        assert report.accepted + report.duplicates == 19 and report.duplicates > 0
+        assert report.events_refused == 1 and spool.files() == []
+        assert counted(admin) == 19  # each counted once
+        assert len((spool.failed / mixed.name).read_bytes().splitlines()) == 1
 
 
 async def test_unreadable_entries_are_set_aside_and_the_others_sent(

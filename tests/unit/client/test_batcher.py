@@ -7,7 +7,7 @@ import asyncio
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,7 @@ from trainledger.client import (
     ServiceUnreachable,
     Spool,
 )
-from trainledger.client.batching import split_posts
+from trainledger.client.batching import deliver
 
 POLLS = 2000  # a bound on waiting for the batcher's thread, never an assertion about speed
 
@@ -39,29 +39,37 @@ def refusal(status: int = 403) -> ApiError:
 def test_a_refused_batch_is_split_down_to_the_events_refused(n: int, data: st.DataObject) -> None:
     lines = [f'{{"id":"e{i}"}}'.encode() for i in range(n)]
     bad = set(data.draw(st.lists(st.integers(0, n - 1), max_size=4)))
+    # The spool's drain hands over the refusal it already had for the whole batch.
+    known = bool(bad) and data.draw(st.booleans())
     accepted: list[bytes] = []
-    posts = split_posts(lines)
-    part = next(posts)
-    count = 1
-    while True:
+    posted: list[int] = []
+
+    def post(part: Sequence[bytes]) -> IngestReport:
+        posted.append(len(part))
         # The service refuses a body as a whole when any of its events is refused.
         if any(lines.index(line) in bad for line in part):
-            answer: IngestReport | ApiError = refusal()
-        else:
-            accepted += part
-            answer = IngestReport(accepted=len(part), duplicates=0)
-        try:
-            part = posts.send(answer)
-            count += 1
-        except StopIteration as done:
-            delivery = done.value
-            break
+            raise refusal()
+        accepted.extend(part)
+        return IngestReport(accepted=len(part), duplicates=0)
+
+    delivery = deliver(post, lines, refusal() if known else None)
     assert accepted == [line for i, line in enumerate(lines) if i not in bad]  # once, in order
     assert [r.line for r in delivery.refused] == [lines[i] for i in sorted(bad)]
     assert {r.status for r in delivery.refused} <= {403}
     assert delivery.report.accepted == n - len(bad)
+    assert not known or n not in posted  # what was refused already is not posted again
     # Each refused event costs at most two posts a level: never one post per event.
+    count = len(posted) + known
     assert count <= 1 + 2 * len(bad) * math.ceil(math.log2(n) + 1)
+
+
+def test_a_failure_that_is_not_a_refusal_stops_the_delivery() -> None:
+    def post(part: Sequence[bytes]) -> IngestReport:
+        raise ApiError(httpx.Response(503, json={"status": 503, "detail": "busy"}))
+
+    with pytest.raises(ApiError) as raised:
+        deliver(post, [b'{"id":"a"}', b'{"id":"b"}'], refusal())
+    assert raised.value.status == 503  # raised, not taken for a refused event
 
 
 def closed_port() -> int:
