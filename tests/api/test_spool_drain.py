@@ -79,24 +79,29 @@ async def test_a_file_with_one_refused_event_sets_aside_that_line_alone(
 ) -> None:
     spool = Spool(tmp_path / "spool")
     spool.put(one_refused_among(19, at=7))  # one file of 20, as `Batcher.extend` writes
-    spool.put([event("m-after", "1")])  # the file behind it is sent too
-    [mixed, _] = spool.files()
+    spool.put([event(f"m-other-{k}", "1", project="other") for k in range(5)])
+    spool.put([event("m-after", "1")])  # the files behind it are sent too
+    [mixed, other, _] = spool.files()
     bad_line = mixed.read_bytes().splitlines()[7]
     limited = await api.token("ingest", ["llm"])
     with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        sizes = request_sizes(client)
         report = spool.drain(client)
+        # All 26 refused, then each file alone: the 403 names the project, so every event
+        # of it is set aside at once (no request an event) and the rest is sent.
+        assert sizes == [26, 20, 19, 5, 1]
         assert (report.accepted, report.duplicates, report.rejected) == (20, 0, [])
-        assert (report.files_failed, report.events_refused, report.files_sent) == (1, 1, 1)
-        assert report.requests <= 1 + 2 * 5  # split in halves, not one request an event
+        assert (report.files_failed, report.events_refused, report.files_sent) == (2, 6, 1)
         assert spool.files() == [] and counted(admin) == 20
+        assert (spool.failed / other.name).exists()  # all refused: the file set aside whole
         # Only the refused line is set aside, as it was, under the file's name.
         assert (spool.failed / mixed.name).read_bytes() == bad_line + b"\n"
         note = json.loads((spool.failed / (mixed.name + ".problem.json")).read_text())
         assert (note["status"], note["count"]) == (403, 1)
         assert [e["id"] for e in note["events"]] == ["m-bad"]
         assert "1 of the 20 events" in note["detail"] and "project 'other'" in note["detail"]
-        [listed] = spool.set_aside()
-        assert (listed.name, listed.kind, listed.events) == (mixed.name, "refused", 1)
+        listed = [(e.name, e.kind, e.events) for e in spool.set_aside()]
+        assert listed == [(mixed.name, "refused", 1), (other.name, "refused", 5)]
         again = spool.drain(client)  # nothing left to send, nothing counted twice
         assert again.events == 0 and counted(admin) == 20
 
@@ -115,21 +120,23 @@ async def test_a_drainer_dying_mid_split_loses_nothing_and_counts_nothing_twice(
 
     posts: list[int] = []
 
-    def dies_at_the_fourth_post(response: httpx.Response) -> None:
-        posts.append(response.status_code)
-        if len(posts) == 4:  # the whole file refused, then halves: some sent, some not
+    def dies_at_the_fourth_post(request: httpx.Request) -> None:
+        posts.append(len(request.content.splitlines()))
+        if len(posts) == 4:
             raise Died
 
     with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
-        client.http.event_hooks["response"].append(dies_at_the_fourth_post)
+        client.http.event_hooks["request"].append(dies_at_the_fourth_post)
         with pytest.raises(Died):
-            spool.drain(client)
-        assert 0 < counted(admin) < 19 and 403 in posts  # died mid-split
+            spool.drain(client, batch_size=8)
+        # 8 sent; 8 refused, split: the 7 good sent; dead before the last 4 were posted,
+        # the refused event known only to the dead drainer.
+        assert posts == [8, 8, 7, 4] and counted(admin) == 15
         assert spool.files() == [mixed] and mixed.read_bytes() == original  # still all there
         assert list(spool.failed.iterdir()) == []
-        client.http.event_hooks["response"].clear()
+        client.http.event_hooks["request"].clear()
         report = spool.drain(client)  # the next drain: the rest sent, the sent ones again
-        assert report.accepted + report.duplicates == 19 and report.duplicates > 0
+        assert (report.accepted, report.duplicates) == (4, 15)  # the 15 sent: counted nothing
         assert report.events_refused == 1 and spool.files() == []
         assert counted(admin) == 19  # each counted once
         assert len((spool.failed / mixed.name).read_bytes().splitlines()) == 1
