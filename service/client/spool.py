@@ -28,9 +28,8 @@ One bad entry never stops the others: the events the service refuses (a file it 
 split by the batcher's rule, `batching.split_posts`, down to the events refused; the others
 are sent), an entry that cannot be read (another owner's file, a directory, a FIFO, a
 symbolic link) and the lines that are not JSON objects are set aside in `failed/` and the
-drain goes on. When even that is impossible
-(a full disk), the entry stays in `new/`, the report says so, and the drain goes on: the files
-it sends free the space.
+drain goes on. When even that is impossible (a full disk), the entry stays in `new/`, the
+report says so, and the drain goes on: the files it sends free the space.
 """
 
 from __future__ import annotations
@@ -129,11 +128,13 @@ class SetAside:
 
 @dataclass
 class _File:
-    """A spooled file being sent: its event lines, how many the service answered for (in
-    order), and those of them it refused, alone (set aside once the file is answered for)."""
+    """A spooled file being sent: its event lines (`whole`: all its lines, none corrupt), how
+    many the service answered for (in order), and those of them it refused, alone (set aside
+    once the file is answered for)."""
 
     path: Path
     lines: list[bytes]
+    whole: bool = True
     sent: int = 0
     refused: list[RefusedEvent] = field(default_factory=list)
 
@@ -297,14 +298,14 @@ class Spool:
         if not lines:
             self._remove([path], report)
             return None
-        return _File(path, lines)
+        return _File(path, lines, whole=not corrupt)
 
     def _post_next(
         self, client: Client, window: list[_File], batch_size: int, report: DrainReport
     ) -> None:
         """Post the next `batch_size` unanswered lines of `window`, oldest first, as one
         request; remove from `window` the files then answered for: deleted, or their refused
-        events set aside (`_finish`)."""
+        events set aside (`_set_aside_refused`)."""
         from .batching import deliver
         from .errors import ApiError
 
@@ -359,13 +360,15 @@ class Spool:
         refused = spooled.refused
         first = refused[0]
         problem = dict(first.problem or {"status": first.status, "detail": f"HTTP {first.status}"})
-        statuses = sorted({r.status for r in refused})
+        statuses = "HTTP " + ", ".join(str(s) for s in sorted({r.status for r in refused}))
+        kept: bytes | None = b"".join(r.line + b"\n" for r in refused)
         if len(refused) == len(spooled.lines):
-            why = f"refused: HTTP {statuses}: {problem.get('detail', '')}"
-            kept = None
+            why = f"refused: {statuses}: {problem.get('detail', '')}"
+            if spooled.whole:  # all it holds was refused: the file itself is moved (else its
+                kept = None  # corrupt lines, kept apart already, would go with it)
         else:
             sent = len(spooled.lines) - len(refused)
-            why = f"{len(refused)} events refused (HTTP {statuses}), the other {sent} sent"
+            why = f"{len(refused)} events refused ({statuses}), the other {sent} sent"
             problem |= {
                 "detail": f"{len(refused)} of the {len(spooled.lines)} events of "
                 f"{spooled.path.name} were refused (the first: {problem.get('detail', '')}); "
@@ -377,7 +380,6 @@ class Spool:
                     for r in refused[:MAX_NOTED_LINES]
                 ],
             }
-            kept = b"".join(r.line + b"\n" for r in refused)
         if self._set_aside(spooled.path, problem, why, report, kept):
             report.files_failed += 1
             report.events_refused += len(refused)

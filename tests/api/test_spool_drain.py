@@ -106,6 +106,23 @@ async def test_a_file_with_one_refused_event_sets_aside_that_line_alone(
         assert again.events == 0 and counted(admin) == 20
 
 
+async def test_a_refused_file_with_corrupt_lines_sets_aside_only_the_refused_event(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put([event("c-bad", "1", project="other")])
+    [path] = spool.files()
+    refused = path.read_bytes()
+    path.write_bytes(refused + b"garbage\n")
+    limited = await api.token("ingest", ["llm"])
+    with ready(api), Client(api.base_url, limited, retry=FAST) as client:
+        report = spool.drain(client)
+        assert (report.events_refused, report.corrupt_lines, report.events) == (1, 1, 0)
+        assert spool.files() == []
+        assert (spool.failed / path.name).read_bytes() == refused  # not the garbage again
+        assert (spool.failed / (path.name + ".corrupt")).read_bytes() == b"garbage\n"
+
+
 async def test_a_drainer_dying_mid_split_loses_nothing_and_counts_nothing_twice(
     api: Api, tmp_path: Path
 ) -> None:
