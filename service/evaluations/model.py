@@ -17,7 +17,13 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ..events.model import PROJECT_PATTERN, SAFE_TEXT_PATTERN, Label
+from ..events.model import (
+    DECIMAL_PATTERN,
+    PROJECT_PATTERN,
+    SAFE_TEXT_PATTERN,
+    SIGNED_DECIMAL_PATTERN,
+    Label,
+)
 
 __all__ = [
     "MAX_BATCH",
@@ -31,9 +37,10 @@ __all__ = [
 ]
 
 MAX_BATCH = 1000
-# A decimal without exponent, sign allowed: values are compared and subtracted exactly.
-SIGNED_VALUE_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,18})?$(?!\n)"
-TOLERANCE_PATTERN = r"^[0-9]{1,30}(\.[0-9]{1,18})?$(?!\n)"
+# A decimal without exponent (the one bound of `DECIMAL_PATTERN`), sign allowed: values are
+# compared and subtracted exactly.
+SIGNED_VALUE_PATTERN = SIGNED_DECIMAL_PATTERN
+TOLERANCE_PATTERN = DECIMAL_PATTERN
 
 BenchmarkName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)

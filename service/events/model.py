@@ -11,7 +11,12 @@ from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from costcore.money import JSON_NUMBER_PATTERN, decimal_text_problem
+from costcore.money import (
+    JSON_NUMBER_PATTERN,
+    MAX_FRACTION_DIGITS,
+    MAX_INTEGER_DIGITS,
+    decimal_text_problem,
+)
 
 STAGES: tuple[str, ...] = (
     "data_prep",
@@ -49,6 +54,11 @@ TIME_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
     r"([Zz]|[+-][0-9]{2}:[0-9]{2})" + END
 )
+# The decimal strings of every body but events (`costcore.money.MAX_INTEGER_DIGITS`, the one
+# bound): no exponent, at most 24 digits before the point and 18 after.
+_DIGITS = f"[0-9]{{1,{MAX_INTEGER_DIGITS}}}(\\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?"
+DECIMAL_PATTERN = "^" + _DIGITS + END
+SIGNED_DECIMAL_PATTERN = "^-?" + _DIGITS + END
 QUANTITY_TEXT_PATTERN = JSON_NUMBER_PATTERN.removesuffix("$") + END
 MAX_TAGS = 16
 
