@@ -5,7 +5,7 @@ the text msgspec does not make while decoding (decoding.py reads the bodies).
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Protocol
 
@@ -234,6 +234,19 @@ def time_text_problem(text: str) -> str | None:
         return (
             f"must be an RFC 3339 date-time with 'Z' or a '+HH:MM' offset, matching {TIME_PATTERN}"
         )
+    return None
+
+
+def time_window_problem(
+    when: datetime, now: datetime, window_days: int, future_skew_hours: int
+) -> str | None:
+    """Why a time (of an event, of an evaluation result) is outside the range the API accepts
+    (`TRAINLEDGER_DEDUP_WINDOW_DAYS` back, `TRAINLEDGER_MAX_FUTURE_SKEW_HOURS` ahead), or None.
+    The reasons start with "time" (the ingest says "event time")."""
+    if when < now - timedelta(days=window_days):
+        return f"time is older than the deduplication window ({window_days} days)"
+    if when > now + timedelta(hours=future_skew_hours):
+        return "time is too far in the future"
     return None
 
 
