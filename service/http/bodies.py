@@ -10,12 +10,14 @@ and reads its body with `read_body` (it decodes it itself, counting events first
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import InternalServerException
-from litestar.types import ReceiveMessage
+from litestar.types import Empty, ReceiveMessage
 
 from .problems import invalid, problem
 
@@ -39,14 +41,26 @@ def client_gone_answer(request: Request[Any, Any, Any], exc: ClientGone) -> Resp
 
 
 class BoundedRequest(Request[Any, Any, Any]):
-    """Litestar's request, with JSON too deeply nested to decode answered as a 400, and a
-    client gone mid-body as `ClientGone`."""
+    """Litestar's request, with JSON too deeply nested to decode answered as a 400, a body
+    that names a key twice in one object, or that holds a value only a lax reading takes
+    (`strictly_problem`), answered as a 400 naming it, and a client gone mid-body as
+    `ClientGone`."""
 
     async def json(self) -> Any:
+        fresh = self._json is Empty and self._connection_state.json is Empty
         try:
-            return await super().json()
+            value = await super().json()
         except RecursionError as exc:  # msgspec recurses once per nesting level
             raise invalid("$", "the body is nested too deeply", status=400) from exc
+        if fresh:  # checked once, by whichever reads it first (a guard or the handler)
+            body = await self.body()
+            key = repeated_key(body)
+            if key is not None:
+                raise invalid(key, "this key is given twice in one object", status=400)
+            problem_at = strictly_problem(value, _body_type(self.route_handler))
+            if problem_at is not None:
+                raise invalid(problem_at[0], problem_at[1], status=400)
+        return value
 
     async def stream(self) -> AsyncGenerator[bytes, None]:
         # Litestar raises the same exception for a disconnect as for its own misuse; which
@@ -70,6 +84,65 @@ class BoundedRequest(Request[Any, Any, Any]):
             raise
         finally:
             self.receive = receive
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    held = dict(pairs)
+    if len(held) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+    return held
+
+
+def repeated_key(body: bytes) -> str | None:
+    """A key some object of the JSON body names twice (`{"quantity": "1", "quantity":
+    "1000000"}`), or None. Decoders keep the last silently, so such a body means two things;
+    every JSON body is refused for it. Read by the stdlib's decoder, which hands each
+    object's pairs over (msgspec's gives only the dict); a body it cannot read is left to the
+    decoder that answers for it."""
+    if body.count(b'"') < 4:  # no object with two keys
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_repeats)
+    except _Repeated as repeated:
+        return repeated.key[:100]
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _body_type(handler: Any) -> Any:
+    data = handler.parsed_fn_signature.parameters.get("data")
+    return None if data is None else data.annotation
+
+
+def strictly_problem(value: Any, kind: Any) -> tuple[str, str] | None:
+    """(field, reason) when the decoded body reads as `kind` only by Litestar's lax
+    conversion (`strict=False`, which its parameters from the query string need): `0` as a
+    boolean false, `0` as the time 1970-01-01, `"1"` as a number. None when it reads strictly
+    (or there is no body type to read it as)."""
+    if kind is None:
+        return None
+    try:
+        msgspec.convert(value, kind, strict=True, str_keys=True)
+    except msgspec.ValidationError as exc:
+        try:  # refused either way: Litestar answers for it, after the guards' own checks
+            msgspec.convert(value, kind, strict=False, str_keys=True)
+        except msgspec.ValidationError:
+            return None
+        reason, sep, where = str(exc).rpartition(" - at `")
+        return (where.rstrip("`"), reason) if sep else ("$", str(exc))
+    except TypeError:  # a body type msgspec does not convert to: Litestar answers for it
+        return None
+    return None
 
 
 def too_large() -> Exception:
