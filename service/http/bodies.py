@@ -10,7 +10,6 @@ and reads its body with `read_body` (it decodes it itself, counting events first
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -19,6 +18,7 @@ from litestar import Request, Response
 from litestar.exceptions import InternalServerException
 from litestar.types import Empty, ReceiveMessage
 
+from ..events.decoding import repeated_key
 from .problems import invalid, problem
 
 # nginx's "client closed request": the status the access line and the request metrics show
@@ -84,39 +84,6 @@ class BoundedRequest(Request[Any, Any, Any]):
             raise
         finally:
             self.receive = receive
-
-
-class _Repeated(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    held = dict(pairs)
-    if len(held) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Repeated(key)
-            seen.add(key)
-    return held
-
-
-def repeated_key(body: bytes) -> str | None:
-    """A key some object of the JSON body names twice (`{"quantity": "1", "quantity":
-    "1000000"}`), or None. Decoders keep the last silently, so such a body means two things;
-    every JSON body is refused for it. Read by the stdlib's decoder, which hands each
-    object's pairs over (msgspec's gives only the dict); a body it cannot read is left to the
-    decoder that answers for it."""
-    if body.count(b'"') < 4:  # no object with two keys
-        return None
-    try:
-        json.loads(body, object_pairs_hook=_no_repeats)
-    except _Repeated as repeated:
-        return repeated.key[:100]
-    except (ValueError, RecursionError):
-        return None
-    return None
 
 
 def _body_type(handler: Any) -> Any:

@@ -15,7 +15,7 @@ from trainledger.config import Settings
 from trainledger.http.observability import log_exception, logging_config
 from trainledger.storage.embedded import EmbeddedValkey
 
-from tests.conftest import ServerThread, make_admin_token
+from tests.conftest import ServerThread, event, make_admin_token
 
 
 class Kept(logging.Handler):
@@ -68,13 +68,21 @@ async def test_requests_during_an_outage_get_503s_logged_as_warnings(tmp_path: P
             assert r.status_code in (200, 404), r.text
             await asyncio.to_thread(valkey.kill)
             statuses = []
-            for _ in range(5):
-                r = await c.get("/v1/projects")
+            requests = [
+                ("GET", "/v1/projects", None),
+                ("GET", "/v1/costs?project=llm", None),
+                ("POST", "/v1/events", [event("o1")]),
+                ("GET", "/v1/export/focus?project=llm", None),
+                ("GET", "/v1/reports/cost-effect?project=llm&format=csv", None),
+                ("GET", "/ui/llm", None),
+            ]
+            for method, path, body in requests:
+                r = await c.request(method, path, json=body)
                 statuses.append(r.status_code)
                 assert r.headers["content-type"].startswith("application/problem+json"), r.text
-        assert statuses == [503] * 5, statuses
+        assert statuses == [503] * len(requests), statuses
         outage = [k for k in kept.records if "answered 503" in k.getMessage()]
-        assert len(outage) == 5, [k.getMessage() for k in kept.records]
+        assert len(outage) == len(requests), [k.getMessage() for k in kept.records]
         assert all(k.levelno == logging.WARNING and k.exc_info is None for k in outage)
         assert not [k for k in kept.records if k.levelno >= logging.ERROR]
     finally:
