@@ -14,6 +14,7 @@ from trainledger.stores import Stores
 
 from costcore.money import decimal_bound_problem
 from tests.api.test_ingest import post, put_card
+from tests.api.test_plans_http import plan_body
 from tests.conftest import Api, event
 
 REFUSED_VALUES = ("1e1000000", "1E+1000000", "-1e25", "1e24", "1e-19", "1" * 25)
@@ -113,3 +114,25 @@ async def test_the_reports_answer_over_stored_extreme_values(api: Api) -> None:
         assert [f["evidence"]["keys"]["best_value"] for f in stalled] == ["1.0"], r.json()
         page = await c.get("/ui/llm")
         assert page.status_code == 200, page.text[:500]
+
+
+async def test_a_plan_figure_with_a_huge_exponent_is_refused_naming_it(api: Api) -> None:
+    await put_card(api)
+    model = {
+        "parameters": 7_000_000_000,
+        "tokens": 1_000_000_000_000,
+        "accelerator_sku": "gpu.h100.hour",
+        "peak_flops_per_accelerator": "1e999",
+        "mfu": "0.5",
+    }
+    async with api.client() as c:
+        r = await c.post(
+            "/v1/plans/estimate", json=plan_body(stages=[{"stage": "pretrain", "model": model}])
+        )
+        assert 400 <= r.status_code < 500, r.text
+        assert "$.stages[0].model.peak_flops_per_accelerator" in r.text, r.text
+        model["peak_flops_per_accelerator"] = "1e15"
+        r = await c.post(
+            "/v1/plans/estimate", json=plan_body(stages=[{"stage": "pretrain", "model": model}])
+        )
+        assert r.status_code == 200, r.text
