@@ -69,7 +69,7 @@ from .openapi import (
     security_components,
     simplify_nullable_enums,
 )
-from .problems import from_client_error, from_validation, redis_unavailable
+from .problems import from_client_error, from_validation, learn_query_names, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
 
@@ -262,6 +262,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         request_class=BoundedRequest,
         exception_handlers={ClientGone: client_gone_answer},
         debug=False,
+    )
+    learn_query_names(
+        handler for route in app.routes for handler in getattr(route, "route_handlers", [])
     )
     add_wire_schemas(app)
     document_problems(app)

@@ -381,6 +381,7 @@ PARAMETER_EXAMPLES = {
     "plan_id": "pln_c80070d03b96",
     "token_id": "f4fc7947a918",
     "webhook_id": "wh_fae76b744643eb62",
+    "result_id": "mix-a.gsm8k.step-20000",
 }
 
 

@@ -17,7 +17,7 @@ import msgspec
 
 from costcore.money import parse_price, parse_quantity
 
-from ..events.model import UNSAFE_TEXT_REASON, safe_text
+from ..events.model import DECIMAL_PATTERN, UNSAFE_TEXT_REASON, safe_text
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
 COST_CATEGORIES: tuple[str, ...] = (
@@ -38,9 +38,7 @@ _SKU_RE = re.compile(SKU_PATTERN)
 SkuCode = Annotated[str, msgspec.Meta(pattern=SKU_PATTERN, examples=["gpu.h100.hour"])]
 DecimalString = Annotated[
     str,
-    msgspec.Meta(
-        pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)", description="non-negative decimal as a string"
-    ),
+    msgspec.Meta(pattern=DECIMAL_PATTERN, description="non-negative decimal as a string"),
 ]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 

@@ -196,6 +196,10 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:evalxidx"
 
     @staticmethod
+    def evaluation_audit(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalaudit"
+
+    @staticmethod
     def evaluation_settings(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:evalset"
 
