@@ -12,6 +12,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+import msgpack as msgpack_pairs  # its unpacker hands each map's pairs over
 import msgspec
 
 from .model import EventIn, SentTexts, WireEvent, text_problem
@@ -94,10 +95,10 @@ class _Repeated(Exception):
         self.key = key
 
 
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_repeats(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     held = dict(pairs)
     if len(held) != len(pairs):
-        seen: set[str] = set()
+        seen: set[Any] = set()
         for key, _ in pairs:
             if key in seen:
                 raise _Repeated(key)
@@ -105,12 +106,14 @@ def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return held
 
 
-def repeated_key(body: bytes) -> str | None:
-    """A key some object of the JSON body names twice (`{"quantity": "1", "quantity":
-    "1000000"}`), or None. Decoders keep the last silently, so such a body means two things;
-    every JSON body is refused for it. Read by the stdlib's decoder, which hands each
-    object's pairs over (msgspec's gives only the dict); a body it cannot read is left to the
-    decoder that answers for it."""
+def repeated_key(body: bytes, msgpack: bool = False) -> str | None:
+    """A key some object of the JSON (or msgpack) body names twice (`{"quantity": "1",
+    "quantity": "1000000"}`), or None. Decoders keep the last silently, so such a body means
+    two things; every body is refused for it. Read by the stdlib's JSON decoder and msgpack's
+    unpacker, which hand each object's pairs over (msgspec's give only the dict); a body they
+    cannot read is left to the decoder that answers for it."""
+    if msgpack:
+        return _repeated_msgpack_key(body)
     if body.count(b'"') < 4:  # no object with two keys
         return None
     try:
@@ -118,6 +121,18 @@ def repeated_key(body: bytes) -> str | None:
     except _Repeated as repeated:
         return repeated.key[:100]
     except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _repeated_msgpack_key(body: bytes) -> str | None:
+    try:
+        msgpack_pairs.unpackb(
+            body, object_pairs_hook=_no_repeats, use_list=False, strict_map_key=False
+        )
+    except _Repeated as repeated:
+        return str(repeated.key)[:100]
+    except Exception:  # malformed: the decoder that answers for it says why
         return None
     return None
 
@@ -195,7 +210,7 @@ def _decode_items(
     texts_of = _msgpack_texts if msgpack else _json_texts
     items = []
     for i, raw in enumerate(raws):
-        key = repeated_key(bytes(raw)) if repeats else None
+        key = repeated_key(bytes(raw), msgpack) if repeats else None
         if key is not None:
             reason = f"the key {key!r} is given twice in one object"
             path = _item_path(i, "$." + key, batch)
@@ -235,6 +250,8 @@ def decode_wire_batch(body: bytes, media_type: str) -> list[WireEvent] | None:
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
     if media_type == JSON and _may_repeat_keys(body, events) and repeated_key(body) is not None:
+        return None  # `decode_events` rejects the events that repeat a key
+    if media_type == MSGPACK and repeated_key(body, msgpack=True) is not None:
         return None  # `decode_events` rejects the events that repeat a key
     return events
 
@@ -312,7 +329,7 @@ def _decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], boo
         raws = [msgspec.Raw(line) for line in lines]
         return _decode_items(raws, msgpack=False, batch=True, repeats=True), True
     msgpack = media_type == MSGPACK
-    repeats = not msgpack and repeated_key(body) is not None
+    repeats = repeated_key(body, msgpack) is not None
     fast = _msgpack_batch if msgpack else _json_batch
     try:
         if repeats:  # each item is read on its own, and those that repeat a key rejected

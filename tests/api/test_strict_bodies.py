@@ -7,10 +7,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgpack
+
 from tests.api.test_plans_http import plan_body
 from tests.conftest import TEST_CARD, Api, event
 
 JSON_T, NDJSON, CE = "application/json", "application/x-ndjson", "application/cloudevents+json"
+MSGPACK = "application/msgpack"
+
+
+def _msgpack_twice(events: list[dict[str, Any]], which: int) -> bytes:
+    """A msgpack array of `events` whose event `which` names `quantity` twice, the second
+    time "1000000" (a map written pair by pair: msgpack's packer takes only dicts)."""
+    out = [bytes([0x90 | len(events)])]
+    for i, ev in enumerate(events):
+        pairs = list(ev.items()) + ([("quantity", "1000000")] if i == which else [])
+        out.append(bytes([0x80 | len(pairs)]))
+        out += [msgpack.packb(k) + msgpack.packb(v) for k, v in pairs]
+    return b"".join(out)
 
 
 async def test_focus_export_errors_name_from_and_to(api: Api) -> None:
@@ -117,6 +131,8 @@ async def test_an_event_naming_a_key_twice_is_rejected_on_every_path(api: Api) -
             (JSON_T, f"[{_twice(event('dup-3', '1'), 'project', 'other')}]", 422, None),
             (NDJSON, json.dumps(good) + "\n" + twice + "\n", 200, "$[1].quantity"),
             (CE, ce_twice, 400, "quantity"),
+            (MSGPACK, _msgpack_twice([good, event("dup-4", "1")], 1), 200, "$[1].quantity"),
+            (MSGPACK, _msgpack_twice([event("dup-5", "1")], 0)[1:], 422, "$.quantity"),
         ]
         for media, body, status, field in cases:
             r = await c.post("/v1/events", content=body, headers={"content-type": media})
