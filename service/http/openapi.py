@@ -82,6 +82,11 @@ API_TAGS = [
         name="evaluations",
         description="Experiments' evaluation results and the project's evaluation settings.",
     ),
+    Tag(
+        name="jobs",
+        description="Long work run in the background (a repricing after a past-dated rate-card "
+        "version, a rebuild): state, progress, result, cancel. One runs per project at a time.",
+    ),
 ]
 
 # The option a route decorator takes for its request body's example (`request_example=...`).

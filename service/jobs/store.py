@@ -1,0 +1,68 @@
+"""The jobs' Redis access: each job's hash, the project's queue and lease, the set of
+projects with work (service/storage/scripts/jobs.lua changes a job's state)."""
+
+from __future__ import annotations
+
+from ..storage import scripts
+from ..storage.connection import Connection
+from ..storage.keys import Keys
+from ..storage.replies import as_text
+
+# Jobs a listing shows at most (newest first).
+LIST_LIMIT = 100
+
+
+class JobStore:
+    """A job is a hash of text fields; its state changes go through one script."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.client = conn.client
+        self._jobs = conn.client.register_script(scripts.JOBS)
+
+    async def add(self, project: str, job_id: str, fields: dict[str, str], now_ms: int) -> None:
+        """Store a queued job at the end of the project's queue."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(Keys.job(project, job_id), mapping=dict(fields))  # type: ignore[arg-type]
+        pipe.zadd(Keys.jobs(project), {job_id: now_ms})
+        pipe.rpush(Keys.job_queue(project), job_id)
+        await pipe.execute()
+        # After the push: a worker that forgets the project re-checks its queue afterwards.
+        await self.client.sadd(Keys.job_projects(), project)
+
+    async def job(self, project: str, job_id: str) -> dict[str, str] | None:
+        raw = await self.client.hgetall(Keys.job(project, job_id))
+        return {as_text(k): as_text(v) for k, v in raw.items()} or None
+
+    async def recent(self, project: str) -> list[dict[str, str]]:
+        ids = await self.client.zrevrange(Keys.jobs(project), 0, LIST_LIMIT - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(Keys.job(project, as_text(job_id)))
+        out = []
+        for raw in await pipe.execute():
+            if raw:
+                out.append({as_text(k): as_text(v) for k, v in raw.items()})
+        return out
+
+    async def projects_with_work(self) -> list[str]:
+        return sorted(as_text(p) for p in await self.client.smembers(Keys.job_projects()))
+
+    async def queue_head(self, project: str) -> str | None:
+        head = await self.client.lindex(Keys.job_queue(project), 0)
+        return None if head is None else as_text(head)
+
+    async def forget_if_idle(self, project: str) -> None:
+        """Drop the project from the set of projects with work, unless its queue filled
+        meanwhile (`add` pushes before it adds the project: either order is caught)."""
+        await self.client.srem(Keys.job_projects(), project)
+        if await self.client.llen(Keys.job_queue(project)):
+            await self.client.sadd(Keys.job_projects(), project)
+
+    async def change(self, project: str, job_id: str, op: str, *args: str | int) -> int:
+        keys = [Keys.job_lease(project), Keys.job_queue(project), Keys.job(project, job_id)]
+        return int(await self.conn.run_script(self._jobs, keys, [op, job_id, *args]))
+
+    async def end_lease(self, project: str) -> None:
+        """Drop the project's lease whoever holds it: what its expiry does (tests)."""
+        await self.client.delete(Keys.job_lease(project))

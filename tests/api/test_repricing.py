@@ -1,0 +1,142 @@
+"""A past-dated rate-card version over real HTTP (issue 33, item 6): refused while it would mix
+two prices, stored and repriced as a job with `reprice=true`, budgets and alerts settled on the
+repriced figures exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from tests.conftest import TEST_CARD, Api, event
+
+
+def card(gpu_price: str, effective_from: datetime) -> dict[str, Any]:
+    body: dict[str, Any] = copy.deepcopy(TEST_CARD)
+    body["skus"][0]["unit_price"] = gpu_price
+    body["effective_from"] = effective_from.isoformat()
+    return body
+
+
+async def wait_for_job(c: httpx.AsyncClient, href: str) -> dict[str, Any]:
+    """Poll a job until it ends (the test server's worker looks for work twice a second)."""
+    for _ in range(400):
+        r = await c.get(href)
+        assert r.status_code == 200, r.text
+        job = r.json()
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            return dict(job)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job did not end: {job}")
+
+
+async def summary_total(c: httpx.AsyncClient, project: str = "llm") -> str:
+    r = await c.get("/v1/costs", params={"project": project, "group_by": "sku"})
+    assert r.status_code == 200, r.text
+    return str(r.json()["total_cost"])
+
+
+async def alert_ids(c: httpx.AsyncClient, project: str = "llm") -> list[str]:
+    r = await c.get("/v1/alerts", params={"project": project})
+    assert r.status_code == 200, r.text
+    return [a["id"] for a in r.json()]
+
+
+async def _ledger_at_old_price(c: httpx.AsyncClient, now: datetime) -> tuple[str, datetime]:
+    """Card v1 at 2.50 a GPU-hour, a 100.00 budget over a window, and 4 identical events of 4
+    GPU-hours before `now - 2h` and 4 after: 80.00, the 50 % and 80 % thresholds fired."""
+    assert (
+        await c.put("/v1/rate-cards/default", json=card("2.50", now - timedelta(days=30)))
+    ).status_code == 201
+    r = await c.post(
+        "/v1/budgets",
+        json={
+            "project": "llm",
+            "name": "window",
+            "amount": "100",
+            "period": "window",
+            "window_start": (now - timedelta(days=1)).isoformat(),
+            "window_end": (now + timedelta(days=1)).isoformat(),
+        },
+    )
+    assert r.status_code == 201, r.text
+    budget_id = r.json()["id"]
+    before = [event(f"b{i}", "4", time=(now - timedelta(hours=3)).isoformat()) for i in range(4)]
+    after = [event(f"a{i}", "4", time=(now - timedelta(hours=1)).isoformat()) for i in range(4)]
+    for batch in (before, after):
+        r = await c.post("/v1/events", json=batch)
+        assert r.status_code == 200 and r.json()["accepted"] == 4, r.text
+    assert await summary_total(c) == "80.00"
+    return budget_id, now - timedelta(hours=2)
+
+
+async def test_a_past_dated_version_is_refused_naming_what_it_affects(api: Api) -> None:
+    now = datetime.now(UTC)
+    async with api.client() as c:
+        _, effective = await _ledger_at_old_price(c, now)
+        fired = await alert_ids(c)
+        r = await c.put("/v1/rate-cards/default", json=card("5.00", effective))
+        assert r.status_code == 409, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        problem = r.json()
+        assert problem["type"].endswith("/repricing-needed")
+        assert problem["field"] == "effective_from"
+        day = (now - timedelta(hours=1)).strftime("%Y-%m-%d")
+        assert problem["affected"] == [{"project": "llm", "days": [day], "events": 4}]
+        # Nothing changed: no version 2, the same figures, no job, no alert.
+        history = (await c.get("/v1/rate-cards/default")).json()["history"]
+        assert [v["version"] for v in history] == [1]
+        assert await summary_total(c) == "80.00"
+        assert (await c.get("/v1/jobs", params={"project": "llm"})).json() == {"jobs": []}
+        assert await alert_ids(c) == fired
+        # A version effective after every priced event changes nothing priced: stored at once.
+        r = await c.put("/v1/rate-cards/default", json=card("5.00", now + timedelta(minutes=1)))
+        assert r.status_code == 201, r.text
+
+
+async def test_a_repriced_version_settles_totals_and_alerts_exactly_once(api: Api) -> None:
+    now = datetime.now(UTC)
+    async with api.client() as c:
+        budget_id, effective = await _ledger_at_old_price(c, now)
+        assert sorted(await alert_ids(c)) == [f"{budget_id}:window:t50", f"{budget_id}:window:t80"]
+        r = await c.put(
+            "/v1/rate-cards/default", params={"reprice": "true"}, json=card("5.00", effective)
+        )
+        assert r.status_code == 202, r.text
+        answer = r.json()
+        assert answer["version"]["version"] == 2
+        assert [a["project"] for a in answer["affected"]] == ["llm"]
+        (job,) = answer["jobs"]
+        assert job["project"] == "llm" and job["kind"] == "reprice"
+        assert job["params"]["rate_card"] == "default" and job["params"]["version"] == 2
+        done = await wait_for_job(c, job["href"])
+        assert done["state"] == "succeeded", done
+        assert done["progress"] == {"done": 8, "total": 8}
+        report = done["result"]
+        assert report["cost_before"] == "80.00" and report["cost_after"] == "120.00"
+        # The 100 % threshold the repriced spend reached fires now, once.
+        assert report["alerts_fired"] == [f"{budget_id}:window:t100"]
+
+        # Identical events, one price each side of the version's start: 4 x 10.00 + 4 x 20.00.
+        assert await summary_total(c) == "120.00"
+        status = (await c.get(f"/v1/budgets/{budget_id}", params={"project": "llm"})).json()
+        assert status["spent"] == "120.00"
+        # Ingestion goes on from the repriced counters: one more identical event at 5.00.
+        r = await c.post(
+            "/v1/events", json=[event("a-late", "4", time=(now - timedelta(hours=1)).isoformat())]
+        )
+        assert r.status_code == 200 and r.json()["accepted"] == 1, r.text
+        assert await summary_total(c) == "140.00"
+        status = (await c.get(f"/v1/budgets/{budget_id}", params={"project": "llm"})).json()
+        assert status["spent"] == "140.00"
+        # Every threshold fired exactly once, none on the mixed figure after the repricing.
+        ids = await alert_ids(c)
+        assert sorted(ids) == [f"{budget_id}:window:{t}" for t in ("t100", "t50", "t80")]
+        # A rebuild now changes nothing and fires nothing again.
+        r = await c.post("/v1/projects/llm/rebuild")
+        assert r.status_code == 200, r.text
+        assert r.json()["changed"] is False and r.json()["alerts_fired"] == []
+        assert await alert_ids(c) == ids
