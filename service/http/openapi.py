@@ -386,6 +386,7 @@ PARAMETER_EXAMPLES = {
     "plan_id": "pln_c80070d03b96",
     "token_id": "f4fc7947a918",
     "webhook_id": "wh_fae76b744643eb62",
+    "job_id": "job_5f0c6a1e2b7d4c93",
 }
 
 

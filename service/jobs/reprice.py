@@ -6,8 +6,8 @@ leave the earlier identical ones at the old one: the figures (and the budget ale
 would mix two prices until someone rebuilt. So the `PUT` looks first: the projects priced by
 the card that hold events in the version's span (from its `effective_from` to the next
 version's, to the hour: the hourly totals are the finest index by time) are named, and the
-version is refused unless `reprice=true`; then it is stored and each such project gets a
-repricing job (a rebuild of the project, which settles its budget alerts once).
+version is refused unless the body has `reprice: true`; then it is stored and each such
+project gets a repricing job (a rebuild of the project, which settles its budget alerts once).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["RepricingNeeded", "SharedCardForbidden", "VersionAdded", "put_versio
 
 
 class RepricingNeeded(Exception):
-    """The version changes figures already priced, and `reprice=true` was not given."""
+    """The version changes figures already priced, and the card did not ask to `reprice`."""
 
     def __init__(self, affected: list[AffectedProject]) -> None:
         super().__init__(", ".join(a.project for a in affected))
@@ -103,16 +103,15 @@ async def put_version(
     principal: Principal,
     name: str,
     card: RateCardIn,
-    reprice: bool,
 ) -> VersionAdded:
     """Add a version to card `name`. A version that changes figures already priced is
-    refused (RepricingNeeded, nothing written) unless `reprice`; with it, the version is
+    refused (RepricingNeeded, nothing written) unless the card asks to `reprice`; then it is
     stored and every affected project gets a repricing job. Raises SharedCardForbidden or
     RateCardError as `add_version` does, before anything is written."""
     check_version(principal, card)
     start = card.effective_from.astimezone(UTC)
     affected = await affected_projects(store, name, await rate_cards.versions(name), start)
-    if affected and not reprice:
+    if affected and not card.reprice:
         raise RepricingNeeded(affected)
     version = await add_version(rate_cards, principal, name, card)
     jobs = [

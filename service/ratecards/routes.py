@@ -7,7 +7,7 @@ from litestar import Controller, Request, Response, get, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.params import JSONBody, PathParameter
 
 from ..auth.model import Principal
 from ..http.deps import Services
@@ -62,8 +62,8 @@ class RateCardController(Controller):
         "token for every project may add a version. A version effective before events already "
         "priced by the card (a past-dated price) would leave them at the old price beside new "
         "ones at the new: it is refused (409, naming the projects and days it affects) unless "
-        "`reprice=true`; then it is stored and each affected project is repriced by a job "
-        "(202, the jobs to poll at `GET /v1/jobs/{job_id}`).",
+        "the body has `reprice: true`; then it is stored and each affected project is "
+        "repriced by a job (202, the jobs to poll at `GET /v1/jobs/{job_id}`).",
         responses={
             202: ResponseSpec(
                 RepricingAccepted,
@@ -72,7 +72,7 @@ class RateCardController(Controller):
             409: ResponseSpec(
                 None,
                 description="The version changes figures already priced: `affected` lists the "
-                "projects and days; send it again with `reprice=true`",
+                "projects and days; send it again with `reprice: true`",
             ),
         },
         operation_id="putRateCard",
@@ -95,24 +95,15 @@ class RateCardController(Controller):
         data: JSONBody[RateCardIn],
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
-        reprice: Annotated[
-            bool,
-            QueryParameter(
-                description="Store a version that changes figures already priced, and reprice "
-                "the projects it affects (a job each)"
-            ),
-        ] = False,
     ) -> Response[RateCardVersion | RepricingAccepted]:
         try:
-            added = await put_version(
-                services.store, services.rate_cards, request.user, name, data, reprice
-            )
+            added = await put_version(services.store, services.rate_cards, request.user, name, data)
         except RepricingNeeded as exc:
             raise problem(
                 409,
                 "Repricing needed",
                 f"version effective {data.effective_from.isoformat()} changes figures already "
-                f"priced in {len(exc.affected)} project(s): send it with reprice=true to store "
+                f"priced in {len(exc.affected)} project(s): send it with reprice: true to store "
                 "it and reprice them",
                 kind="repricing-needed",
                 field="effective_from",

@@ -1,5 +1,5 @@
 """A past-dated rate-card version over real HTTP (issue 33, item 6): refused while it would mix
-two prices, stored and repriced as a job with `reprice=true`, budgets and alerts settled on the
+two prices, stored and repriced as a job with `"reprice": true`, budgets and alerts settled on the
 repriced figures exactly once."""
 
 from __future__ import annotations
@@ -102,9 +102,7 @@ async def test_a_repriced_version_settles_totals_and_alerts_exactly_once(api: Ap
     async with api.client() as c:
         budget_id, effective = await _ledger_at_old_price(c, now)
         assert sorted(await alert_ids(c)) == [f"{budget_id}:window:t50", f"{budget_id}:window:t80"]
-        r = await c.put(
-            "/v1/rate-cards/default", params={"reprice": "true"}, json=card("5.00", effective)
-        )
+        r = await c.put("/v1/rate-cards/default", json=dict(card("5.00", effective), reprice=True))
         assert r.status_code == 202, r.text
         answer = r.json()
         assert answer["version"]["version"] == 2
