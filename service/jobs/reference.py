@@ -18,6 +18,11 @@ class ProjectJobs:
     queue: list[str] = field(default_factory=list)
     jobs: dict[str, dict[str, str]] = field(default_factory=dict)
 
+    def add(self, job_id: str, fields: dict[str, str]) -> int:
+        self.jobs.setdefault(job_id, {}).update(fields)
+        self.queue.append(job_id)
+        return 1
+
     def claim(self, job_id: str, token: str, now: str) -> int:
         if self.lease is not None:
             return 0

@@ -130,6 +130,7 @@ async def run_job(store: Stores, rate_cards: RateCards, job: RunningJob) -> Rebu
     rebuild cannot be done."""
     settings = await store.projects.project_meta(job.project)
     job.total = int(settings.get("accepted", "0"))
+    await job.on_batch(0)  # a cancel already seen stops it here, whatever the log holds
     report = await rebuild_project(store, rate_cards, job.project, job.on_batch)
     job.done = job.total = report.events
     return report

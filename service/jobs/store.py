@@ -22,11 +22,8 @@ class JobStore:
 
     async def add(self, project: str, job_id: str, fields: dict[str, str], now_ms: int) -> None:
         """Store a queued job at the end of the project's queue."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hset(Keys.job(project, job_id), mapping=dict(fields))  # type: ignore[arg-type]
-        pipe.zadd(Keys.jobs(project), {job_id: now_ms})
-        pipe.rpush(Keys.job_queue(project), job_id)
-        await pipe.execute()
+        pairs = [x for item in fields.items() for x in item]
+        await self.change(project, job_id, "add", now_ms, *pairs)
         # After the push: a worker that forgets the project re-checks its queue afterwards.
         await self.client.sadd(Keys.job_projects(), project)
 
@@ -60,7 +57,12 @@ class JobStore:
             await self.client.sadd(Keys.job_projects(), project)
 
     async def change(self, project: str, job_id: str, op: str, *args: str | int) -> int:
-        keys = [Keys.job_lease(project), Keys.job_queue(project), Keys.job(project, job_id)]
+        keys = [
+            Keys.job_lease(project),
+            Keys.job_queue(project),
+            Keys.job(project, job_id),
+            Keys.jobs(project),
+        ]
         return int(await self.conn.run_script(self._jobs, keys, [op, job_id, *args]))
 
     async def end_lease(self, project: str) -> None:

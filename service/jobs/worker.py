@@ -79,6 +79,8 @@ class JobWorker:
 
     async def work(self, job: RunningJob) -> None:
         """Run a claimed job to its end, renewing its lease meanwhile."""
+        if not await self._beat(job):  # at once: a cancel asked since the claim is seen first
+            return
         work = asyncio.create_task(run_job(self.store, self.rate_cards, job))
         beat = asyncio.create_task(self._heartbeat(job, work))
         try:
@@ -109,19 +111,26 @@ class JobWorker:
     async def _heartbeat(self, job: RunningJob, work: asyncio.Task[RebuildReport]) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
-            outcome = await self.store.jobs.change(
-                job.project,
-                job.job_id,
-                "renew",
-                job.token,
-                self.lease_ms,
-                datetime.now(UTC).isoformat(),
-                job.done,
-                job.total,
-            )
-            if outcome == 0:
-                job.lease_lost = True  # another worker may hold the job now: stop, write nothing
+            if not await self._beat(job):
                 work.cancel()
                 return
-            if outcome == 2:
-                job.cancel_seen = True
+
+    async def _beat(self, job: RunningJob) -> bool:
+        """Renew the job's lease and report its progress; False when the lease is another
+        worker's now (this one stops, writing nothing)."""
+        outcome = await self.store.jobs.change(
+            job.project,
+            job.job_id,
+            "renew",
+            job.token,
+            self.lease_ms,
+            datetime.now(UTC).isoformat(),
+            job.done,
+            job.total,
+        )
+        if outcome == 0:
+            job.lease_lost = True
+            return False
+        if outcome == 2:
+            job.cancel_seen = True
+        return True

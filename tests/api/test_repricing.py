@@ -112,6 +112,15 @@ async def test_a_repriced_version_settles_totals_and_alerts_exactly_once(api: Ap
         assert job["params"]["rate_card"] == "default" and job["params"]["version"] == 2
         done = await wait_for_job(c, job["href"])
         assert done["state"] == "succeeded", done
+        # Another project's token never sees the job: its own project has no such job, and
+        # llm is outside its list.
+        async with api.client(await api.token("admin", ["other"])) as outsider:
+            r = await outsider.get(f"/v1/jobs/{job['id']}", params={"project": "other"})
+            assert r.status_code == 404, r.text
+            r = await outsider.get(f"/v1/jobs/{job['id']}", params={"project": "llm"})
+            assert r.status_code == 403, r.text
+            r = await outsider.delete(f"/v1/jobs/{job['id']}", params={"project": "llm"})
+            assert r.status_code == 403, r.text
         assert done["progress"] == {"done": 8, "total": 8}
         report = done["result"]
         assert report["cost_before"] == "80.00" and report["cost_after"] == "120.00"

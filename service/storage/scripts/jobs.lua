@@ -1,6 +1,8 @@
 -- Every change of a job's state, so that a project runs one job at a time and a worker that
 -- lost its lease changes nothing (Python reference: service/jobs/reference.py).
---   KEYS[1] joblease, KEYS[2] jobq, KEYS[3] job hash; ARGV[1] op, ARGV[2] job id, then:
+--   KEYS[1] joblease, KEYS[2] jobq, KEYS[3] job hash, KEYS[4] jobs (the project's index);
+--   ARGV[1] op, ARGV[2] job id, then:
+--   add    ARGV[3] created (ms), ARGV[4..] the job's fields and values: 1 (queued at the end)
 --   claim  ARGV[3] token, ARGV[4] lease ms, ARGV[5] now: 1 claimed; 0 the lease is held or
 --          the job is not at the head of the queue; -1 the head was cancelled or gone (dropped)
 --   renew  ARGV[3] token, ARGV[4] lease ms, ARGV[5] now, ARGV[6] done, ARGV[7] total:
@@ -11,6 +13,12 @@
 --   cancel ARGV[3] now: -1 no such job; 0 already finished; 1 cancelled (it was queued);
 --          2 asked (it is running: its worker stops at its next step)
 local op, id = ARGV[1], ARGV[2]
+if op == 'add' then
+  redis.call('HSET', KEYS[3], unpack(ARGV, 4))
+  redis.call('ZADD', KEYS[4], tonumber(ARGV[3]), id)
+  redis.call('RPUSH', KEYS[2], id)
+  return 1
+end
 if op == 'claim' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
   if redis.call('LINDEX', KEYS[2], 0) ~= id then return 0 end
