@@ -78,6 +78,20 @@ async def queue_job(
     return job_of(fields)
 
 
+async def queue_rebuild(store: Stores, project: str) -> Job:
+    """`POST /v1/projects/{project}/rebuild` as a job."""
+    meta = await store.projects.project_meta(project)
+    return await queue_job(store, project, "rebuild", JobParams(), int(meta.get("accepted", "0")))
+
+
+def wants_async(prefer: str | None) -> bool:
+    """Whether a `Prefer` header asks for `respond-async` (RFC 7240: comma-separated
+    preferences, each maybe with parameters after `;`)."""
+    if not prefer:
+        return False
+    return any(p.split(";", 1)[0].strip().lower() == "respond-async" for p in prefer.split(","))
+
+
 async def find_job(store: Stores, project: str, job_id: str) -> Job:
     """The project's job `job_id`. Raises JobNotFound (also for another project's job: the
     lookup is inside the project's keys)."""

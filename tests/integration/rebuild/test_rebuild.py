@@ -127,3 +127,28 @@ async def test_rebuild_refuses_when_an_event_can_no_longer_be_priced(api: Api) -
     assert r.status_code == 409
     assert "network.cross_region.gb" in r.json()["detail"]
     assert (await total(api))["total_cost"] == "0.02"
+
+
+async def test_rebuild_as_a_job(api: Api) -> None:
+    """`?async=true` or `Prefer: respond-async`: 202 and a job that does the same rebuild."""
+    await put_card(api)
+    await post(api, [event(f"j{i}", "2") for i in range(5)])  # 10 GPU-hours at 2.50
+    async with api.client() as c:
+        for kwargs in (
+            {"params": {"async": "true"}},
+            {"headers": {"Prefer": "wait=5, respond-async"}},
+        ):
+            r = await c.post("/v1/projects/llm/rebuild", **kwargs)
+            assert r.status_code == 202, r.text
+            queued = r.json()
+            assert queued["kind"] == "rebuild" and queued["progress"]["total"] == 5
+            assert r.headers["location"] == queued["href"]
+            job = await wait_for_job(c, queued["href"])
+            assert job["state"] == "succeeded", job
+            assert job["progress"] == {"done": 5, "total": 5}
+            assert job["result"]["events"] == 5 and job["result"]["cost_after"] == "25.00"
+            assert job["result"]["changed"] is False
+        # Without either, the answer is the report, as before.
+        r = await c.post("/v1/projects/llm/rebuild")
+        assert r.status_code == 200 and r.json()["cost_after"] == "25.00", r.text
+    assert (await total(api))["total_cost"] == "25.00"
