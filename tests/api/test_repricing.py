@@ -147,3 +147,29 @@ async def test_a_repriced_version_settles_totals_and_alerts_exactly_once(api: Ap
         assert r.status_code == 200, r.text
         assert r.json()["changed"] is False and r.json()["alerts_fired"] == []
         assert await alert_ids(c) == ids
+
+
+async def test_a_price_cut_repriced_fires_nothing_twice_and_misses_nothing(api: Api) -> None:
+    now = datetime.now(UTC)
+    async with api.client() as c:
+        budget_id, effective = await _ledger_at_old_price(c, now)
+        r = await c.put("/v1/rate-cards/default", json=dict(card("1.25", effective), reprice=True))
+        assert r.status_code == 202, r.text
+        done = await wait_for_job(c, r.json()["jobs"][0]["href"])
+        assert done["state"] == "succeeded", done
+        # 4 x 10.00 before the version's start, 4 x 5.00 after; nothing newly reached.
+        assert done["result"]["cost_after"] == "60.00" and done["result"]["alerts_fired"] == []
+        assert await summary_total(c) == "60.00"
+        when = (now - timedelta(hours=1)).isoformat()
+        # 75.00, then 100.00: the batch crosses 80 % (fired on the old figures: not again) and
+        # 100 %, reached on the repriced counters, which fires once.
+        r = await c.post("/v1/events", json=[event(f"c{i}", "4", time=when) for i in range(3)])
+        assert r.status_code == 200, r.text
+        assert await alert_ids(c) == [f"{budget_id}:window:t50", f"{budget_id}:window:t80"]
+        r = await c.post("/v1/events", json=[event(f"d{i}", "4", time=when) for i in range(5)])
+        assert r.status_code == 200, r.text
+        assert await summary_total(c) == "100.00"
+        status = (await c.get(f"/v1/budgets/{budget_id}", params={"project": "llm"})).json()
+        assert status["spent"] == "100.00"
+        ids = await alert_ids(c)
+        assert sorted(ids) == [f"{budget_id}:window:{t}" for t in ("t100", "t50", "t80")]
