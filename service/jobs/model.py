@@ -20,6 +20,9 @@ JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JobKind = Literal["reprice", "rebuild"]
 FINISHED: tuple[str, ...] = ("succeeded", "failed", "cancelled")
 
+# How long an ended job stays to be read (its hash expires then; the index forgets it).
+KEEP_MS = 30 * 86_400_000
+
 JOB_ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$(?!\n)"
 JobId = Annotated[str, msgspec.Meta(pattern=JOB_ID_PATTERN)]
 

@@ -12,6 +12,7 @@ import msgspec
 
 from ..rebuild.service import RebuildReport, rebuild_project
 from .model import (
+    KEEP_MS,
     Job,
     JobCancelled,
     JobFinished,
@@ -74,7 +75,7 @@ async def queue_job(
         "total": str(total),
         "created_at": _now(),
     }
-    await store.jobs.add(project, job_id, fields, int(time.time() * 1000))
+    await store.jobs.add(project, job_id, fields, int(time.time() * 1000), KEEP_MS)
     return job_of(fields)
 
 
@@ -108,7 +109,7 @@ async def project_jobs(store: Stores, project: str) -> list[Job]:
 async def cancel_job(store: Stores, project: str, job_id: str) -> Job:
     """Cancel a queued job at once, or ask a running one to stop at its next step (it then
     ends cancelled, having written nothing). Raises JobNotFound, or JobFinished."""
-    outcome = await store.jobs.change(project, job_id, "cancel", _now())
+    outcome = await store.jobs.cancel(project, job_id, _now(), KEEP_MS)
     if outcome == -1:
         raise JobNotFound(project, job_id)
     job = await find_job(store, project, job_id)
@@ -156,16 +157,13 @@ async def finish_job(
     """Record the end of a job; False when the lease was no longer the worker's (another
     worker has the job now, and nothing is written)."""
     body = msgspec.json.encode(result).decode() if result is not None else ""
-    outcome = await store.jobs.change(
+    outcome = await store.jobs.finish(
         job.project,
         job.job_id,
-        "finish",
         job.token,
         _now(),
-        state,
-        body,
-        error,
-        job.done,
-        job.total,
+        (state, body, error),
+        (job.done, job.total),
+        KEEP_MS,
     )
     return outcome == 1

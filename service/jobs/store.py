@@ -20,10 +20,13 @@ class JobStore:
         self.client = conn.client
         self._jobs = conn.client.register_script(scripts.JOBS)
 
-    async def add(self, project: str, job_id: str, fields: dict[str, str], now_ms: int) -> None:
-        """Store a queued job at the end of the project's queue."""
+    async def add(
+        self, project: str, job_id: str, fields: dict[str, str], now_ms: int, keep_ms: int
+    ) -> None:
+        """Store a queued job at the end of the project's queue (the index forgets the ids
+        created more than `keep_ms` ago)."""
         pairs = [x for item in fields.items() for x in item]
-        await self.change(project, job_id, "add", now_ms, *pairs)
+        await self._change(project, job_id, "add", now_ms, keep_ms, *pairs)
         # After the push: a worker that forgets the project re-checks its queue afterwards.
         await self.client.sadd(Keys.job_projects(), project)
 
@@ -56,7 +59,40 @@ class JobStore:
         if await self.client.llen(Keys.job_queue(project)):
             await self.client.sadd(Keys.job_projects(), project)
 
-    async def change(self, project: str, job_id: str, op: str, *args: str | int) -> int:
+    async def claim(
+        self, project: str, job_id: str, token: str, lease_ms: int, now: str, keep_ms: int
+    ) -> int:
+        """Take the project's lease for its queue head `job_id` (jobs.lua `claim`)."""
+        return await self._change(project, job_id, "claim", token, lease_ms, now, keep_ms)
+
+    async def renew(
+        self, project: str, job_id: str, token: str, lease_ms: int, now: str, done: int, total: int
+    ) -> int:
+        """Renew the lease and report progress (jobs.lua `renew`)."""
+        return await self._change(project, job_id, "renew", token, lease_ms, now, done, total)
+
+    async def finish(
+        self,
+        project: str,
+        job_id: str,
+        token: str,
+        now: str,
+        ending: tuple[str, str, str],
+        progress: tuple[int, int],
+        keep_ms: int,
+    ) -> int:
+        """End the job: `ending` is (state, result JSON or "", error or "") (jobs.lua
+        `finish`)."""
+        state, result, error = ending
+        return await self._change(
+            project, job_id, "finish", token, now, state, result, error, *progress, keep_ms
+        )
+
+    async def cancel(self, project: str, job_id: str, now: str, keep_ms: int) -> int:
+        """Cancel a queued job, or ask a running one to stop (jobs.lua `cancel`)."""
+        return await self._change(project, job_id, "cancel", now, keep_ms)
+
+    async def _change(self, project: str, job_id: str, op: str, *args: str | int) -> int:
         keys = [
             Keys.job_lease(project),
             Keys.job_queue(project),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..rebuild.service import RebuildError, RebuildReport
 from ..storage.connection import StoreError
-from .model import JobCancelled
+from .model import KEEP_MS, JobCancelled
 from .service import RunningJob, finish_job, run_job
 
 if TYPE_CHECKING:
@@ -63,9 +63,8 @@ class JobWorker:
         for project in await jobs.projects_with_work():
             while (head := await jobs.queue_head(project)) is not None:
                 token = secrets.token_hex(12)
-                outcome = await jobs.change(
-                    project, head, "claim", token, self.lease_ms, datetime.now(UTC).isoformat()
-                )
+                now = datetime.now(UTC).isoformat()
+                outcome = await jobs.claim(project, head, token, self.lease_ms, now, KEEP_MS)
                 if outcome == -1:
                     continue  # a cancelled head was dropped: try the next one
                 if outcome == 1:
@@ -118,10 +117,9 @@ class JobWorker:
     async def _beat(self, job: RunningJob) -> bool:
         """Renew the job's lease and report its progress; False when the lease is another
         worker's now (this one stops, writing nothing)."""
-        outcome = await self.store.jobs.change(
+        outcome = await self.store.jobs.renew(
             job.project,
             job.job_id,
-            "renew",
             job.token,
             self.lease_ms,
             datetime.now(UTC).isoformat(),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from trainledger.jobs.model import JobFinished, JobNotFound, JobParams
+from trainledger.jobs.model import KEEP_MS, JobFinished, JobNotFound, JobParams
 from trainledger.jobs.service import RunningJob, cancel_job, find_job, project_jobs, queue_job
 from trainledger.jobs.worker import JobWorker
 from trainledger.ratecards.catalog import RateCards
@@ -24,7 +24,7 @@ def worker(store: Stores) -> JobWorker:
 async def test_a_dead_workers_job_is_run_by_another(store: Stores) -> None:
     job = await queue_job(store, "pa", "rebuild", JobParams())
     # A worker claims it and dies at once: it never renews nor finishes.
-    assert await store.jobs.change("pa", job.id, "claim", "dead", int(LEASE * 1000), NOW) == 1
+    assert await store.jobs.claim("pa", job.id, "dead", int(LEASE * 1000), NOW, KEEP_MS) == 1
     assert (await find_job(store, "pa", job.id)).state == "running"
     alive = worker(store)
     assert await alive.run_once() is False  # the lease is still the dead worker's
@@ -35,7 +35,8 @@ async def test_a_dead_workers_job_is_run_by_another(store: Stores) -> None:
     assert done.result is not None and done.result.events == 0
     # The dead worker, back, cannot write over the end.
     assert (
-        await store.jobs.change("pa", job.id, "finish", "dead", NOW, "failed", "", "x", 0, 0) == 0
+        await store.jobs.finish("pa", job.id, "dead", NOW, ("failed", "", "x"), (0, 0), KEEP_MS)
+        == 0
     )
     assert (await find_job(store, "pa", job.id)).state == "succeeded"
     # Nothing left: the worker forgets the project.
@@ -48,7 +49,7 @@ async def test_one_job_at_a_time_per_project_in_order(store: Stores) -> None:
     second = await queue_job(store, "pa", "rebuild", JobParams())
     other = await queue_job(store, "pb", "rebuild", JobParams())
     # The second is not the head: no worker may take it while the first is queued or running.
-    assert await store.jobs.change("pa", second.id, "claim", "w", 10_000, NOW) == 0
+    assert await store.jobs.claim("pa", second.id, "w", 10_000, NOW, KEEP_MS) == 0
     w = worker(store)
     for _ in range(3):
         assert await w.run_once() is True
@@ -71,7 +72,7 @@ async def test_cancel_a_queued_job_and_a_running_one(store: Stores) -> None:
     running = await queue_job(store, "pa", "rebuild", JobParams())
     w = worker(store)
     token = "w-token"
-    assert await store.jobs.change("pa", running.id, "claim", token, 10_000, NOW) == 1
+    assert await store.jobs.claim("pa", running.id, token, 10_000, NOW, KEEP_MS) == 1
     asked = await cancel_job(store, "pa", running.id)
     assert asked.state == "running" and asked.cancel_requested
     await w.work(RunningJob("pa", running.id, token, "rebuild"))
