@@ -100,6 +100,7 @@ class ProjectController(Controller):
         "with the job to poll (`GET /v1/jobs/{job_id}`), one running per project at a time.",
         operation_id="postProjectRebuild",
         responses={
+            200: ResponseSpec(RebuildReport, description="Rebuilt: the report"),
             202: ResponseSpec(Job, description="Queued as a job: poll it at its `href`"),
         },
     )

@@ -65,6 +65,7 @@ class RateCardController(Controller):
         "the body has `reprice: true`; then it is stored and each affected project is "
         "repriced by a job (202, the jobs to poll at `GET /v1/jobs/{job_id}`).",
         responses={
+            201: ResponseSpec(RateCardVersion, description="The version, stored"),
             202: ResponseSpec(
                 RepricingAccepted,
                 description="Stored; the affected projects are being repriced by the jobs listed",
