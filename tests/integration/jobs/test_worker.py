@@ -88,3 +88,12 @@ async def test_a_job_is_seen_only_inside_its_project(store: Stores) -> None:
         await cancel_job(store, "pa", job.id)
     assert await project_jobs(store, "pa") == []
     assert (await find_job(store, "pb", job.id)).state == "queued"
+
+
+async def test_a_worker_that_lost_its_lease_writes_nothing(store: Stores) -> None:
+    job = await queue_job(store, "pa", "rebuild", JobParams())
+    assert await store.jobs.claim("pa", job.id, "holder", 10_000, NOW, KEEP_MS) == 1
+    # A worker whose lease ran out and went to "holder" meanwhile: it stops before the work.
+    await worker(store).work(RunningJob("pa", job.id, "stale", "rebuild"))
+    now = await find_job(store, "pa", job.id)
+    assert now.state == "running" and now.result is None and now.attempts == 1
