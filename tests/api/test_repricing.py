@@ -173,3 +173,38 @@ async def test_a_price_cut_repriced_fires_nothing_twice_and_misses_nothing(api: 
         assert status["spent"] == "100.00"
         ids = await alert_ids(c)
         assert sorted(ids) == [f"{budget_id}:window:{t}" for t in ("t100", "t50", "t80")]
+
+
+async def test_every_project_on_the_card_is_named_and_repriced_and_no_other(api: Api) -> None:
+    now = datetime.now(UTC)
+    when = (now - timedelta(hours=1)).isoformat()
+    async with api.client() as c:
+        for name in ("default", "premium"):
+            r = await c.put(f"/v1/rate-cards/{name}", json=card("2.50", now - timedelta(days=30)))
+            assert r.status_code == 201, r.text
+        r = await c.put("/v1/projects/px", json={"rate_card": "premium"})
+        assert r.status_code == 200, r.text
+        for project in ("pa", "pb", "px"):
+            r = await c.post(
+                "/v1/events", json=[event(f"{project}-1", "4", project=project, time=when)]
+            )
+            assert r.status_code == 200 and r.json()["accepted"] == 1, r.text
+        v2 = card("5.00", now - timedelta(hours=2))
+        r = await c.put("/v1/rate-cards/default", json=v2)
+        assert r.status_code == 409, r.text
+        day = (now - timedelta(hours=1)).strftime("%Y-%m-%d")
+        assert r.json()["affected"] == [
+            {"project": p, "days": [day], "events": 1} for p in ("pa", "pb")
+        ]
+        r = await c.put("/v1/rate-cards/default", json=dict(v2, reprice=True))
+        assert r.status_code == 202, r.text
+        jobs = r.json()["jobs"]
+        assert [j["project"] for j in jobs] == ["pa", "pb"]
+        for job in jobs:
+            assert (await wait_for_job(c, job["href"]))["state"] == "succeeded"
+        assert [await summary_total(c, p) for p in ("pa", "pb", "px")] == [
+            "20.00",
+            "20.00",
+            "10.00",
+        ]
+        assert (await c.get("/v1/jobs", params={"project": "px"})).json() == {"jobs": []}
