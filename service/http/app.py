@@ -32,6 +32,8 @@ from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
 from ..ingest.service import Ingestor
+from ..jobs.routes import JobController
+from ..jobs.worker import JobWorker
 from ..ledger.folding import Folder
 from ..metrics import time_redis_commands
 from ..plans.routes import PlanController
@@ -133,6 +135,7 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     DashboardController,
     EvaluationController,
     CostEffectController,
+    JobController,
 ]
 
 
@@ -155,9 +158,11 @@ def _start_background(
     reach = app.state.store_reachability = StoreReachability(
         store, settings.healthz_unreachable_seconds
     )
+    jobs = app.state.job_worker = JobWorker(store, services.rate_cards)
     background = [
         asyncio.create_task(sweep_forever(store)),
         asyncio.create_task(worker.run()),
+        asyncio.create_task(jobs.run()),
         asyncio.create_task(reach.run()),
     ]
     if services.folder is not None:

@@ -72,6 +72,16 @@ class RateCardIn(msgspec.Struct, forbid_unknown_fields=True):
     effective_from: UtcDatetime
     skus: Annotated[list[Sku], msgspec.Meta(min_length=1, max_length=5000)]
     description: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    # Not part of the version: what to do when it changes figures already priced
+    # (service/jobs/reprice.py). Refused by default; true: stored, and the projects repriced.
+    reprice: Annotated[
+        bool,
+        msgspec.Meta(
+            description="A version effective before events already priced by the card is "
+            "refused (409) unless this is true: then it is stored and every affected project "
+            "is repriced by a job (202). Not stored with the version."
+        ),
+    ] = False
 
 
 class RateCardVersion(msgspec.Struct, kw_only=True):
