@@ -19,15 +19,19 @@ from functools import cache
 from iso4217 import Currency
 
 __all__ = [
+    "BOUND_REASON",
     "DECIMAL_TEXT_PATTERN",
     "INT64_MAX",
     "JSON_NUMBER_PATTERN",
+    "MAX_FRACTION_DIGITS",
+    "MAX_INTEGER_DIGITS",
     "MONEY_MAX",
     "MONEY_SCALE",
     "PRICE_DECIMALS",
     "PRICE_SCALE",
     "QUANTITY_DECIMALS",
     "QUANTITY_SCALE",
+    "decimal_bound_problem",
     "decimal_text_problem",
     "format_money",
     "format_money_for_people",
@@ -86,6 +90,39 @@ def decimal_text_problem(text: str, json_number: bool = False) -> str | None:
             "digits, an optional exponent; no sign other than a leading '-', no spaces or '_'"
             + (", no leading zeros)" if json_number else ")")
         )
+    return None
+
+
+# The one bound of every decimal the API accepts besides the ledger's own columns (an
+# evaluation's value, a progress value, a plan's, a policy's or an analysis's numbers, a
+# tolerance): at most 24 digits before the point and 18 after it. Reports compare, subtract
+# and multiply such values exactly; one of `1E+1000000` overflowed the decimal context and
+# broke a project's waste report for good. The schema patterns of the decimal strings are
+# built from these two numbers (`service.events.model.DECIMAL_PATTERN`), and a value that may
+# carry an exponent is held to them by `decimal_bound_problem`.
+MAX_INTEGER_DIGITS = 24
+MAX_FRACTION_DIGITS = 18
+BOUND_REASON = (
+    f"must be a finite decimal of at most {MAX_INTEGER_DIGITS} digits before the point and "
+    f"{MAX_FRACTION_DIGITS} after it"
+)
+
+
+def decimal_bound_problem(value: Decimal) -> str | None:
+    """Why `value` is outside the bound (`MAX_INTEGER_DIGITS`, `MAX_FRACTION_DIGITS`), or None.
+    Read from its digits and exponent alone: no arithmetic, so any stored value can be asked."""
+    if not value.is_finite():
+        return BOUND_REASON
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    significant = len(digits)
+    while significant > 1 and digits[significant - 1] == 0:  # trailing zeros carry nothing
+        significant -= 1
+        exponent += 1
+    if significant == 1 and digits[0] == 0:
+        return None  # a zero, however written
+    if exponent < -MAX_FRACTION_DIGITS or exponent + significant > MAX_INTEGER_DIGITS:
+        return BOUND_REASON
     return None
 
 

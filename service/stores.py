@@ -13,6 +13,7 @@ from .budgets.store import BudgetStore
 from .evaluations.store import EvaluationStore
 from .ingest.rejected_store import RejectedStore
 from .ingest.store import IngestStore
+from .jobs.store import JobStore
 from .ledger.store import LedgerStore
 from .plans.store import PlanStore
 from .projects.store import ProjectStore
@@ -36,6 +37,7 @@ class Stores:
     rejected: RejectedStore
     webhooks: WebhookStore
     evaluations: EvaluationStore
+    jobs: JobStore
 
     @classmethod
     def on(cls, connection: Connection) -> Stores:
@@ -54,6 +56,7 @@ class Stores:
             rejected=RejectedStore(connection, projects),
             webhooks=WebhookStore(connection),
             evaluations=EvaluationStore(connection, projects),
+            jobs=JobStore(connection),
         )
 
     @classmethod

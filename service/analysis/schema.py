@@ -12,6 +12,9 @@ from typing import Annotated
 
 import msgspec
 
+from costcore.money import MAX_FRACTION_DIGITS
+
+from ..events.model import DECIMAL_PATTERN, SIGNED_DECIMAL_PATTERN
 from .arithmetic import money_text, percent_text
 
 __all__ = [
@@ -35,9 +38,9 @@ __all__ = [
 CURRENCY_PATTERN = r"^[A-Z]{3}$(?!\n)"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$(?!\n)"
 SKU_PATTERN = r"^[a-z0-9][a-z0-9_.\-]{0,127}$(?!\n)"
-DECIMAL_PATTERN = r"^[0-9]{1,24}(\.[0-9]{1,24})?$(?!\n)"
-SIGNED_DECIMAL_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,24})?$(?!\n)"
-PROBABILITY_PATTERN = r"^(0(\.[0-9]{1,24})?|1(\.0{1,24})?)$(?!\n)"
+PROBABILITY_PATTERN = (
+    f"^(0(\\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?|1(\\.0{{1,{MAX_FRACTION_DIGITS}}})?)$(?!\\n)"
+)
 
 Currency = Annotated[
     str,

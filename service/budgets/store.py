@@ -10,7 +10,7 @@ from ..projects.store import ProjectStore
 from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.keys import Keys
-from ..storage.limbs import split_value
+from ..storage.limbs import LIMB, split_value
 from ..storage.replies import as_bytes, as_text, with_high
 
 
@@ -83,9 +83,49 @@ class BudgetStore:
             for i in range(0, len(replies), 2)
         ]
 
+    async def spend_counters(self, project: str) -> dict[str, int]:
+        """Every per-period spend counter of the project (``<budget>|<period>`` -> nano)."""
+        key = Keys.budget_spend(project)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(key)
+        pipe.hgetall(Keys.high(key))
+        low, high = await pipe.execute()
+        out = {as_text(k): int(v) for k, v in low.items()}
+        for k, v in high.items():
+            field = as_text(k)
+            out[field] = int(v) * LIMB + out.get(field, 0)
+        return out
+
     async def fired_alerts(self, project: str) -> dict[str, int]:
         raw = await self.client.hgetall(Keys.budget_fired(project))
         return {as_text(k): int(v) for k, v in raw.items()}
+
+    async def fire_reached(
+        self, project: str, last_seen_entry: str, checks: Sequence[tuple[int, int, str, bytes]]
+    ) -> bool:
+        """Fire once each (spend, limit, alert id, alert JSON) whose spend reached its limit and
+        that has not fired, unless a batch was logged after `last_seen_entry` (False: nothing
+        written). The counters are left as they are (`INIT_BUDGET` with no counters to set)."""
+        payload = msgspec.msgpack.encode(
+            [
+                [],
+                [],
+                [
+                    [str(spent), str(limit), ident, body.decode()]
+                    for spent, limit, ident, body in checks
+                ],
+            ]
+        )
+        keys = [
+            Keys.log(project),
+            Keys.budget_spend(project),
+            Keys.budget_daily(project),
+            Keys.budget_fired(project),
+            Keys.alerts(project),
+            Keys.high(Keys.budget_spend(project)),
+            Keys.high(Keys.budget_daily(project)),
+        ]
+        return bool(await self.conn.run_script(self._init_budget, keys, [last_seen_entry, payload]))
 
     async def init_budget_counters(
         self,

@@ -61,11 +61,15 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
     body = read_json_file(args.file)
     if not isinstance(body, dict):
         raise CliError(f"{args.file}: a rate card is a JSON object")
+    if args.reprice:
+        body["reprice"] = True
     with Client.from_args(args, settings) as client:
-        version = client.json("PUT", f"/v1/rate-cards/{args.name}", json=body)
+        answer = client.json("PUT", f"/v1/rate-cards/{args.name}", json=body)
     if args.json:
-        print_json(version)
+        print_json(answer)
         return 0
+    # 202: a past-dated version stored with the repricing jobs of the projects it changes.
+    version = answer.get("version") if isinstance(answer.get("version"), dict) else answer
     skus = version.get("skus") or []
     ui.out.print(
         f"rate card [bold]{_esc(version.get('name', args.name))}[/] version "
@@ -73,6 +77,12 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
         f"effective from {_esc(version.get('effective_from'))}",
         highlight=False,
     )
+    for job in answer.get("jobs") or []:
+        ui.out.print(
+            f"repricing project [bold]{_esc(job.get('project'))}[/]: job {_esc(job.get('id'))} "
+            f"(GET {_esc(job.get('href'))})",
+            highlight=False,
+        )
     return 0
 
 
@@ -377,6 +387,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     apply.add_argument("file", help="the rate card JSON ('-' for stdin)")
     apply.add_argument(
         "--name", default="default", help="rate-card name (default: default, used by projects)"
+    )
+    apply.add_argument(
+        "--reprice",
+        action="store_true",
+        help="a version effective before events already priced: store it and reprice the "
+        "projects it changes (a job each) instead of being refused",
     )
     apply.add_argument("--json", action="store_true", help="print the service's answer")
     add_client_options(apply)

@@ -60,7 +60,10 @@ SECURITY_HEADERS = {
 
 def _token_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     """`?token=` first (it is a sign-in: that token goes into the cookie), then the header,
-    then the cookie."""
+    then the cookie. A repeated `?token=` is a 400, as every repeated parameter of one value
+    is elsewhere (which of two tokens signs in would be a guess)."""
+    if len(connection.query_params.getall("token", [])) > 1:
+        raise invalid("token", "give this parameter once", status=400)
     if connection.query_params.get("token"):
         return str(connection.query_params["token"])
     scheme, _, value = connection.headers.get("authorization", "").partition(" ")

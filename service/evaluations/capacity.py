@@ -11,6 +11,11 @@ Python reference, held equal to it by tests/integration/evaluations/test_store_r
   nothing is written. A project already past the limit (it was lowered) still answers a batch
   of duplicates, and refuses any new result.
 
+A stored result is replaced (a correction: a higher `version` of its id) or deleted only if it
+is still the one its caller read (``replace_evaluation.lua``, reference `replace_reference`),
+with its index members and an audit record in the same step; a caller that read an older
+state reads again.
+
 The listing order is (time, id). Each stored result has an index member
 ``<time, UTC, 27 characters>|<id>`` (`index_member`): the time is fixed-width ISO 8601, so the
 members sort, byte by byte, in exactly that order (ids are ASCII labels), and a page is a range
@@ -28,6 +33,7 @@ from enum import IntEnum
 import msgspec
 
 DEFAULT_MAX_RESULTS = 100_000
+AUDIT_KEPT = 10_000  # the corrections and deletions a project's audit stream keeps
 # A page's `next_cursor` (an index member): "<time: 2026-01-05T10:00:00.000000Z>|<result id>".
 CURSOR_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z"
@@ -71,6 +77,23 @@ def store_batch(
     if added and count + added > limit:
         return StoreAnswer.OVER_LIMIT, new, count, added
     return StoreAnswer.STORED, new, count, added
+
+
+def replace_reference(
+    stored: dict[str, bytes], id_: str, expected: bytes, new: bytes | None
+) -> tuple[bool, dict[str, bytes]]:
+    """The reference of replace_evaluation.lua on the results hash (the indexes follow the
+    results: each stored result has its two members, `index_entries`, and no other; the
+    audit stream gets one record per change): (done, the hash after). Done when the stored
+    result is still `expected`; then it is replaced by `new`, or deleted when `new` is None."""
+    if stored.get(id_) != expected:
+        return False, stored
+    after = dict(stored)
+    if new is None:
+        del after[id_]
+    else:
+        after[id_] = new
+    return True, after
 
 
 class _Indexed(msgspec.Struct):

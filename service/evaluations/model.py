@@ -17,23 +17,33 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ..events.model import PROJECT_PATTERN, SAFE_TEXT_PATTERN, Label
+from ..events.model import (
+    DECIMAL_PATTERN,
+    PROJECT_PATTERN,
+    SAFE_TEXT_PATTERN,
+    SIGNED_DECIMAL_PATTERN,
+    TIME_PATTERN,
+    Label,
+)
 
 __all__ = [
     "MAX_BATCH",
+    "AuditPage",
     "BenchmarkKind",
     "BenchmarkName",
     "EvaluationResult",
     "EvaluationSettings",
+    "ResultAudit",
     "ResultIn",
     "ResultsAccepted",
     "ResultsIn",
 ]
 
 MAX_BATCH = 1000
-# A decimal without exponent, sign allowed: values are compared and subtracted exactly.
-SIGNED_VALUE_PATTERN = r"^-?[0-9]{1,24}(\.[0-9]{1,18})?$(?!\n)"
-TOLERANCE_PATTERN = r"^[0-9]{1,30}(\.[0-9]{1,18})?$(?!\n)"
+# A decimal without exponent (the one bound of `DECIMAL_PATTERN`), sign allowed: values are
+# compared and subtracted exactly.
+SIGNED_VALUE_PATTERN = SIGNED_DECIMAL_PATTERN
+TOLERANCE_PATTERN = DECIMAL_PATTERN
 
 BenchmarkName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)
@@ -52,10 +62,34 @@ ExactValue = Annotated[
 ]
 
 
+ResultVersion = Annotated[
+    int,
+    msgspec.Meta(
+        ge=1,
+        le=2**31 - 1,
+        description="1 for a first report; a higher version of a stored id replaces it (a "
+        "correction, audited); the stored version or a lower one is a duplicate",
+    ),
+]
+ResultTime = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        pattern=TIME_PATTERN,
+        description="RFC 3339 (the events' grammar and accepted range: not older than the "
+        "deduplication window, not further ahead than the future skew)",
+        examples=["2026-05-01T10:00:00Z"],
+    ),
+]
+
+
 class ResultIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """One evaluation result as reported (the time defaults to when it is received)."""
 
-    id: Annotated[ResultId, msgspec.Meta(description="idempotency key: a repeat is ignored")]
+    id: Annotated[
+        ResultId,
+        msgspec.Meta(description="idempotency key: a repeat of the same version is ignored"),
+    ]
     experiment: ExperimentName
     benchmark: BenchmarkName
     value: ExactValue
@@ -65,7 +99,8 @@ class ResultIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, k
         Annotated[TokenCount, msgspec.Meta(description="training tokens seen at the checkpoint")]
         | None
     ) = None
-    time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    time: ResultTime | None = None
+    version: ResultVersion = 1
 
 
 class ResultsIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -86,6 +121,7 @@ class EvaluationResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     time: datetime
     step: int | None = None
     tokens_seen: int | None = None
+    version: int = 1
 
     @property
     def decimal(self) -> Decimal:
@@ -93,12 +129,38 @@ class EvaluationResult(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class ResultsAccepted(msgspec.Struct):
-    """The answer to a batch: how many were new, how many repeats of stored ids."""
+    """The answer to a batch: how many were new, how many repeats of stored ids, how many
+    replaced a stored result by a higher version (corrections)."""
 
     project: str
     accepted: int
     duplicates: int
     duplicate_ids: list[str]
+    corrected: int = 0
+    corrected_ids: list[str] = []
+
+
+class ResultAudit(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One correction or deletion of a stored result: who (the token), when, and what (the
+    result before, and after unless it was deleted)."""
+
+    action: Literal["corrected", "deleted"]
+    id: str
+    at: datetime
+    token_id: str
+    token_name: str = ""
+    before: EvaluationResult
+    after: EvaluationResult | None = None
+
+
+class AuditPage(msgspec.Struct):
+    """Answer of `GET /v1/evaluations/audit`: the project's corrections and deletions, newest
+    first (at most `limit`; the project keeps its last `kept`)."""
+
+    project: str
+    items: list[ResultAudit]
+    limit: int
+    kept: int
 
 
 class EvaluationSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

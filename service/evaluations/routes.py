@@ -3,12 +3,14 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated, Any, Literal, cast
 
-from litestar import Controller, Request, get, post, put
+from litestar import Controller, Request, delete, get, post, put
+from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody, QueryParameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 from litestar.response import Response
 
+from ..auth.model import Principal
 from ..events.model import LABEL_PATTERN
 from ..export.cost_effect import cost_effect_csv, cost_effect_filename
 from ..http.deps import Services
@@ -18,13 +20,19 @@ from ..http.security import requires
 from .capacity import CURSOR_PATTERN, ResultsLimitReached
 from .effect import CostEffectReport
 from .listing import DEFAULT_PAGE, MAX_PAGE, ResultsPage, results_page
-from .model import EvaluationSettings, ResultsAccepted, ResultsIn
+from .model import AuditPage, EvaluationSettings, ResultAudit, ResultsAccepted, ResultsIn
 from .service import (
+    Actor,
     ReportQueryError,
+    ResultInputError,
+    ResultNotFound,
+    TimeBounds,
     cost_effect_report,
+    delete_result,
     evaluation_settings,
     report_filter,
     report_results,
+    result_audit,
     update_evaluation_settings,
 )
 
@@ -46,10 +54,13 @@ class EvaluationController(Controller):
         summary="Report evaluation results (a batch, idempotent by id)",
         operation_id="postEvaluations",
         description="Each result: an experiment's value on a benchmark at a step or tokens "
-        "seen. A result whose id is already stored is counted as a duplicate and changes "
-        "nothing. Then each running experiment's general benchmark now regressed past the "
-        "tolerance fires an `evaluation_regression` alert to the webhooks, once per "
-        "(experiment, benchmark, baseline) (docs/guides/cost-effect.md). "
+        "seen, at a `time` in RFC 3339 within the events' range (not older than the "
+        "deduplication window, not further ahead than the future skew). A result whose id is "
+        "already stored is counted as a duplicate and changes nothing, unless it carries a "
+        "higher `version`: then it replaces the stored one (a correction, audited: "
+        "`GET /v1/evaluations/audit`). Then each running experiment's general benchmark "
+        "now regressed past the tolerance fires an `evaluation_regression` alert to the "
+        "webhooks, once per (experiment, benchmark, baseline) (docs/guides/cost-effect.md). "
         "A project keeps at most `TRAINLEDGER_MAX_EVALUATION_RESULTS` results "
         "(100,000 by default; duplicates do not count): a batch whose new results would pass "
         "it is refused whole (409) and stores nothing.",
@@ -76,12 +87,25 @@ class EvaluationController(Controller):
         },
     )
     async def report(
-        self, data: JSONBody[ResultsIn], services: NamedDependency[Services]
+        self,
+        data: JSONBody[ResultsIn],
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
     ) -> ResultsAccepted:
         # The guard checked the body's project (`service.http.security`).
-        limit = services.settings.max_evaluation_results
+        settings = services.settings
+        bounds = TimeBounds(settings.dedup_window_days, settings.max_future_skew_hours)
         try:
-            return await report_results(services.store, services.rate_cards, data, limit=limit)
+            return await report_results(
+                services.store,
+                services.rate_cards,
+                data,
+                limit=settings.max_evaluation_results,
+                bounds=bounds,
+                actor=Actor.of(request.user),
+            )
+        except ResultInputError as exc:
+            raise invalid(exc.field, exc.reason, status=400) from exc
         except ResultsLimitReached as exc:
             raise problem(
                 409,
@@ -121,6 +145,57 @@ class EvaluationController(Controller):
         ] = None,
     ) -> ResultsPage:
         return await results_page(services.store, project, experiment, offset, limit, after)
+
+    @delete(
+        "/{result_id:str}",
+        guards=[requires("ingest")],
+        status_code=200,
+        summary="Delete an evaluation result (audited)",
+        operation_id="deleteEvaluation",
+        description="Deletes the stored result of this id; the answer is its audit record "
+        "(who, when, the result deleted), also listed by `GET /v1/evaluations/audit`. The "
+        "cost-effect report and the regression state follow at once: the regression alerts "
+        "the remaining results call for fire (each once). Posting the id again (any version) "
+        "stores it anew. 404 when no result of this id is stored.",
+        responses={404: ResponseSpec(None, description="No result of this id is stored")},
+    )
+    async def delete_one(
+        self,
+        result_id: Annotated[str, PathParameter(pattern=LABEL_PATTERN, max_length=128)],
+        project: ProjectParam,
+        request: Request[Principal, str, State],
+        services: NamedDependency[Services],
+    ) -> ResultAudit:
+        actor = Actor.of(request.user)
+        try:
+            return await delete_result(
+                services.store, services.rate_cards, project, result_id, actor
+            )
+        except ResultNotFound as exc:
+            raise problem(
+                404,
+                "Not found",
+                f"no evaluation result {result_id!r} in project {project!r}",
+                kind="not-found",
+                field="result_id",
+            ) from exc
+
+    @get(
+        "/audit",
+        guards=[requires("read")],
+        summary="The project's corrections and deletions of evaluation results",
+        operation_id="getEvaluationAudit",
+        description="Each correction (a higher `version` of a stored id) and deletion: the "
+        "token that made it (id and name), when, and the result before and after. Newest "
+        "first; the project keeps its last 10,000.",
+    )
+    async def audit(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    ) -> AuditPage:
+        return await result_audit(services.store, project, limit)
 
     @get(
         "/settings",

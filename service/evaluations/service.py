@@ -2,23 +2,70 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..auth.model import Principal
+from ..events.model import time_window_problem
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
-from .capacity import DEFAULT_MAX_RESULTS
+from .capacity import AUDIT_KEPT, DEFAULT_MAX_RESULTS
 from .effect import CostEffectReport, ReportFilter, cost_effect
-from .model import EvaluationResult, EvaluationSettings, ResultsAccepted, ResultsIn
+from .model import (
+    AuditPage,
+    EvaluationResult,
+    EvaluationSettings,
+    ResultAudit,
+    ResultIn,
+    ResultsAccepted,
+    ResultsIn,
+)
 from .regression import regression_alerts
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
 _result_decoder = msgspec.json.Decoder(EvaluationResult)
+_audit_decoder = msgspec.json.Decoder(ResultAudit)
+# How often a correction or deletion reads again when the result changed under it.
+_RETRIES = 20
+
+
+class ResultInputError(ValueError):
+    """A result of a batch that cannot be taken (its time): nothing of the batch is stored."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class ResultNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """The times a result may carry: the events' range (`time_window_problem`)."""
+
+    window_days: int = 35
+    future_skew_hours: int = 24
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who changes a stored result (the audit's `token_id`, `token_name`)."""
+
+    token_id: str
+    name: str = ""
+
+    @classmethod
+    def of(cls, principal: Principal) -> Actor:
+        return cls(principal.token_id, principal.name)
 
 
 class ReportQueryError(ValueError):
@@ -51,43 +98,152 @@ def report_filter(
     return ReportFilter(stage, owner, wanted, midnight(from_day), midnight(to_day))
 
 
+def _result_time(r: ResultIn, index: int, received: datetime, bounds: TimeBounds) -> datetime:
+    """The result's time (when it was received, if it gives none), within the events' range."""
+    if r.time is None:
+        return received
+    field = f"$.results[{index}].time"
+    try:
+        when = msgspec.convert(r.time, datetime)
+    except msgspec.ValidationError as exc:
+        raise ResultInputError(field, f"not an RFC 3339 date-time: {exc}") from exc
+    problem = time_window_problem(when, received, bounds.window_days, bounds.future_skew_hours)
+    if problem is not None:
+        raise ResultInputError(field, problem)
+    return when.astimezone(UTC)
+
+
+def _records(data: ResultsIn, received: datetime, bounds: TimeBounds) -> list[EvaluationResult]:
+    return [
+        EvaluationResult(
+            id=r.id,
+            experiment=r.experiment,
+            benchmark=r.benchmark,
+            value=r.value,
+            higher_is_better=r.higher_is_better,
+            time=_result_time(r, i, received, bounds),
+            step=r.step,
+            tokens_seen=r.tokens_seen,
+            version=r.version,
+        )
+        for i, r in enumerate(data.results)
+    ]
+
+
 async def add_results(
     store: Stores,
     data: ResultsIn,
     now: datetime | None = None,
     *,
     limit: int = DEFAULT_MAX_RESULTS,
+    bounds: TimeBounds | None = None,
+    actor: Actor | None = None,
 ) -> ResultsAccepted:
-    """Store the batch's results; an id already stored (or repeated in the batch) is a
-    duplicate and changes nothing. A batch whose new results would take the project past
-    `limit` stored results raises `ResultsLimitReached` and stores nothing."""
+    """Store the batch's results. An id not stored is new; an id stored already (or repeated
+    in the batch) at the same version or a higher one is a duplicate and changes nothing; a
+    higher `version` of a stored id replaces it (a correction, audited as `actor`'s). A time
+    outside `bounds` raises `ResultInputError`, and a batch whose new results would take the
+    project past `limit` stored results raises `ResultsLimitReached`: nothing is stored."""
     received = now or datetime.now(UTC)
-    records = [
-        (
-            r.id,
-            msgspec.json.encode(
-                EvaluationResult(
-                    id=r.id,
-                    experiment=r.experiment,
-                    benchmark=r.benchmark,
-                    value=r.value,
-                    higher_is_better=r.higher_is_better,
-                    time=(r.time or received).astimezone(UTC),
-                    step=r.step,
-                    tokens_seen=r.tokens_seen,
-                )
-            ),
-        )
-        for r in data.results
-    ]
-    added = await store.evaluations.add_results(data.project, records, limit)
-    duplicates = [rid for (rid, _), new in zip(records, added, strict=True) if not new]
+    results = _records(data, received, bounds or TimeBounds())
+    project = data.project
+    # The ids already stored go to the corrections; the others (and the first versions,
+    # which never replace anything) are one batch, refused whole if past the limit.
+    versioned = [r.id for r in results if r.version > 1]
+    held = dict(zip(versioned, await store.evaluations.stored(project, versioned), strict=True))
+    fresh = [r for r in results if r.version == 1 or held.get(r.id) is None]
+    added = await store.evaluations.add_results(
+        project, [(r.id, msgspec.json.encode(r)) for r in fresh], limit
+    )
+    duplicates, corrected = [], []
+    later = [r for r in results if r.version > 1 and held.get(r.id) is not None]
+    for r, new in zip(fresh, added, strict=True):
+        if not new and r.version > 1:
+            later.append(r)  # stored meanwhile by another batch: a correction of it
+        elif not new:
+            duplicates.append(r.id)
+    for r in later:
+        if await _correct(store, project, r, received, actor or Actor("")):
+            corrected.append(r.id)
+        else:
+            duplicates.append(r.id)
     return ResultsAccepted(
-        project=data.project,
-        accepted=len(records) - len(duplicates),
+        project=project,
+        accepted=len(results) - len(duplicates) - len(corrected),
         duplicates=len(duplicates),
         duplicate_ids=duplicates[:100],
+        corrected=len(corrected),
+        corrected_ids=corrected[:100],
     )
+
+
+async def _correct(
+    store: Stores, project: str, result: EvaluationResult, now: datetime, actor: Actor
+) -> bool:
+    """Replace the stored result of `result.id` by `result` if it is a higher version: whether
+    it did (False: the stored version is as high)."""
+    new = msgspec.json.encode(result)
+    for _ in range(_RETRIES):
+        (raw,) = await store.evaluations.stored(project, [result.id])
+        if raw is None:  # deleted meanwhile: the correction stands as a new result
+            if (await store.evaluations.add_results(project, [(result.id, new)]))[0]:
+                return True
+            continue
+        before = _result_decoder.decode(raw)
+        if before.version >= result.version:
+            return False
+        audit = _audit("corrected", before, result, now, actor)
+        if await store.evaluations.replace_result(project, result.id, raw, new, audit):
+            return True
+    raise RuntimeError(f"evaluation result {result.id!r} kept changing while being corrected")
+
+
+def _audit(
+    action: str,
+    before: EvaluationResult,
+    after: EvaluationResult | None,
+    now: datetime,
+    actor: Actor,
+) -> bytes:
+    return msgspec.json.encode(
+        ResultAudit(
+            action="corrected" if action == "corrected" else "deleted",
+            id=before.id,
+            at=now.astimezone(UTC),
+            token_id=actor.token_id,
+            token_name=actor.name,
+            before=before,
+            after=after,
+        )
+    )
+
+
+async def delete_result(
+    store: Stores,
+    rate_cards: RateCards,
+    project: str,
+    result_id: str,
+    actor: Actor,
+    now: datetime | None = None,
+) -> ResultAudit:
+    """`DELETE /v1/evaluations/{id}`: delete the stored result (audited as `actor`'s), then
+    fire the regression alerts the remaining results call for. `ResultNotFound` if none."""
+    when = now or datetime.now(UTC)
+    for _ in range(_RETRIES):
+        (raw,) = await store.evaluations.stored(project, [result_id])
+        if raw is None:
+            raise ResultNotFound(result_id)
+        audit = _audit("deleted", _result_decoder.decode(raw), None, when, actor)
+        if await store.evaluations.replace_result(project, result_id, raw, None, audit):
+            await fire_regression_alerts(store, rate_cards, project)
+            return _audit_decoder.decode(audit)
+    raise RuntimeError(f"evaluation result {result_id!r} kept changing while being deleted")
+
+
+async def result_audit(store: Stores, project: str, limit: int) -> AuditPage:
+    """`GET /v1/evaluations/audit`: the newest corrections and deletions first."""
+    items = [_audit_decoder.decode(raw) for raw in await store.evaluations.audit(project, limit)]
+    return AuditPage(project=project, items=items, limit=limit, kept=AUDIT_KEPT)
 
 
 async def report_results(
@@ -97,13 +253,15 @@ async def report_results(
     now: datetime | None = None,
     *,
     limit: int = DEFAULT_MAX_RESULTS,
+    bounds: TimeBounds | None = None,
+    actor: Actor | None = None,
 ) -> ResultsAccepted:
     """`POST /v1/evaluations`: store the batch (`add_results`), then fire the regression
     alerts the project's results now call for (`fire_regression_alerts`). The check runs
     whether or not anything was new: a batch sent again after a crash between the two steps
     fires what is missing. A batch refused for the project's `limit` (`ResultsLimitReached`)
     stores nothing and fires nothing."""
-    accepted = await add_results(store, data, now, limit=limit)
+    accepted = await add_results(store, data, now, limit=limit, bounds=bounds, actor=actor)
     await fire_regression_alerts(store, rate_cards, data.project)
     return accepted
 

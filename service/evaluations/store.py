@@ -11,6 +11,7 @@ from ..storage.connection import Connection
 from ..storage.keys import Keys
 from ..storage.replies import as_bytes, as_text
 from .capacity import (
+    AUDIT_KEPT,
     DEFAULT_MAX_RESULTS,
     ResultsLimitReached,
     StoreAnswer,
@@ -37,6 +38,7 @@ class EvaluationStore:
         self.projects = projects
         self._fire_regressions = conn.client.register_script(scripts.FIRE_REGRESSIONS)
         self._add = conn.client.register_script(scripts.ADD_EVALUATIONS)
+        self._replace = conn.client.register_script(scripts.REPLACE_EVALUATION)
 
     def _keys(self, project: str) -> list[str]:
         return [
@@ -67,6 +69,40 @@ class EvaluationStore:
         if any(added):
             await self.projects.add_project(project)
         return added
+
+    async def stored(self, project: str, result_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored JSON of each id (None: not stored)."""
+        if not result_ids:
+            return []
+        held = await self.client.hmget(Keys.evaluations(project), list(result_ids))
+        return [None if v is None else as_bytes(v) for v in held]
+
+    async def replace_result(
+        self, project: str, result_id: str, expected: bytes, new: bytes | None, audit: bytes
+    ) -> bool:
+        """Replace the stored result (delete it when `new` is None) if it is still `expected`,
+        with its index members and the `audit` record, in one script
+        (replace_evaluation.lua): whether it was done (False: it changed meanwhile)."""
+        old_member, old_by_experiment = index_entries(expected)
+        member, by_experiment = index_entries(new) if new is not None else ("", "")
+        keys = [*self._keys(project), Keys.evaluation_audit(project)]
+        args = [
+            result_id,
+            expected,
+            old_member,
+            old_by_experiment,
+            new or b"",
+            member,
+            by_experiment,
+            audit,
+            AUDIT_KEPT,
+        ]
+        return bool(int(await self.conn.replicated(self._replace, keys, args)))
+
+    async def audit(self, project: str, count: int) -> list[bytes]:
+        """The newest `count` audit records, newest first."""
+        entries = await self.client.xrevrange(Keys.evaluation_audit(project), count=count) or []
+        return [as_bytes((fields or {})[b"record"]) for _, fields in entries]
 
     async def results(self, project: str) -> list[bytes]:
         """Every stored result (the reports' path: bounded by the project's limit)."""
@@ -105,9 +141,9 @@ class EvaluationStore:
         after: str | None = None,
     ) -> tuple[list[bytes], int, int, str | None]:
         """A page of results in listing order (of one experiment, when named): from `offset`,
-        or just after the index member `after` (a page's cursor; results are never deleted, so
-        it keeps its place). Returns (results, total, the page's position, the index member of
-        its last result)."""
+        or just after the index member `after` (a page's cursor: a member compares in order
+        whether or not its result is still stored, so it keeps its place). Returns (results,
+        total, the page's position, the index member of its last result)."""
         members, total, position, indexed = await self._read_page(
             project, experiment, offset, limit, after
         )

@@ -7,10 +7,12 @@ index and reason instead of failing the events around it.
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
 from typing import Any
 
+import msgpack as msgpack_pairs  # its unpacker hands each map's pairs over
 import msgspec
 
 from .model import EventIn, SentTexts, WireEvent, text_problem
@@ -88,6 +90,74 @@ _cloud_batch = msgspec.json.Decoder(list[CloudEvent], float_hook=Decimal)
 _NONBLANK_LINE = re.compile(rb"\S[^\n]*")
 
 
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _no_repeats(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    held = dict(pairs)
+    if len(held) != len(pairs):
+        seen: set[Any] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+    return held
+
+
+def repeated_key(body: bytes, msgpack: bool = False) -> str | None:
+    """A key some object of the JSON (or msgpack) body names twice (`{"quantity": "1",
+    "quantity": "1000000"}`), or None. Decoders keep the last silently, so such a body means
+    two things; every body is refused for it. Read by the stdlib's JSON decoder and msgpack's
+    unpacker, which hand each object's pairs over (msgspec's give only the dict); a body they
+    cannot read is left to the decoder that answers for it."""
+    if msgpack:
+        return _repeated_msgpack_key(body)
+    if body.count(b'"') < 4:  # no object with two keys
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_repeats)
+    except _Repeated as repeated:
+        return repeated.key[:100]
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def _repeated_msgpack_key(body: bytes) -> str | None:
+    try:
+        msgpack_pairs.unpackb(
+            body, object_pairs_hook=_no_repeats, use_list=False, strict_map_key=False
+        )
+    except _Repeated as repeated:
+        return str(repeated.key)[:100]
+    except Exception:  # malformed: the decoder that answers for it says why
+        return None
+    return None
+
+
+# A quote then white space: a key may end there (`"a" : 1`), so `":` does not count every key.
+_QUOTE_SPACE = re.compile(rb'"\s')
+
+
+def _may_repeat_keys(body: bytes, events: list[WireEvent]) -> bool:
+    """Whether a JSON batch read as `events` may name a key twice in one object (then
+    `repeated_key` reads it to know). Cheap, and never wrong the other way: every key ends in
+    `":` (unless white space follows its quote, then it may), so the count of `":` is at least
+    the keys sent, and the decoded events hold at least the keys they show (the five required,
+    each field not at its default, each tag). A body with no repeat sends exactly those, unless
+    it sends a default (`"stage":"other"`) or `":` inside a string: read then too."""
+    if _QUOTE_SPACE.search(body) is not None:
+        return True
+    shown = 0
+    for ev in events:
+        shown += 5 + (ev.stage != "other") + (ev.experiment != "") + (ev.owner != "")
+        if ev.tags:
+            shown += 1 + len(ev.tags)
+    return body.count(b'":') != shown
+
+
 def media_type_of(content_type: str | None) -> str:
     media = (content_type or JSON).split(";", 1)[0].strip().lower()
     if media in ("application/vnd.msgpack", "application/x-msgpack"):
@@ -131,11 +201,21 @@ def _refused_text(index: int, event: EventIn, texts: SentTexts, batch: bool) -> 
     return DecodedItem(index, None, reason, _item_path(index, "$." + field, batch), raw)
 
 
-def _decode_items(raws: list[msgspec.Raw], msgpack: bool, batch: bool) -> list[DecodedItem]:
+def _decode_items(
+    raws: list[msgspec.Raw], msgpack: bool, batch: bool, repeats: bool = False
+) -> list[DecodedItem]:
+    """Each raw item decoded on its own; with `repeats`, an item that names a key twice in
+    one object is rejected for it (JSON: decoders keep the last value silently)."""
     one = _msgpack_one if msgpack else _json_one
     texts_of = _msgpack_texts if msgpack else _json_texts
     items = []
     for i, raw in enumerate(raws):
+        key = repeated_key(bytes(raw), msgpack) if repeats else None
+        if key is not None:
+            reason = f"the key {key!r} is given twice in one object"
+            path = _item_path(i, "$." + key, batch)
+            items.append(DecodedItem(i, None, reason, path, _loose(bytes(raw), msgpack)))
+            continue
         try:
             event = one.decode(raw)
             texts = texts_of.decode(raw)
@@ -166,9 +246,14 @@ def decode_wire_batch(body: bytes, media_type: str) -> list[WireEvent] | None:
     if media_type not in (JSON, MSGPACK):
         return None
     try:
-        return (_msgpack_wire_batch if media_type == MSGPACK else _json_wire_batch).decode(body)
+        events = (_msgpack_wire_batch if media_type == MSGPACK else _json_wire_batch).decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
+    if media_type == JSON and _may_repeat_keys(body, events) and repeated_key(body) is not None:
+        return None  # `decode_events` rejects the events that repeat a key
+    if media_type == MSGPACK and repeated_key(body, msgpack=True) is not None:
+        return None  # `decode_events` rejects the events that repeat a key
+    return events
 
 
 def _msgpack_array_length(body: bytes) -> int:
@@ -241,10 +326,14 @@ def _decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], boo
         # The lines that are not blank (from their first non-blank byte): found by the regex
         # engine, so that a body of millions of blank lines makes no list of them.
         lines = [m.group() for m in _NONBLANK_LINE.finditer(body)]
-        return _decode_items([msgspec.Raw(line) for line in lines], msgpack=False, batch=True), True
+        raws = [msgspec.Raw(line) for line in lines]
+        return _decode_items(raws, msgpack=False, batch=True, repeats=True), True
     msgpack = media_type == MSGPACK
+    repeats = repeated_key(body, msgpack) is not None
     fast = _msgpack_batch if msgpack else _json_batch
     try:
+        if repeats:  # each item is read on its own, and those that repeat a key rejected
+            raise msgspec.ValidationError
         decoded = fast.decode(body)
     except msgspec.ValidationError:
         pass
@@ -265,10 +354,10 @@ def _decode_events(body: bytes, media_type: str) -> tuple[list[DecodedItem], boo
     try:
         raws = (_msgpack_raw_batch if msgpack else _json_raw_batch).decode(body)
     except msgspec.ValidationError:  # one document that is not an array: a single item
-        return _decode_items([msgspec.Raw(body)], msgpack, batch=False), False
+        return _decode_items([msgspec.Raw(body)], msgpack, batch=False, repeats=repeats), False
     except msgspec.DecodeError as exc:  # malformed past the point the typed decoder stopped
         raise MalformedBody(f"body is not valid {'msgpack' if msgpack else 'JSON'}: {exc}") from exc
-    return _decode_items(raws, msgpack, batch=True), True
+    return _decode_items(raws, msgpack, batch=True, repeats=repeats), True
 
 
 def _decode_cloudevents(body: bytes, batch: bool) -> tuple[list[DecodedItem], bool]:
@@ -278,6 +367,9 @@ def _decode_cloudevents(body: bytes, batch: bool) -> tuple[list[DecodedItem], bo
     is set), and the usage fields (`sku`, `quantity`, `stage`, `experiment`, `owner`,
     `tags`) from `data`. `source` and `type` are kept as tags `ce_source`/`ce_type`.
     """
+    key = repeated_key(body)
+    if key is not None:  # an envelope's or its data's: the mapping below would lose which
+        raise MalformedBody(f"the key {key!r} is given twice in one object", key)
     try:
         envelopes = _cloud_batch.decode(body) if batch else [_cloud_one.decode(body)]
     except msgspec.ValidationError as exc:

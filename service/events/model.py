@@ -5,13 +5,18 @@ the text msgspec does not make while decoding (decoding.py reads the bodies).
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from costcore.money import JSON_NUMBER_PATTERN, decimal_text_problem
+from costcore.money import (
+    JSON_NUMBER_PATTERN,
+    MAX_FRACTION_DIGITS,
+    MAX_INTEGER_DIGITS,
+    decimal_text_problem,
+)
 
 STAGES: tuple[str, ...] = (
     "data_prep",
@@ -36,11 +41,23 @@ PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,63}" + END
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+=\-]{0,199}" + END
 LABEL_PATTERN = r"^[A-Za-z0-9_.@/+=\-]{0,128}" + END
 TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}" + END
-# Characters no label may hold: C0 and C1 controls (U+0085 NEL among them), DEL, the line
-# and paragraph separators U+2028/U+2029, and the bidirectional formatting characters
-# (U+061C, U+200E/U+200F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees.
-FORBIDDEN_TEXT_CLASS = "\\x00-\\x1f\\x7f-\\x9f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069"
-SAFE_TEXT_PATTERN = f"^[^{FORBIDDEN_TEXT_CLASS}]*" + END
+# The one rule of every label, name and free text the API keeps (tag values, budget, token,
+# benchmark and metric names, descriptions...), which reach chat and email unchanged. No
+# character of this class: C0 and C1 controls (U+0085 NEL among them), DEL, the line and
+# paragraph separators U+2028/U+2029, the bidirectional formatting characters (U+061C,
+# U+200E/U+200F, U+202A-U+202E, U+2066-U+2069) that reorder what a reader sees, and the
+# invisible or blank ones that make two names look alike or a name look empty: the soft hyphen
+# U+00AD, the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), the Mongolian vowel separator
+# U+180E, the zero-width space U+200B, the word joiner and invisible operators U+2060-U+2064,
+# the byte order mark U+FEFF and the tag characters U+E0000-U+E007F. (U+200C/U+200D, which
+# some scripts and emoji need, are allowed.) And no run of more than 3 combining marks
+# (`COMBINING_RUN`), which stack over the lines around them.
+FORBIDDEN_TEXT_CLASS = (
+    "\\x00-\\x1f\\x7f-\\x9f\\xad\\u061c\\u115f\\u1160\\u180e\\u200b\\u200e\\u200f"
+    "\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\u3164\\ufeff\\uffa0\\U000e0000-\\U000e007f"
+)
+COMBINING_RUN = "[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f]{4}"
+SAFE_TEXT_PATTERN = f"^(?!.*{COMBINING_RUN})[^{FORBIDDEN_TEXT_CLASS}]*" + END
 TAG_VALUE_PATTERN = SAFE_TEXT_PATTERN
 # An event's time: RFC 3339 (section 5.6) with a "T" and a "Z" or a "+HH:MM"/"-HH:MM" offset
 # (the RFC lets both letters be lower case), at most 9 fraction digits (read to the nearest
@@ -49,6 +66,11 @@ TIME_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
     r"([Zz]|[+-][0-9]{2}:[0-9]{2})" + END
 )
+# The decimal strings of every body but events (`costcore.money.MAX_INTEGER_DIGITS`, the one
+# bound): no exponent, at most 24 digits before the point and 18 after.
+_DIGITS = f"[0-9]{{1,{MAX_INTEGER_DIGITS}}}(\\.[0-9]{{1,{MAX_FRACTION_DIGITS}}})?"
+DECIMAL_PATTERN = "^" + _DIGITS + END
+SIGNED_DECIMAL_PATTERN = "^-?" + _DIGITS + END
 QUANTITY_TEXT_PATTERN = JSON_NUMBER_PATTERN.removesuffix("$") + END
 MAX_TAGS = 16
 
@@ -199,16 +221,16 @@ def identifier_problem(event: EventIn) -> tuple[str, str] | None:
         if not _matches(_TAG_VALUE_RE, value):
             return (
                 f"tags.{key}",
-                "tag values may not hold control characters (C0, C1, DEL), line or "
-                "paragraph separators or bidirectional formatting characters",
+                "tag values " + UNSAFE_TEXT_REASON,
             )
     return None
 
 
 _SAFE_TEXT_RE = re.compile(SAFE_TEXT_PATTERN)
 UNSAFE_TEXT_REASON = (
-    "may not hold control characters (C0, C1, DEL), line or paragraph separators or "
-    "bidirectional formatting characters"
+    "may not hold control characters (C0, C1, DEL), line or paragraph separators, "
+    "bidirectional formatting characters, invisible or blank characters (zero-width, fillers, "
+    "soft hyphen, tag characters) or more than 3 stacked combining marks"
 )
 
 
@@ -224,6 +246,19 @@ def time_text_problem(text: str) -> str | None:
         return (
             f"must be an RFC 3339 date-time with 'Z' or a '+HH:MM' offset, matching {TIME_PATTERN}"
         )
+    return None
+
+
+def time_window_problem(
+    when: datetime, now: datetime, window_days: int, future_skew_hours: int
+) -> str | None:
+    """Why a time (of an event, of an evaluation result) is outside the range the API accepts
+    (`TRAINLEDGER_DEDUP_WINDOW_DAYS` back, `TRAINLEDGER_MAX_FUTURE_SKEW_HOURS` ahead), or None.
+    The reasons start with "time" (the ingest says "event time")."""
+    if when < now - timedelta(days=window_days):
+        return f"time is older than the deduplication window ({window_days} days)"
+    if when > now + timedelta(hours=future_skew_hours):
+        return "time is too far in the future"
     return None
 
 

@@ -32,6 +32,8 @@ from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
 from ..ingest.service import Ingestor
+from ..jobs.routes import JobController
+from ..jobs.worker import JobWorker
 from ..ledger.folding import Folder
 from ..metrics import time_redis_commands
 from ..plans.routes import PlanController
@@ -69,7 +71,7 @@ from .openapi import (
     security_components,
     simplify_nullable_enums,
 )
-from .problems import from_client_error, from_validation, redis_unavailable
+from .problems import from_client_error, from_validation, learn_query_names, redis_unavailable
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
 
@@ -133,6 +135,7 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     DashboardController,
     EvaluationController,
     CostEffectController,
+    JobController,
 ]
 
 
@@ -155,9 +158,11 @@ def _start_background(
     reach = app.state.store_reachability = StoreReachability(
         store, settings.healthz_unreachable_seconds
     )
+    jobs = app.state.job_worker = JobWorker(store, services.rate_cards)
     background = [
         asyncio.create_task(sweep_forever(store)),
         asyncio.create_task(worker.run()),
+        asyncio.create_task(jobs.run()),
         asyncio.create_task(reach.run()),
     ]
     if services.folder is not None:
@@ -262,6 +267,9 @@ def create_app(settings: Settings | None = None, redis_url: str | None = None) -
         request_class=BoundedRequest,
         exception_handlers={ClientGone: client_gone_answer},
         debug=False,
+    )
+    learn_query_names(
+        handler for route in app.routes for handler in getattr(route, "route_handlers", [])
     )
     add_wire_schemas(app)
     document_problems(app)

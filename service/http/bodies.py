@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import InternalServerException
-from litestar.types import ReceiveMessage
+from litestar.types import Empty, ReceiveMessage
 
+from ..events.decoding import repeated_key
 from .problems import invalid, problem
 
 # nginx's "client closed request": the status the access line and the request metrics show
@@ -39,14 +41,26 @@ def client_gone_answer(request: Request[Any, Any, Any], exc: ClientGone) -> Resp
 
 
 class BoundedRequest(Request[Any, Any, Any]):
-    """Litestar's request, with JSON too deeply nested to decode answered as a 400, and a
-    client gone mid-body as `ClientGone`."""
+    """Litestar's request, with JSON too deeply nested to decode answered as a 400, a body
+    that names a key twice in one object, or that holds a value only a lax reading takes
+    (`strictly_problem`), answered as a 400 naming it, and a client gone mid-body as
+    `ClientGone`."""
 
     async def json(self) -> Any:
+        fresh = self._json is Empty and self._connection_state.json is Empty
         try:
-            return await super().json()
+            value = await super().json()
         except RecursionError as exc:  # msgspec recurses once per nesting level
             raise invalid("$", "the body is nested too deeply", status=400) from exc
+        if fresh:  # checked once, by whichever reads it first (a guard or the handler)
+            body = await self.body()
+            key = repeated_key(body)
+            if key is not None:
+                raise invalid(key, "this key is given twice in one object", status=400)
+            problem_at = strictly_problem(value, _body_type(self.route_handler))
+            if problem_at is not None:
+                raise invalid(problem_at[0], problem_at[1], status=400)
+        return value
 
     async def stream(self) -> AsyncGenerator[bytes, None]:
         # Litestar raises the same exception for a disconnect as for its own misuse; which
@@ -70,6 +84,32 @@ class BoundedRequest(Request[Any, Any, Any]):
             raise
         finally:
             self.receive = receive
+
+
+def _body_type(handler: Any) -> Any:
+    data = handler.parsed_fn_signature.parameters.get("data")
+    return None if data is None else data.annotation
+
+
+def strictly_problem(value: Any, kind: Any) -> tuple[str, str] | None:
+    """(field, reason) when the decoded body reads as `kind` only by Litestar's lax
+    conversion (`strict=False`, which its parameters from the query string need): `0` as a
+    boolean false, `0` as the time 1970-01-01, `"1"` as a number. None when it reads strictly
+    (or there is no body type to read it as)."""
+    if kind is None:
+        return None
+    try:
+        msgspec.convert(value, kind, strict=True, str_keys=True)
+    except msgspec.ValidationError as exc:
+        try:  # refused either way: Litestar answers for it, after the guards' own checks
+            msgspec.convert(value, kind, strict=False, str_keys=True)
+        except msgspec.ValidationError:
+            return None
+        reason, sep, where = str(exc).rpartition(" - at `")
+        return (where.rstrip("`"), reason) if sep else ("$", str(exc))
+    except TypeError:  # a body type msgspec does not convert to: Litestar answers for it
+        return None
+    return None
 
 
 def too_large() -> Exception:

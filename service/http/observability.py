@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import Counter, Gauge, Histogram
 
+from ..storage.connection import STORE_UNAVAILABLE
 from .bodies import ClientGone
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -189,6 +191,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+def log_exception(logger: Any, scope: Scope, tb: list[str]) -> None:
+    """Litestar's `exception_logging_handler`, called once per exception it answers: an
+    unexpected one at ERROR with its traceback ("Uncaught exception", as Litestar's own), a
+    storage outage it answered 503 (`STORE_UNAVAILABLE`, by kind: `BusyLoadingError` is a
+    `ConnectionError`) at WARNING without one. The service handled the outage (the caller
+    was told to retry); a traceback per request paged operators for it. (Litestar's
+    `disable_stack_trace` matches exact classes only, so it missed the subclasses.)"""
+    exc = sys.exc_info()[1]
+    path = scope.get("path", "")
+    if isinstance(exc, STORE_UNAVAILABLE):
+        logger.warning(
+            "storage unavailable, answered 503 (%s %r): %s: %s",
+            scope.get("method", ""),
+            path,
+            type(exc).__name__,
+            exc,
+        )
+        return
+    logger.exception("Uncaught exception (connection_type=%s, path=%r):", scope["type"], path)
+
+
 def logging_config(fmt: str, level: str = "info") -> LoggingConfig:
     """The service's, Litestar's and uvicorn's logs on stderr, as JSON (or text) lines.
 
@@ -214,6 +237,7 @@ def logging_config(fmt: str, level: str = "info") -> LoggingConfig:
         # chose to give) is an access line, not an error.
         log_exceptions="always",
         disable_stack_trace={*_EXPECTED_STATUSES, *_EXPECTED_EXCEPTIONS},
+        exception_logging_handler=log_exception,
     )
 
 

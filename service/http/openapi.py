@@ -82,6 +82,11 @@ API_TAGS = [
         name="evaluations",
         description="Experiments' evaluation results and the project's evaluation settings.",
     ),
+    Tag(
+        name="jobs",
+        description="Long work run in the background (a repricing after a past-dated rate-card "
+        "version, a rebuild): state, progress, result, cancel. One runs per project at a time.",
+    ),
 ]
 
 # The option a route decorator takes for its request body's example (`request_example=...`).
@@ -381,6 +386,8 @@ PARAMETER_EXAMPLES = {
     "plan_id": "pln_c80070d03b96",
     "token_id": "f4fc7947a918",
     "webhook_id": "wh_fae76b744643eb62",
+    "result_id": "mix-a.gsm8k.step-20000",
+    "job_id": "job_5f0c6a1e2b7d4c93",
 }
 
 

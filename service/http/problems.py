@@ -46,12 +46,31 @@ def invalid(field: str, reason: str, status: int = 422) -> ProblemDetailsExcepti
     )
 
 
+# Python name -> name on the wire of every query parameter whose differ (`from_time` is
+# `from`): Litestar's validation errors name the Python one. Learned from the app's routes
+# (`learn_query_names`, at its creation).
+QUERY_NAMES: dict[str, str] = {}
+
+
+def learn_query_names(route_handlers: Any) -> None:
+    """Record the wire name of each aliased query parameter of these route handlers."""
+    for handler in route_handlers:
+        for name, parameter in handler.parsed_fn_signature.parameters.items():
+            kwarg = parameter.kwarg_definition
+            alias = getattr(kwarg, "query", None) or getattr(kwarg, "name", None)
+            if isinstance(alias, str) and alias != name and getattr(kwarg, "header", None) is None:
+                QUERY_NAMES[name] = alias
+
+
 def from_validation(exc: ValidationException) -> ProblemDetailsException:
-    """Litestar's own parameter and body validation, in the same shape as ours."""
+    """Litestar's own parameter and body validation, in the same shape as ours (a query
+    parameter named as it is on the wire)."""
     errors = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict):
             field = str(item.get("key") or "")
+            if item.get("source") == "query":
+                field = QUERY_NAMES.get(field, field)
             if item.get("source") == "body":
                 field = "$" + ("" if not field or field.startswith("[") else ".") + field
             errors.append({"field": str(field), "reason": str(item.get("message", ""))})

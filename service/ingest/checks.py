@@ -14,7 +14,13 @@ from costcore import scan_events, scan_wire_events
 from costcore.money import decimal_text_problem, parse_quantity
 
 from ..events.decoding import DecodedItem
-from ..events.model import EventIn, WireEvent, identifier_problem, known_valid
+from ..events.model import (
+    EventIn,
+    WireEvent,
+    identifier_problem,
+    known_valid,
+    time_window_problem,
+)
 from .batches import PendingBatch, to_epoch_us
 from .store import SEEN_SHARDS, seen_shard
 
@@ -41,6 +47,7 @@ class EventChecks:
         self.window = timedelta(days=dedup_window_days)
         self.window_days = dedup_window_days
         self.future_skew = timedelta(hours=max_future_skew_hours)
+        self.future_skew_hours = max_future_skew_hours
         # Quantity text -> micro-units, for the compiled pass (quantities repeat).
         self._quantities: dict[str, int] = {}
         # Quantity as sent (str or int) -> micro-units, for `ingest_wire`.
@@ -144,15 +151,9 @@ class EventChecks:
             reject(item, str(exc), "quantity")
             return None
         self._quantities[str(ev.quantity)] = quantity
-        if ev.time < now - self.window:
-            reject(
-                item,
-                f"event time is older than the deduplication window ({self.window_days} days)",
-                "time",
-            )
-            return None
-        if ev.time > now + self.future_skew:
-            reject(item, "event time is too far in the future", "time")
+        late = time_window_problem(ev.time, now, self.window_days, self.future_skew_hours)
+        if late is not None:
+            reject(item, "event " + late, "time")
             return None
         epoch_us = to_epoch_us(ev.time)  # aware datetimes subtract in UTC
         return quantity, epoch_us, epoch_us // 86_400_000_000, seen_shard(ev.id)

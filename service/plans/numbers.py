@@ -9,6 +9,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from costcore import parse_quantity, round_half_even_div
+from costcore.money import decimal_bound_problem
 
 from .model import PlanError
 
@@ -23,6 +24,9 @@ def parse_decimal(text: str, field: str) -> Decimal:
         raise PlanError(field, f"not a decimal number: {text!r}") from exc
     if not value.is_finite():
         raise PlanError(field, f"must be a finite number, got {text!r}")
+    problem = decimal_bound_problem(value)  # "1e999" passes the pattern of a FLOPS figure
+    if problem is not None:
+        raise PlanError(field, f"{problem}, got {text[:40]!r}")
     return value
 
 

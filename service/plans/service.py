@@ -25,6 +25,7 @@ from costcore.money import parse_money
 from ..budgets.model import BudgetIn
 from ..budgets.service import create_budget
 from ..costs.report import cost_report
+from ..events.model import DECIMAL_PATTERN
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .estimate import estimate_plan
 from .model import PlanError, PlanEstimate, PlanIn, StageEstimate
@@ -50,7 +51,7 @@ class ProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     stage: str | None = None  # stage name, when it names one stage of the plan
     stage_index: Annotated[int, msgspec.Meta(ge=0)] | None = None
     tokens_done: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    fraction_done: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)")] | None = None
+    fraction_done: Annotated[str, msgspec.Meta(pattern=DECIMAL_PATTERN)] | None = None
 
 
 class ProgressRecord(msgspec.Struct, kw_only=True):

@@ -1,15 +1,20 @@
 from __future__ import annotations
 
-from litestar import Controller, Request, get, post, put
+from typing import Annotated
+
+from litestar import Controller, Request, Response, get, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.params import JSONBody
+from litestar.openapi import ResponseSpec
+from litestar.params import HeaderParameter, JSONBody, QueryParameter
 
 from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.params import PathProject
 from ..http.problems import invalid, problem
 from ..http.security import requires
+from ..jobs.model import Job
+from ..jobs.service import queue_rebuild, wants_async
 from ..rebuild.service import RebuildError, RebuildReport, rebuild_project
 from .model import ProjectIn, ProjectView
 from .service import (
@@ -89,13 +94,38 @@ class ProjectController(Controller):
         guards=[requires("admin")],
         status_code=200,
         summary="Rebuild the project's totals from its event log",
-        description="Prices the accepted-event log again, in order, with the current rate cards.",
+        description="Prices the accepted-event log again, in order, with the current rate cards, "
+        "and settles the budgets on the rebuilt figures (thresholds reached and not fired fire "
+        "once). With `async=true` or `Prefer: respond-async` it runs as a job instead: `202` "
+        "with the job to poll (`GET /v1/jobs/{job_id}`), one running per project at a time.",
         operation_id="postProjectRebuild",
+        responses={
+            200: ResponseSpec(RebuildReport, description="Rebuilt: the report"),
+            202: ResponseSpec(Job, description="Queued as a job: poll it at its `href`"),
+        },
     )
     async def rebuild(
-        self, project: PathProject, services: NamedDependency[Services]
-    ) -> RebuildReport:
+        self,
+        project: PathProject,
+        services: NamedDependency[Services],
+        run_async: Annotated[
+            bool,
+            QueryParameter(name="async", description="Run as a job and answer 202 at once"),
+        ] = False,
+        prefer: Annotated[
+            str | None,
+            HeaderParameter(
+                name="Prefer",
+                description="`respond-async`: as `async=true` (RFC 7240)",
+                max_length=200,
+            ),
+        ] = None,
+    ) -> Response[RebuildReport | Job]:
+        if run_async or wants_async(prefer):
+            job = await queue_rebuild(services.store, project)
+            return Response(job, status_code=202, headers={"Location": job.href})
         try:
-            return await rebuild_project(services.store, services.rate_cards, project)
+            report = await rebuild_project(services.store, services.rate_cards, project)
         except RebuildError as exc:
             raise problem(409, "Cannot rebuild", str(exc), kind="rebuild-failed") from exc
+        return Response(report, status_code=200)

@@ -17,7 +17,7 @@ import msgspec
 
 from costcore.money import parse_price, parse_quantity
 
-from ..events.model import UNSAFE_TEXT_REASON, safe_text
+from ..events.model import DECIMAL_PATTERN, UNSAFE_TEXT_REASON, safe_text
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
 COST_CATEGORIES: tuple[str, ...] = (
@@ -38,9 +38,7 @@ _SKU_RE = re.compile(SKU_PATTERN)
 SkuCode = Annotated[str, msgspec.Meta(pattern=SKU_PATTERN, examples=["gpu.h100.hour"])]
 DecimalString = Annotated[
     str,
-    msgspec.Meta(
-        pattern=r"^[0-9]+(\.[0-9]+)?$(?!\n)", description="non-negative decimal as a string"
-    ),
+    msgspec.Meta(pattern=DECIMAL_PATTERN, description="non-negative decimal as a string"),
 ]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
@@ -74,6 +72,16 @@ class RateCardIn(msgspec.Struct, forbid_unknown_fields=True):
     effective_from: UtcDatetime
     skus: Annotated[list[Sku], msgspec.Meta(min_length=1, max_length=5000)]
     description: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    # Not part of the version: what to do when it changes figures already priced
+    # (service/jobs/reprice.py). Refused by default; true: stored, and the projects repriced.
+    reprice: Annotated[
+        bool,
+        msgspec.Meta(
+            description="A version effective before events already priced by the card is "
+            "refused (409) unless this is true: then it is stored and every affected project "
+            "is repriced by a job (202). Not stored with the version."
+        ),
+    ] = False
 
 
 class RateCardVersion(msgspec.Struct, kw_only=True):

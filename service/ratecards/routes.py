@@ -3,15 +3,18 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from litestar import Controller, Request, get, put
+from litestar import Controller, Request, Response, get, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from litestar.params import JSONBody, PathParameter
 
 from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.problems import invalid, problem
 from ..http.security import requires
+from ..jobs.model import RepricingAccepted
+from ..jobs.reprice import RepricingNeeded, put_version
 from .model import (
     NAME_PATTERN,
     RateCardError,
@@ -22,7 +25,6 @@ from .model import (
 from .service import (
     RateCardNotFound,
     SharedCardForbidden,
-    add_version,
     rate_card_names,
     rate_card_view,
 )
@@ -57,7 +59,23 @@ class RateCardController(Controller):
         summary="Add a version to a rate card",
         description="Each PUT adds an immutable version that takes effect at `effective_from`. "
         "Rate cards are global (every project that picks one is priced by it): only an admin "
-        "token for every project may add a version.",
+        "token for every project may add a version. A version effective before events already "
+        "priced by the card (a past-dated price) would leave them at the old price beside new "
+        "ones at the new: it is refused (409, naming the projects and days it affects) unless "
+        "the body has `reprice: true`; then it is stored and each affected project is "
+        "repriced by a job (202, the jobs to poll at `GET /v1/jobs/{job_id}`).",
+        responses={
+            201: ResponseSpec(RateCardVersion, description="The version, stored"),
+            202: ResponseSpec(
+                RepricingAccepted,
+                description="Stored; the affected projects are being repriced by the jobs listed",
+            ),
+            409: ResponseSpec(
+                None,
+                description="The version changes figures already priced: `affected` lists the "
+                "projects and days; send it again with `reprice: true`",
+            ),
+        },
         operation_id="putRateCard",
         request_example={
             "currency": "USD",
@@ -78,9 +96,20 @@ class RateCardController(Controller):
         data: JSONBody[RateCardIn],
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
-    ) -> RateCardVersion:
+    ) -> Response[RateCardVersion | RepricingAccepted]:
         try:
-            return await add_version(services.rate_cards, request.user, name, data)
+            added = await put_version(services.store, services.rate_cards, request.user, name, data)
+        except RepricingNeeded as exc:
+            raise problem(
+                409,
+                "Repricing needed",
+                f"version effective {data.effective_from.isoformat()} changes figures already "
+                f"priced in {len(exc.affected)} project(s): send it with reprice: true to store "
+                "it and reprice them",
+                kind="repricing-needed",
+                field="effective_from",
+                affected=[msgspec.to_builtins(a) for a in exc.affected],
+            ) from exc
         except SharedCardForbidden as exc:
             raise problem(
                 403,
@@ -90,6 +119,10 @@ class RateCardController(Controller):
             ) from exc
         except RateCardError as exc:
             raise invalid(exc.field, exc.reason) from exc
+        if not added.jobs:
+            return Response(added.version, status_code=201)
+        accepted = RepricingAccepted(added.version, added.affected, added.jobs)
+        return Response(accepted, status_code=202)
 
     @get(
         "/{name:str}",

@@ -32,11 +32,17 @@ async def add_version(
 ) -> RateCardVersion:
     """Add an immutable version to a card. Raises SharedCardForbidden, or RateCardError for
     a card that cannot be, before anything is written."""
+    check_version(principal, card)
+    return await rate_cards.put(name, card)
+
+
+def check_version(principal: Principal, card: RateCardIn) -> None:
+    """Whether `principal` may add `card` as a version, and the card is valid. Raises
+    SharedCardForbidden or RateCardError."""
     if not principal.unscoped:
         # A card is shared by every project that picks it: a new version reprices them all.
         raise SharedCardForbidden()
     validate_rate_card(card)
-    return await rate_cards.put(name, card)
 
 
 async def rate_card_view(rate_cards: RateCards, name: str) -> RateCardView:

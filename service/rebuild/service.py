@@ -12,13 +12,14 @@ budgets' counters, and the ledger's store writes what it derives.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from costcore.money import format_money
 
-from ..budgets.firing import day_field, spend_field
+from ..budgets.firing import day_field, spend_field, threshold_checks
 from ..budgets.model import Budget, counters_for, daily_for
 from ..ingest.batches import PendingEvent, PricedBatch
 from ..ingest.pricing import price_events, tier_keys_needed
@@ -27,7 +28,7 @@ from ..ledger.folding import CellSums, settle, sums_of_log
 from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash
 from ..ledger.rollups import live_rollups
 from ..projects.model import ProjectSettings
-from ..projects.service import project_catalog
+from ..projects.service import project_catalog, project_currency
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..storage.limbs import CAP_UNITS, bound_units
 
@@ -47,6 +48,13 @@ class RebuildReport(msgspec.Struct):
     cost_before: str
     cost_after: str
     changed: bool
+    # Budget thresholds the rebuilt spend reached that had not fired: fired once, now.
+    alerts_fired: list[str] = msgspec.field(default_factory=list)
+
+
+# Called after each batch priced again with the events priced so far (a job's progress; it
+# may raise to stop the rebuild before anything is written).
+OnBatch = Callable[[int], Awaitable[None]]
 
 
 class RebuildError(Exception):
@@ -126,10 +134,13 @@ class _Replay:
         return hashes
 
 
-async def rebuild_project(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport:
+async def rebuild_project(
+    store: Stores, rate_cards: RateCards, project: str, on_batch: OnBatch | None = None
+) -> RebuildReport:
     for _ in range(5):
-        report = await _rebuild_once(store, rate_cards, project)
+        report = await _rebuild_once(store, rate_cards, project, on_batch)
         if report is not None:
+            report.alerts_fired = await settle_budget_alerts(store, rate_cards, project)
             return report
     raise RebuildError("events kept arriving while rebuilding; try again when ingestion is quiet")
 
@@ -140,6 +151,7 @@ async def _replay_log(
     last: str,
     catalog: PricingCatalog | None,
     settings: ProjectSettings,
+    on_batch: OnBatch | None = None,
 ) -> _Replay:
     """The log up to entry `last`, priced again."""
     budgets = [_budget_decoder.decode(raw) for raw in await store.budgets.budgets(project)]
@@ -148,13 +160,17 @@ async def _replay_log(
     replay = _Replay(project, catalog, budgets, settings.attribution_tags)
     async for _, rows in read_log(store, project, last):
         replay.add_batch(rows)
+        if on_batch is not None:
+            await on_batch(replay.events)
     return replay
 
 
-async def _rebuild_once(store: Stores, rate_cards: RateCards, project: str) -> RebuildReport | None:
+async def _rebuild_once(
+    store: Stores, rate_cards: RateCards, project: str, on_batch: OnBatch | None
+) -> RebuildReport | None:
     settings, catalog = await project_catalog(store, rate_cards, project)
     last = await store.ledger.last_log_entry(project)
-    replay = await _replay_log(store, project, last, catalog, settings)
+    replay = await _replay_log(store, project, last, catalog, settings, on_batch)
     hashes = replay.finished()
     events = replay.events
     cost_bound, quantity_bound = bound_units(replay.cost_total), bound_units(replay.quantity_total)
@@ -183,3 +199,35 @@ async def _rebuild_once(store: Stores, rate_cards: RateCards, project: str) -> R
         cost_after=format_money(after_total),
         changed=before != after_total,
     )
+
+
+async def settle_budget_alerts(store: Stores, rate_cards: RateCards, project: str) -> list[str]:
+    """After the swap: every budget threshold the project's spend now reaches fires, once.
+
+    A rebuild moves spend counters without passing through the ingest script that fires a
+    threshold as a batch crosses it: a repricing that lifts a period's spend over a limit would
+    otherwise leave that alert unfired for good (later batches start above it). Alerts already
+    fired stay as they are (at most once per alert id, `HSETNX`); the counters read are the
+    rebuilt ones (and the batches accepted since, which the ingest script already checked).
+    Returns the ids fired now."""
+    budgets = [_budget_decoder.decode(raw) for raw in await store.budgets.budgets(project)]
+    if not budgets:
+        return []
+    by_id = {b.id: b for b in budgets}
+    currency = await project_currency(store, rate_cards, project)
+    for _ in range(10):
+        last = await store.ledger.last_log_entry(project)
+        spend = await store.budgets.spend_counters(project)
+        checks = []
+        for field, spent in spend.items():
+            budget_id, _, period = field.partition("|")
+            budget = by_id.get(budget_id)
+            if budget is None:
+                continue
+            for check in threshold_checks(budget, period, currency):
+                checks.append((spent, check.limit, check.alert_id, check.alert_json))
+        before = await store.budgets.fired_alerts(project)
+        if await store.budgets.fire_reached(project, last, checks):
+            after = await store.budgets.fired_alerts(project)
+            return sorted(set(after) - set(before) & {c[2] for c in checks})
+    raise RebuildError("events kept arriving while the budget alerts were being settled")

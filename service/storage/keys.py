@@ -59,6 +59,14 @@ tl:P:dlvq                       zset    pending delivery ids scored by next atte
                                         lease moves the score ahead while a sender holds one
 tl:P:dlvdone                    zset    delivered delivery ids scored by delivery time (ms)
 tl:P:dlvdead                    zset    failed delivery ids (dead letters) by failure time (ms)
+tl:P:job:<id>                   hash    one job (service/jobs): kind, state, params, progress
+                                        (done/total), result or error, cancel flag, owner
+tl:P:jobs                       zset    job ids of the project scored by creation (ms)
+tl:P:jobq                       list    queued job ids, oldest first; the head is the one
+                                        that runs (it stays there while running)
+tl:P:joblease                   string  the token of the worker running the project's job
+                                        (PX: lease, renewed by its heartbeat)
+tl:jobprojects                  set     projects that may have a job queued or running
 tl:ratecards                    set     rate-card names
 tl:ratecard:<name>              hash    version number -> JSON of that version (its length,
                                         the number of versions, is the card's revision: a
@@ -196,6 +204,10 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:evalxidx"
 
     @staticmethod
+    def evaluation_audit(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:evalaudit"
+
+    @staticmethod
     def evaluation_settings(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:evalset"
 
@@ -216,6 +228,26 @@ class Keys:
     def staging(project: str, live_key: str) -> str:
         suffix = live_key.split("}:", 1)[1]
         return f"{NAMESPACE}:{project_tag(project)}:stage:{suffix}"
+
+    @staticmethod
+    def job(project: str, job_id: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:job:{job_id}"
+
+    @staticmethod
+    def jobs(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:jobs"
+
+    @staticmethod
+    def job_queue(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:jobq"
+
+    @staticmethod
+    def job_lease(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:joblease"
+
+    @staticmethod
+    def job_projects() -> str:
+        return f"{NAMESPACE}:jobprojects"
 
     @staticmethod
     def rate_card_names() -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from decimal import Decimal, localcontext
 
-from costcore.money import format_money, round_half_even_div
+from costcore.money import decimal_bound_problem, format_money, round_half_even_div
 
 from .days import DAY_US, date_of, datetime_at, micros
 from .model import DayLine, Kind, ProgressPoint
@@ -43,7 +43,10 @@ def _last_improvement(
     """(time in µs, point) of the latest improvement over all of the experiment's series."""
     series: dict[tuple[str, bool], list[ProgressPoint]] = defaultdict(list)
     for p in points:
-        series[(p.metric, p.higher_is_better)].append(p)
+        # A value outside the one bound (stored before values were bounded at the door) is a
+        # report of progress, never an improvement: reading it would overflow the context.
+        if decimal_bound_problem(p.value) is None:
+            series[(p.metric, p.higher_is_better)].append(p)
     latest: tuple[int, ProgressPoint] | None = None
     with localcontext() as dc:
         dc.prec = 200

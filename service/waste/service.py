@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
+
+from costcore.money import BOUND_REASON, decimal_bound_problem
 
 from ..events.model import SAFE_TEXT_PATTERN, Label
 from ..ledger.eventlog import LoggedEvent, read_log
@@ -20,6 +24,10 @@ if TYPE_CHECKING:
     from ..stores import Stores
 
 POLICY_FIELD = WASTE_POLICY_FIELD
+log = logging.getLogger(__name__)
+# The exponent's digits are bounded here so that `Decimal` never reads a huge one; the value's
+# magnitude and places are then held to the one bound (`decimal_bound_problem`).
+PROGRESS_VALUE_PATTERN = r"^-?[0-9]{1,64}(\.[0-9]{1,64})?([eE][-+]?[0-9]{1,3})?$(?!\n)"
 
 
 class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -27,14 +35,33 @@ class ExperimentProgressIn(msgspec.Struct, forbid_unknown_fields=True, omit_defa
 
     experiment: Annotated[Label, msgspec.Meta(min_length=1)]
     metric: Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=SAFE_TEXT_PATTERN)]
-    value: Annotated[str, msgspec.Meta(pattern=r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$(?!\n)")]
+    value: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=PROGRESS_VALUE_PATTERN,
+            description=f"a decimal, an exponent allowed; {BOUND_REASON}",
+            examples=["2.31", "1.5e-3"],
+        ),
+    ]
     higher_is_better: bool = False
     time: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+    def __post_init__(self) -> None:
+        if decimal_bound_problem(Decimal(self.value)) is not None:
+            raise ValueError(f"value {BOUND_REASON}")
 
 
 async def waste_policy(store: Stores, project: str) -> WastePolicy:
     raw = (await project_settings(store, project)).waste_policy
-    return msgspec.json.decode(raw, type=WastePolicy) if raw else WastePolicy()
+    if not raw:
+        return WastePolicy()
+    try:
+        return msgspec.json.decode(raw, type=WastePolicy)
+    except msgspec.ValidationError:
+        # Stored before its numbers were bounded (a `min_improvement_pct` of a thousand digits):
+        # the report goes on with the documented defaults, and says so in the log.
+        log.warning("project %s: its stored waste policy is out of bounds; defaults apply", project)
+        return WastePolicy()
 
 
 async def set_waste_policy(store: Stores, project: str, policy: WastePolicy) -> WastePolicy:

@@ -89,6 +89,8 @@ async def test_results_are_idempotent_by_id(api: Api) -> None:
             "accepted": 1,
             "duplicates": 1,
             "duplicate_ids": ["b-gsm"],
+            "corrected": 0,
+            "corrected_ids": [],
         }
         listed = (await c.get("/v1/evaluations", params={"project": "llm"})).json()
         base = (

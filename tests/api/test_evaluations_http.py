@@ -16,7 +16,8 @@ from trainledger.config import Settings
 
 from tests.conftest import Api, ServerThread, make_admin_token
 
-T0 = datetime(2026, 5, 1, tzinfo=UTC)
+# Within the events' range, as every result's time must be (ten days back, a whole day).
+T0 = (datetime.now(UTC) - timedelta(days=10)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def result(n: int, experiment: str = "mix-a", hours: int | None = None) -> dict[str, Any]:
@@ -74,7 +75,7 @@ async def test_every_result_is_on_exactly_one_page_in_time_then_id_order(
         "benchmark": "gsm8k",
         "value": "0.5",
         "higher_is_better": True,
-        "time": "2026-05-01T00:00:00Z",
+        "time": T0.isoformat().replace("+00:00", "Z"),
         "step": 0,
     }
 

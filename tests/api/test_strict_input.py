@@ -52,6 +52,15 @@ FORBIDDEN_CHARS = {
     "ALM": "\u061c",
     "LRI": "\u2066",
     "PDI": "\u2069",
+    # Invisible and blank characters (issue 33.7): they reached chat and email unchanged.
+    "SOFT HYPHEN": "\xad",
+    "ZERO WIDTH SPACE": "\u200b",
+    "WORD JOINER": "\u2060",
+    "BYTE ORDER MARK": "\ufeff",
+    "HANGUL FILLER": "\u3164",
+    "TAG LATIN SMALL A": "\U000e0061",
+    "CANCEL TAG": "\U000e007f",
+    "STACKED COMBINING MARKS": "\u0301" * 8,  # (100 once reached chat; 4 are refused)
 }
 
 JSON_T = "application/json"

@@ -13,6 +13,7 @@ from trainledger.ledger.folding import settle
 from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card, total
+from tests.api.test_repricing import wait_for_job
 from tests.conftest import TEST_CARD, Api, event, sync_client
 
 
@@ -98,11 +99,14 @@ async def test_rebuild_applies_a_retroactive_rate_card_fix(api: Api) -> None:
     fixed["skus"][0]["unit_price"] = "2.00"  # the contract price was 2.00 all along
     fixed["effective_from"] = "2020-01-01T00:00:00Z"
     async with api.client() as c:
-        assert (await c.put("/v1/rate-cards/default", json=fixed)).status_code == 201
-        # Totals do not change until the rebuild is asked for ...
+        # A version that changes priced figures is refused unless they are repriced with it ...
+        assert (await c.put("/v1/rate-cards/default", json=fixed)).status_code == 409
         assert (await total(api))["total_cost"] == "750.00"
-        r = await c.post("/v1/projects/llm/rebuild")
-    assert r.json()["cost_before"] == "750.00" and r.json()["cost_after"] == "600.00"
+        r = await c.put("/v1/rate-cards/default", json=dict(fixed, reprice=True))
+        assert r.status_code == 202, r.text
+        job = await wait_for_job(c, r.json()["jobs"][0]["href"])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["cost_before"] == "750.00" and job["result"]["cost_after"] == "600.00"
     assert (await total(api))["total_cost"] == "600.00"
     # ... and ingestion continues on the rebuilt counters.
     await post(api, [event("late", "1")])
@@ -115,8 +119,36 @@ async def test_rebuild_refuses_when_an_event_can_no_longer_be_priced(api: Api) -
     card = json.loads(json.dumps(TEST_CARD))
     card["skus"] = [s for s in card["skus"] if s["code"] != "network.cross_region.gb"]
     async with api.client() as c:
-        await c.put("/v1/rate-cards/default", json=card)
+        r = await c.put("/v1/rate-cards/default", json=dict(card, reprice=True))
+        assert r.status_code == 202, r.text
+        job = await wait_for_job(c, r.json()["jobs"][0]["href"])
+        assert job["state"] == "failed" and "network.cross_region.gb" in job["error"], job
         r = await c.post("/v1/projects/llm/rebuild")
     assert r.status_code == 409
     assert "network.cross_region.gb" in r.json()["detail"]
     assert (await total(api))["total_cost"] == "0.02"
+
+
+async def test_rebuild_as_a_job(api: Api) -> None:
+    """`?async=true` or `Prefer: respond-async`: 202 and a job that does the same rebuild."""
+    await put_card(api)
+    await post(api, [event(f"j{i}", "2") for i in range(5)])  # 10 GPU-hours at 2.50
+    async with api.client() as c:
+        for kwargs in (
+            {"params": {"async": "true"}},
+            {"headers": {"Prefer": "wait=5, respond-async"}},
+        ):
+            r = await c.post("/v1/projects/llm/rebuild", **kwargs)
+            assert r.status_code == 202, r.text
+            queued = r.json()
+            assert queued["kind"] == "rebuild" and queued["progress"]["total"] == 5
+            assert r.headers["location"] == queued["href"]
+            job = await wait_for_job(c, queued["href"])
+            assert job["state"] == "succeeded", job
+            assert job["progress"] == {"done": 5, "total": 5}
+            assert job["result"]["events"] == 5 and job["result"]["cost_after"] == "25.00"
+            assert job["result"]["changed"] is False
+        # Without either, the answer is the report, as before.
+        r = await c.post("/v1/projects/llm/rebuild")
+        assert r.status_code == 200 and r.json()["cost_after"] == "25.00", r.text
+    assert (await total(api))["total_cost"] == "25.00"

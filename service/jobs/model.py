@@ -1,0 +1,106 @@
+"""Jobs: long work (a repricing, a rebuild) run in the background, one at a time per project.
+
+A job is queued, then running (a worker holds the project's lease and renews it while it
+works), then succeeded, failed or cancelled. A worker that dies stops renewing; when its lease
+runs out another worker takes the job again from its start (a rebuild is all or nothing: it
+swaps its totals in only at its end, so running it again is safe).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from ..ratecards.model import RateCardVersion
+from ..rebuild.service import RebuildReport
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobKind = Literal["reprice", "rebuild"]
+FINISHED: tuple[str, ...] = ("succeeded", "failed", "cancelled")
+
+# How long an ended job stays to be read (its hash expires then; the index forgets it).
+KEEP_MS = 30 * 86_400_000
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$(?!\n)"
+JobId = Annotated[str, msgspec.Meta(pattern=JOB_ID_PATTERN)]
+
+
+class JobParams(msgspec.Struct, omit_defaults=True):
+    """What a job was asked to do: for a repricing, the rate-card version and the days it
+    affects in the project."""
+
+    rate_card: str | None = None
+    version: int | None = None
+    days: list[str] = msgspec.field(default_factory=list)
+
+
+class JobProgress(msgspec.Struct):
+    """Events priced again so far, of the project's accepted events."""
+
+    done: int
+    total: int
+
+
+class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A job as `GET /v1/jobs/{job_id}` shows it."""
+
+    id: str
+    project: str
+    kind: JobKind
+    state: JobState
+    params: JobParams
+    progress: JobProgress
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempts: int = 0
+    cancel_requested: bool = False
+    # Once succeeded: the rebuild's report (with the budget alerts it settled).
+    result: RebuildReport | None = None
+    error: str | None = None
+    href: str = ""
+
+
+class JobList(msgspec.Struct):
+    """Answer of `GET /v1/jobs`: the project's jobs, newest first."""
+
+    jobs: list[Job]
+
+
+class AffectedProject(msgspec.Struct):
+    """A project a past-dated rate-card version reprices: the UTC days holding events priced
+    at or after its `effective_from` (to the hour), and how many such events."""
+
+    project: str
+    days: list[str]
+    events: int
+
+
+class RepricingAccepted(msgspec.Struct):
+    """Answer `202` of `PUT /v1/rate-cards/{name}?reprice=true`: the version stored, the
+    projects and days it reprices, and one job per project doing it."""
+
+    version: RateCardVersion
+    affected: list[AffectedProject]
+    jobs: list[Job]
+
+
+class JobNotFound(Exception):
+    def __init__(self, project: str, job_id: str) -> None:
+        super().__init__(job_id)
+        self.project = project
+        self.job_id = job_id
+
+
+class JobFinished(Exception):
+    """A cancel asked of a job that already ended."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(job.id)
+        self.job = job
+
+
+class JobCancelled(Exception):
+    """Raised inside a running job when its cancel was seen: it stops before writing."""

@@ -1,0 +1,126 @@
+"""A past-dated rate-card version: which projects' figures it changes, and the `PUT` that
+either refuses it or stores it and queues their repricing.
+
+A version effective before events already priced would price the next event at its price and
+leave the earlier identical ones at the old one: the figures (and the budget alerts on them)
+would mix two prices until someone rebuilt. So the `PUT` looks first: the projects priced by
+the card that hold events in the version's span (from its `effective_from` to the next
+version's, to the hour: the hourly totals are the finest index by time) are named, and the
+version is refused unless the body has `reprice: true`; then it is stored and each such
+project gets a repricing job (a rebuild of the project, which settles its budget alerts once).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..ledger.folding import settle
+from ..projects.service import project_settings
+from ..ratecards.model import RateCardIn, RateCardVersion
+from ..ratecards.service import SharedCardForbidden, add_version, check_version
+from .model import AffectedProject, Job, JobParams
+from .service import queue_job
+
+if TYPE_CHECKING:
+    from ..auth.model import Principal
+    from ..ratecards.catalog import RateCards
+    from ..stores import Stores
+
+__all__ = ["RepricingNeeded", "SharedCardForbidden", "VersionAdded", "put_version"]
+
+
+class RepricingNeeded(Exception):
+    """The version changes figures already priced, and the card did not ask to `reprice`."""
+
+    def __init__(self, affected: list[AffectedProject]) -> None:
+        super().__init__(", ".join(a.project for a in affected))
+        self.affected = affected
+
+
+class VersionAdded:
+    """What the `PUT` did: the version stored, the projects it reprices and their jobs."""
+
+    def __init__(
+        self, version: RateCardVersion, affected: list[AffectedProject], jobs: list[Job]
+    ) -> None:
+        self.version = version
+        self.affected = affected
+        self.jobs = jobs
+
+
+def _span(versions: list[RateCardVersion], start: datetime) -> tuple[datetime, datetime | None]:
+    """The span the new version prices: from its start to the next later start (a version
+    with the same start is overridden by the new one, created later)."""
+    later = [v.effective_from for v in versions if v.effective_from > start]
+    return start, min(later) if later else None
+
+
+def _hour_in_span(day: str, hour: int, span: tuple[datetime, datetime | None]) -> bool:
+    begin = datetime(int(day[:4]), int(day[4:6]), int(day[6:8]), hour, tzinfo=UTC)
+    start, end = span
+    return begin + timedelta(hours=1) > start and (end is None or begin < end)
+
+
+async def _affected_days(
+    store: Stores, project: str, span: tuple[datetime, datetime | None]
+) -> AffectedProject | None:
+    await settle(store, project)  # batches still queued for the fold count too
+    start, end = span
+    first, last = start.strftime("%Y%m%d"), end.strftime("%Y%m%d") if end else "99999999"
+    days = sorted(d for d in await store.ledger.daily_costs(project) if first <= d <= last)
+    counts: dict[str, int] = {}
+    for day, fields in zip(days, await store.ledger.hour_totals(project, days), strict=True):
+        for raw_field, raw_value in fields.items():
+            kind, hour, _ = raw_field.decode().split("|", 2)
+            if kind == "n" and _hour_in_span(day, int(hour), span):
+                counts[day] = counts.get(day, 0) + int(raw_value)
+    shown = [f"{d[:4]}-{d[4:6]}-{d[6:]}" for d in sorted(counts) if counts[d]]
+    if not shown:
+        return None
+    return AffectedProject(project=project, days=shown, events=sum(counts.values()))
+
+
+async def affected_projects(
+    store: Stores, name: str, versions: list[RateCardVersion], start: datetime
+) -> list[AffectedProject]:
+    """The projects priced by card `name` with events a version starting at `start` prices."""
+    span = _span(versions, start)
+    out = []
+    for project in await store.projects.projects():
+        settings = await project_settings(store, project)
+        if settings.rate_card != name or settings.accepted == 0:
+            continue
+        affected = await _affected_days(store, project, span)
+        if affected is not None:
+            out.append(affected)
+    return out
+
+
+async def put_version(
+    store: Stores,
+    rate_cards: RateCards,
+    principal: Principal,
+    name: str,
+    card: RateCardIn,
+) -> VersionAdded:
+    """Add a version to card `name`. A version that changes figures already priced is
+    refused (RepricingNeeded, nothing written) unless the card asks to `reprice`; then it is
+    stored and every affected project gets a repricing job. Raises SharedCardForbidden or
+    RateCardError as `add_version` does, before anything is written."""
+    check_version(principal, card)
+    start = card.effective_from.astimezone(UTC)
+    affected = await affected_projects(store, name, await rate_cards.versions(name), start)
+    if affected and not card.reprice:
+        raise RepricingNeeded(affected)
+    version = await add_version(rate_cards, principal, name, card)
+    jobs = [
+        await queue_job(
+            store,
+            a.project,
+            "reprice",
+            JobParams(rate_card=name, version=version.version, days=a.days),
+        )
+        for a in affected
+    ]
+    return VersionAdded(version, affected, jobs)

@@ -1,0 +1,106 @@
+"""The jobs' Redis access: each job's hash, the project's queue and lease, the set of
+projects with work (service/storage/scripts/jobs.lua changes a job's state)."""
+
+from __future__ import annotations
+
+from ..storage import scripts
+from ..storage.connection import Connection
+from ..storage.keys import Keys
+from ..storage.replies import as_text
+
+# Jobs a listing shows at most (newest first).
+LIST_LIMIT = 100
+
+
+class JobStore:
+    """A job is a hash of text fields; its state changes go through one script."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.client = conn.client
+        self._jobs = conn.client.register_script(scripts.JOBS)
+
+    async def add(
+        self, project: str, job_id: str, fields: dict[str, str], now_ms: int, keep_ms: int
+    ) -> None:
+        """Store a queued job at the end of the project's queue (the index forgets the ids
+        created more than `keep_ms` ago)."""
+        pairs = [x for item in fields.items() for x in item]
+        await self._change(project, job_id, "add", now_ms, keep_ms, *pairs)
+        # After the push: a worker that forgets the project re-checks its queue afterwards.
+        await self.client.sadd(Keys.job_projects(), project)
+
+    async def job(self, project: str, job_id: str) -> dict[str, str] | None:
+        raw = await self.client.hgetall(Keys.job(project, job_id))
+        return {as_text(k): as_text(v) for k, v in raw.items()} or None
+
+    async def recent(self, project: str) -> list[dict[str, str]]:
+        ids = await self.client.zrevrange(Keys.jobs(project), 0, LIST_LIMIT - 1)
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(Keys.job(project, as_text(job_id)))
+        out = []
+        for raw in await pipe.execute():
+            if raw:
+                out.append({as_text(k): as_text(v) for k, v in raw.items()})
+        return out
+
+    async def projects_with_work(self) -> list[str]:
+        return sorted(as_text(p) for p in await self.client.smembers(Keys.job_projects()))
+
+    async def queue_head(self, project: str) -> str | None:
+        head = await self.client.lindex(Keys.job_queue(project), 0)
+        return None if head is None else as_text(head)
+
+    async def forget_if_idle(self, project: str) -> None:
+        """Drop the project from the set of projects with work, unless its queue filled
+        meanwhile (`add` pushes before it adds the project: either order is caught)."""
+        await self.client.srem(Keys.job_projects(), project)
+        if await self.client.llen(Keys.job_queue(project)):
+            await self.client.sadd(Keys.job_projects(), project)
+
+    async def claim(
+        self, project: str, job_id: str, token: str, lease_ms: int, now: str, keep_ms: int
+    ) -> int:
+        """Take the project's lease for its queue head `job_id` (jobs.lua `claim`)."""
+        return await self._change(project, job_id, "claim", token, lease_ms, now, keep_ms)
+
+    async def renew(
+        self, project: str, job_id: str, token: str, lease_ms: int, now: str, done: int, total: int
+    ) -> int:
+        """Renew the lease and report progress (jobs.lua `renew`)."""
+        return await self._change(project, job_id, "renew", token, lease_ms, now, done, total)
+
+    async def finish(
+        self,
+        project: str,
+        job_id: str,
+        token: str,
+        now: str,
+        ending: tuple[str, str, str],
+        progress: tuple[int, int],
+        keep_ms: int,
+    ) -> int:
+        """End the job: `ending` is (state, result JSON or "", error or "") (jobs.lua
+        `finish`)."""
+        state, result, error = ending
+        return await self._change(
+            project, job_id, "finish", token, now, state, result, error, *progress, keep_ms
+        )
+
+    async def cancel(self, project: str, job_id: str, now: str, keep_ms: int) -> int:
+        """Cancel a queued job, or ask a running one to stop (jobs.lua `cancel`)."""
+        return await self._change(project, job_id, "cancel", now, keep_ms)
+
+    async def _change(self, project: str, job_id: str, op: str, *args: str | int) -> int:
+        keys = [
+            Keys.job_lease(project),
+            Keys.job_queue(project),
+            Keys.job(project, job_id),
+            Keys.jobs(project),
+        ]
+        return int(await self.conn.run_script(self._jobs, keys, [op, job_id, *args]))
+
+    async def end_lease(self, project: str) -> None:
+        """Drop the project's lease whoever holds it: what its expiry does (tests)."""
+        await self.client.delete(Keys.job_lease(project))

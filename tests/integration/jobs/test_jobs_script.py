@@ -1,0 +1,128 @@
+"""jobs.lua against its Python reference (service/jobs/reference.py): random sequences of
+every operation, from two workers' tokens on three jobs, give the same answers and leave the
+same lease, queue and job hashes."""
+
+from __future__ import annotations
+
+import random
+
+from trainledger.jobs.reference import ProjectJobs
+from trainledger.storage.keys import Keys
+from trainledger.storage.replies import as_text
+from trainledger.stores import Stores
+
+PROJECT = "pj"
+IDS = ("j1", "j2", "j3")
+TOKENS = ("w1", "w2")
+KEEP_MS = 86_400_000
+LEASE_MS = 600_000  # never runs out by itself here: "expire" ends it, in both
+
+
+async def _state(store: Stores) -> tuple[str | None, list[str], dict[str, dict[str, str]]]:
+    client = store.connection.client
+    lease = await client.get(Keys.job_lease(PROJECT))
+    queue = [as_text(x) for x in await client.lrange(Keys.job_queue(PROJECT), 0, -1)]
+    jobs = {}
+    for job_id in IDS:
+        raw = await client.hgetall(Keys.job(PROJECT, job_id))
+        if raw:
+            jobs[job_id] = {as_text(k): as_text(v) for k, v in raw.items()}
+    return (None if lease is None else as_text(lease)), queue, jobs
+
+
+async def _step(store: Stores, ref: ProjectJobs, rng: random.Random, n: int) -> str:
+    """One random operation on both; returns what was done, for the failure message."""
+    op = rng.choice(["add", "claim", "claim", "renew", "finish", "cancel", "expire"])
+    job_id, token, now = rng.choice(IDS), rng.choice(TOKENS), f"t{n}"
+    if op == "add":
+        if job_id in ref.jobs:
+            return "add (skipped: exists)"
+        fields = {"id": job_id, "project": PROJECT, "kind": "rebuild", "state": "queued"}
+        await store.jobs.add(PROJECT, job_id, fields, n, KEEP_MS)
+        assert ref.add(job_id, fields) == 1
+        return f"add {job_id}"
+    if op == "expire":
+        await store.jobs.end_lease(PROJECT)
+        ref.lease = None
+        return "expire"
+    if op == "claim":
+        got = await store.jobs.claim(PROJECT, job_id, token, LEASE_MS, now, KEEP_MS)
+        want = ref.claim(job_id, token, now)
+    elif op == "renew":
+        done, total = rng.randint(0, 9), 9
+        got = await store.jobs.renew(PROJECT, job_id, token, LEASE_MS, now, done, total)
+        want = ref.renew(job_id, token, now, done, total)
+    elif op == "finish":
+        state = rng.choice(["succeeded", "failed", "cancelled"])
+        result, error = rng.choice([("", ""), ('{"x":1}', ""), ("", "boom")])
+        got = await store.jobs.finish(
+            PROJECT, job_id, token, now, (state, result, error), (3, 9), KEEP_MS
+        )
+        want = ref.finish(job_id, token, now, state, result, error, (3, 9))
+    else:
+        got = await store.jobs.cancel(PROJECT, job_id, now, KEEP_MS)
+        want = ref.cancel(job_id, now)
+    assert got == want, f"{op} {job_id} {token}: script {got}, reference {want}"
+    return f"{op} {job_id} {token} -> {got}"
+
+
+async def test_the_script_follows_its_reference(store: Stores) -> None:
+    rng = random.Random(33)
+    for _ in range(25):
+        await store.connection.client.delete(
+            Keys.job_lease(PROJECT),
+            Keys.job_queue(PROJECT),
+            Keys.jobs(PROJECT),
+            *[Keys.job(PROJECT, j) for j in IDS],
+        )
+        ref = ProjectJobs()
+        done: list[str] = []
+        for n in range(40):
+            done.append(await _step(store, ref, rng, n))
+            assert await _state(store) == (ref.lease, ref.queue, ref.jobs), done
+
+
+async def test_one_lease_per_project_and_only_its_holder_writes(store: Stores) -> None:
+    fields = {"id": "j1", "project": PROJECT, "kind": "rebuild", "state": "queued"}
+    await store.jobs.add(PROJECT, "j1", fields, 1, KEEP_MS)
+    assert await store.jobs.claim(PROJECT, "j1", "w1", LEASE_MS, "t1", KEEP_MS) == 1
+    assert await store.jobs.claim(PROJECT, "j1", "w2", LEASE_MS, "t2", KEEP_MS) == 0
+    assert await store.jobs.renew(PROJECT, "j1", "w2", LEASE_MS, "t2", 1, 2) == 0
+    assert (
+        await store.jobs.finish(PROJECT, "j1", "w2", "t2", ("failed", "", "x"), (0, 0), KEEP_MS)
+        == 0
+    )
+    assert (await store.jobs.job(PROJECT, "j1") or {})["state"] == "running"
+    # The holder gone (its lease ran out): another worker takes the same job again.
+    await store.jobs.end_lease(PROJECT)
+    assert await store.jobs.claim(PROJECT, "j1", "w2", LEASE_MS, "t3", KEEP_MS) == 1
+    job = await store.jobs.job(PROJECT, "j1") or {}
+    assert job["owner"] == "w2" and job["attempts"] == "2" and job["started_at"] == "t1"
+    # The first holder, back, can no longer write its end.
+    assert (
+        await store.jobs.finish(PROJECT, "j1", "w1", "t4", ("succeeded", "", ""), (0, 0), KEEP_MS)
+        == 0
+    )
+    assert (
+        await store.jobs.finish(PROJECT, "j1", "w2", "t4", ("succeeded", "", ""), (0, 0), KEEP_MS)
+        == 1
+    )
+    assert await store.jobs.queue_head(PROJECT) is None
+
+
+async def test_ended_jobs_expire_and_leave_the_index(store: Stores) -> None:
+    client = store.connection.client
+    for n, job_id in enumerate(IDS):
+        fields = {"id": job_id, "project": PROJECT, "kind": "rebuild", "state": "queued"}
+        await store.jobs.add(PROJECT, job_id, fields, 1000 * n, KEEP_MS)
+    assert await client.pttl(Keys.job(PROJECT, "j1")) == -1  # queued: kept until it ends
+    assert await store.jobs.cancel(PROJECT, "j1", "t", KEEP_MS) == 1
+    assert 0 < await client.pttl(Keys.job(PROJECT, "j1")) <= KEEP_MS
+    assert await store.jobs.claim(PROJECT, "j2", "w", LEASE_MS, "t", KEEP_MS) == 1
+    assert await store.jobs.finish(PROJECT, "j2", "w", "t", ("succeeded", "", ""), (0, 0), KEEP_MS)
+    assert 0 < await client.pttl(Keys.job(PROJECT, "j2")) <= KEEP_MS
+    # A job added a keep-period later: the index forgets the ids created before it.
+    fields = {"id": "j4", "project": PROJECT, "kind": "rebuild", "state": "queued"}
+    await store.jobs.add(PROJECT, "j4", fields, 1000 + KEEP_MS, KEEP_MS)
+    index = [as_text(x) for x in await client.zrange(Keys.jobs(PROJECT), 0, -1)]
+    assert index == ["j2", "j3", "j4"]
