@@ -144,7 +144,7 @@ def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
     for note in notes:
         ui.err.print(Text(f"spool: {note}", style="red"))
     said = [
-        (report.files_failed, "spooled files refused by the service"),
+        (report.events_refused, "spooled events refused by the service"),
         (report.files_unreadable, "spool entries that cannot be read"),
         (report.corrupt_lines, "unreadable lines (not JSON objects)"),
     ]

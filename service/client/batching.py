@@ -1,11 +1,13 @@
 """What the sync and async batchers share: a bounded queue of encoded events, the state a
 caller can watch (queued, last error, refused events), and the rule for a batch the service
 refuses as a whole: split it until the refusal names single events, set those aside, send
-the rest. No I/O here: `split_posts` says what to post, the batcher posts it."""
+the rest. No I/O here: `split_posts` says what to post, `deliver` (or the async batcher)
+posts it; the batchers and the spool's drain split by this one rule."""
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -59,20 +61,104 @@ Posts = Generator[Sequence[bytes], IngestReport | ApiError, Delivery]
 def split_posts(lines: Sequence[bytes]) -> Posts:
     """The posts that deliver `lines`: all of them at once, and when that is refused as a
     whole, each half in turn, down to the single events refused (about 2·log₂ n extra posts
-    for one bad event among n, where one post an event would take n)."""
+    for one bad event among n, where one post an event would take n). A 403 that names an
+    event's project (outside the token's projects) refuses at once every event of the part
+    with that project, and the rest is posted: a batch all for such a project costs no post
+    more, where halving would take 2n."""
     delivery = Delivery(IngestReport(accepted=0, duplicates=0), [])
-    parts = [(0, len(lines))]
+    refused: list[tuple[int, RefusedEvent]] = []
+    parts = [list(range(len(lines)))]  # indexes into `lines`, in order
     while parts:
-        first, end = parts.pop()
-        answer = yield lines[first:end]
+        part = parts.pop()
+        answer = yield [lines[i] for i in part]
         if isinstance(answer, IngestReport):
-            delivery.report.add(answer, first)
-        elif end - first == 1:
-            delivery.refused.append(RefusedEvent(lines[first], answer.status, answer.problem))
+            delivery.report.add(_renumbered(answer, part), 0)
+            continue
+        alike = part if len(part) == 1 else _same_project(lines, part, answer)
+        if alike:
+            refused += [(i, RefusedEvent(lines[i], answer.status, answer.problem)) for i in alike]
+            gone = set(alike)
+            if rest := [i for i in part if i not in gone]:
+                parts.append(rest)
         else:
-            middle = (first + end) // 2
-            parts += [(middle, end), (first, middle)]  # the first half next: order is kept
+            middle = len(part) // 2
+            parts += [part[middle:], part[:middle]]  # the first half next: order is kept
+    delivery.refused = [event for _, event in sorted(refused, key=lambda pair: pair[0])]
     return delivery
+
+
+class _Project(msgspec.Struct):
+    project: str | None = None
+
+
+# How the service's 403 names an event outside the token's projects (events/routes.py).
+_FORBIDDEN = re.compile(r"\$\[(\d+)\]\.project")
+_project_of = msgspec.json.Decoder(_Project)
+
+
+def _project(line: bytes) -> str | None:
+    try:
+        return _project_of.decode(line).project
+    except msgspec.DecodeError:  # not a string: not grouped, the halves find it
+        return None
+
+
+def _same_project(lines: Sequence[bytes], part: list[int], refusal: ApiError) -> list[int]:
+    """The events of `part` that `refusal` refuses by their project: when it is a 403 naming
+    one event's project, all of that project (the token's projects decide, nothing else in
+    them). Else none: the refusal says nothing of any one event."""
+    errors = (refusal.problem or {}).get("errors")
+    if refusal.status != 403 or not isinstance(errors, list) or not errors:
+        return []
+    named = (
+        _FORBIDDEN.fullmatch(str(errors[0].get("field", "")))
+        if isinstance(errors[0], dict)
+        else None
+    )
+    if named is None or int(named[1]) >= len(part):
+        return []
+    project = _project(lines[part[int(named[1])]])
+    if project is None:
+        return []
+    return [i for i in part if _project(lines[i]) == project]
+
+
+def _renumbered(report: IngestReport, part: list[int]) -> IngestReport:
+    """`report` of the posted `part`, its rejected events numbered as in the whole batch."""
+    if not report.rejected:
+        return report
+    rejected = [
+        msgspec.structs.replace(r, index=part[r.index]) if 0 <= r.index < len(part) else r
+        for r in report.rejected
+    ]
+    return msgspec.structs.replace(report, rejected=rejected)
+
+
+def deliver(
+    post: Callable[[Sequence[bytes]], IngestReport],
+    lines: Sequence[bytes],
+    refusal: ApiError | None = None,
+) -> Delivery:
+    """Post `lines` through `post` by `split_posts`. `refusal`: the service's answer to all of
+    them, when they were already posted together (not posted again). Raises what `post`
+    raises that is not a refusal of the body (an outage: nothing is set aside)."""
+    posts = split_posts(lines)
+    part = next(posts)
+    answer: IngestReport | ApiError | None = refusal
+    while True:
+        if answer is None:
+            try:
+                answer = post(part)
+            except ApiError as exc:
+                if not exc.refused_batch:
+                    raise
+                answer = exc
+        try:
+            part = posts.send(answer)
+        except StopIteration as done:
+            delivery: Delivery = done.value
+            return delivery
+        answer = None
 
 
 class EventQueue:

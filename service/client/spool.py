@@ -11,8 +11,9 @@ Layout (one directory, plain files, readable with `cat`):
     DIR/tmp/      files being written (a crashed or failed `put` leaves none that counts)
     DIR/new/      spooled batches, one NDJSON file per `put`, named so they sort oldest first
     DIR/failed/   what a drain set aside, each beside `<name>.problem.json` saying why:
-                  batches the service refused as a whole (400, 403, 413...), entries that
-                  cannot be read (`<name>`), and the unreadable lines of a file (`<name>.corrupt`)
+                  the events of a file the service refused (400, 403, 413...: only those,
+                  its others sent), entries that cannot be read (`<name>`), and the
+                  unreadable lines of a file (`<name>.corrupt`)
     DIR/drain.lock  held (flock) by the one drainer at a time
 
 Why files and not SQLite: every `put` is its own file, so any number of processes write at
@@ -23,11 +24,12 @@ filesystems do not give. A crash at any point loses nothing: a file is in `new/`
 later: event ids make a resend count nothing twice) or it was not yet renamed (its `put` had
 not returned).
 
-One bad entry never stops the others: a file the service refuses, an entry that cannot be
-read (another owner's file, a directory, a FIFO, a symbolic link) and the lines that are not
-JSON objects are set aside in `failed/` and the drain goes on. When even that is impossible
-(a full disk), the entry stays in `new/`, the report says so, and the drain goes on: the files
-it sends free the space.
+One bad entry never stops the others: the events the service refuses (a file it refuses is
+split by the batcher's rule, `batching.split_posts`, down to the events refused; the others
+are sent), an entry that cannot be read (another owner's file, a directory, a FIFO, a
+symbolic link) and the lines that are not JSON objects are set aside in `failed/` and the
+drain goes on. When even that is impossible (a full disk), the entry stays in `new/`, the
+report says so, and the drain goes on: the files it sends free the space.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
+    from .batching import RefusedEvent
     from .models import IngestReport
     from .sync import Client
 
@@ -84,7 +87,8 @@ class DrainReport:
     duplicates: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     files_sent: int = 0
-    files_failed: int = 0  # refused by the service as a whole, moved to failed/
+    files_failed: int = 0  # with events the service refused: those set aside in failed/
+    events_refused: int = 0  # the events of those files set aside (the others were sent)
     files_unreadable: int = 0  # entries that cannot be read, moved to failed/
     files_left: int = 0  # to be set aside but could not be (a full disk): still in new/
     corrupt_lines: int = 0  # lines that are not JSON objects, kept in failed/*.corrupt
@@ -101,8 +105,7 @@ class DrainReport:
         return bool(self.files_failed or self.files_unreadable or self.files_left)
 
     def count(self, answer: IngestReport) -> None:
-        """Fold in the answer to one request."""
-        self.requests += 1
+        """Fold in the answers to the requests counted in `requests`."""
         self.accepted += answer.accepted
         self.duplicates += answer.duplicates
         self.rejected.extend(msgspec.to_builtins(r) for r in answer.rejected)
@@ -110,8 +113,9 @@ class DrainReport:
 
 @dataclass
 class SetAside:
-    """One entry of failed/ and why it is there (its note): `kind` is "refused" (the service
-    refused the file as a whole: `problem` is its answer), "unreadable" (an entry that cannot
+    """One entry of failed/ and why it is there (its note): `kind` is "refused" (events the
+    service refused, alone: `problem` is its answer, with `count` and `events` when the
+    file's other events were sent), "unreadable" (an entry that cannot
     be read as a file) or "corrupt" (the unreadable lines of a file, raw). `events`: the event
     lines in a refused file, the lines kept of a corrupt one."""
 
@@ -124,11 +128,15 @@ class SetAside:
 
 @dataclass
 class _File:
-    """A spooled file being sent: its event lines and how many the service answered for."""
+    """A spooled file being sent: its event lines (`whole`: all its lines, none corrupt), how
+    many the service answered for (in order), and those of them it refused, alone (set aside
+    once the file is answered for)."""
 
     path: Path
     lines: list[bytes]
+    whole: bool = True
     sent: int = 0
+    refused: list[RefusedEvent] = field(default_factory=list)
 
 
 class Spool:
@@ -290,14 +298,20 @@ class Spool:
         if not lines:
             self._remove([path], report)
             return None
-        return _File(path, lines)
+        return _File(path, lines, whole=not corrupt)
 
     def _post_next(
         self, client: Client, window: list[_File], batch_size: int, report: DrainReport
     ) -> None:
         """Post the next `batch_size` unanswered lines of `window`, oldest first, as one
-        request; remove from `window` the files then answered for (deleted) or set aside."""
+        request; remove from `window` the files then answered for: deleted, or their refused
+        events set aside (`_set_aside_refused`)."""
+        from .batching import deliver
         from .errors import ApiError
+
+        def post(lines: Sequence[bytes]) -> IngestReport:
+            report.requests += 1
+            return client.post_ndjson(lines)
 
         chunk: list[bytes] = []
         taken: list[tuple[_File, int]] = []
@@ -309,33 +323,66 @@ class Spool:
             if len(chunk) == batch_size:
                 break
         try:
-            answer = client.post_ndjson(chunk)
+            answer = post(chunk)
         except ApiError as exc:
             if not exc.refused_batch:
                 raise
-            if len(taken) == 1:
-                # Refused as a whole (not NDJSON, a project the token may not reach, too
-                # large): sending it again would be refused again. Kept beside the answer.
-                spooled = taken[0][0]
-                window.remove(spooled)
-                problem = exc.problem or {"detail": str(exc)}
-                if self._set_aside(spooled.path, problem, f"refused: {exc}", report):
-                    report.files_failed += 1
+            if len(taken) > 1:  # find the files the service refuses; send the others
+                for spooled, _ in taken:
+                    window.remove(spooled)
+                    alone = [spooled]
+                    while alone:
+                        self._post_next(client, alone, batch_size, report)
                 return
-            for spooled, _ in taken:  # find the file the service refuses; send the others
-                window.remove(spooled)
-                alone = [spooled]
-                while alone:
-                    self._post_next(client, alone, batch_size, report)
-            return
+            # Refused as a whole (a project the token may not reach, too large...): split
+            # by the batcher's rule; sending a refused event again would be refused again.
+            delivery = deliver(post, chunk, exc)
+            answer = delivery.report
+            taken[0][0].refused += delivery.refused
         report.count(answer)
         for spooled, count in taken:
             spooled.sent += count
         done = [f for f in window if f.sent == len(f.lines)]
         for spooled in done:
             window.remove(spooled)
-        self._remove([f.path for f in done], report)
-        report.files_sent += len(done)
+        clean = [f.path for f in done if not f.refused]
+        self._remove(clean, report)
+        report.files_sent += len(clean)
+        for spooled in done:
+            if spooled.refused:
+                self._set_aside_refused(spooled, report)
+
+    def _set_aside_refused(self, spooled: _File, report: DrainReport) -> None:
+        """A file the service answered for, some of its events refused: those set aside in
+        failed/ (the whole file when all were), then the file deleted. Until then it stays in
+        new/: a crash sends it again, where its events sent are duplicates (counted nothing)
+        and the refused are refused again."""
+        refused = spooled.refused
+        first = refused[0]
+        problem = dict(first.problem or {"status": first.status, "detail": f"HTTP {first.status}"})
+        statuses = "HTTP " + ", ".join(str(s) for s in sorted({r.status for r in refused}))
+        kept: bytes | None = b"".join(r.line + b"\n" for r in refused)
+        if len(refused) == len(spooled.lines):
+            why = f"refused: {statuses}: {problem.get('detail', '')}"
+            if spooled.whole:  # all it holds was refused: the file itself is moved (else its
+                kept = None  # corrupt lines, kept apart already, would go with it)
+        else:
+            sent = len(spooled.lines) - len(refused)
+            why = f"{len(refused)} events refused ({statuses}), the other {sent} sent"
+            problem |= {
+                "detail": f"{len(refused)} of the {len(spooled.lines)} events of "
+                f"{spooled.path.name} were refused (the first: {problem.get('detail', '')}); "
+                f"they are kept here, the other {sent} were sent",
+                "file": spooled.path.name,
+                "count": len(refused),
+                "events": [
+                    {"id": _event_id(r.line), "status": r.status, "problem": r.problem}
+                    for r in refused[:MAX_NOTED_LINES]
+                ],
+            }
+        if self._set_aside(spooled.path, problem, why, report, kept):
+            report.files_failed += 1
+            report.events_refused += len(refused)
 
     def _remove(self, paths: list[Path], report: DrainReport) -> None:
         """Delete files the service has answered for. One that cannot be deleted (a sticky
@@ -356,15 +403,25 @@ class Spool:
             _fsync_directory(self.new)
 
     def _set_aside(
-        self, path: Path, problem: Mapping[str, Any], why: str, report: DrainReport
+        self,
+        path: Path,
+        problem: Mapping[str, Any],
+        why: str,
+        report: DrainReport,
+        kept: bytes | None = None,
     ) -> bool:
-        """Move `path` to failed/ beside its note; on failure (a full disk) leave it in new/,
-        with no note, and say so. True when it was moved."""
+        """Move `path` to failed/ beside its note, or with `kept` (its refused lines) put
+        those there in its place and delete it: the note first, then what it describes, and
+        the file leaves new/ last (a crash in between leaves it to the next drain). On failure
+        (a full disk) leave it in new/, with no note, and say so. True when it was set aside."""
         note = self.failed / (path.name + NOTE)
         try:
             self._write(self.failed, note.name, _encoder.encode(dict(problem)))
             try:
-                os.rename(path, self.failed / path.name)
+                if kept is None:
+                    os.rename(path, self.failed / path.name)
+                else:
+                    self._write(self.failed, path.name, kept)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -381,6 +438,8 @@ class Spool:
             )
             return False
         report.notes.append(f"{path.name}: {why}; set aside in {self.failed}")
+        if kept is not None:
+            self._remove([path], report)
         return True
 
     def _keep_corrupt(self, path: Path, corrupt: list[tuple[int, bytes, str]]) -> None:
@@ -454,6 +513,19 @@ def _read(path: Path) -> bytes | None:
         raise _Unreadable(exc.strerror or str(exc)) from exc
     finally:
         os.close(fd)
+
+
+def _event_id(line: bytes) -> str | None:
+    """The `id` of an event line (for a note; None when it has no string id)."""
+    value = _event_line.decode(line).get("id")
+    return None if value is None else _string_or_none(value)
+
+
+def _string_or_none(raw: msgspec.Raw) -> str | None:
+    try:
+        return msgspec.json.decode(raw, type=str)
+    except msgspec.ValidationError:
+        return None
 
 
 def _event_lines(data: bytes) -> tuple[list[bytes], list[tuple[int, bytes, str]]]:

@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from ..events.model import EventIn
-from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, split_posts
+from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, deliver
 from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
 from .models import (
     NDJSON,
@@ -352,20 +352,7 @@ class Batcher:
             self._queue.succeeded()
 
     def _deliver(self, batch: list[bytes]) -> Delivery:
-        posts = split_posts(batch)
-        part = next(posts)
-        while True:
-            try:
-                answer: IngestReport | ApiError = self.client.post_ndjson(part)
-            except ApiError as exc:
-                if not exc.refused_batch:
-                    raise
-                answer = exc
-            try:
-                part = posts.send(answer)
-            except StopIteration as done:
-                delivery: Delivery = done.value
-                return delivery
+        return deliver(self.client.post_ndjson, batch)
 
     def _drain(self, spool: Spool) -> None:
         from .spool import SpoolBusy
@@ -417,7 +404,8 @@ def drain_report(drained: DrainReport) -> IngestReport:
 def set_aside(spool: Spool, drained: DrainReport) -> ClientError:
     """What `on_error` hears when a drain set spooled files aside."""
     return ClientError(
-        f"{drained.files_failed} spooled files refused by the service, set aside in {spool.failed}"
+        f"{drained.events_refused} spooled events refused by the service, set aside in "
+        f"{spool.failed} (the other events of their files were sent)"
     )
 
 

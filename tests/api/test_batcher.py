@@ -91,6 +91,24 @@ async def test_with_a_spool_a_refused_event_goes_to_failed_alone(api: Api, tmp_p
         ]
 
 
+async def test_extend_with_a_spool_sets_aside_only_the_refused_event(
+    api: Api, tmp_path: Path
+) -> None:
+    limited = await api.token("ingest", ["llm"])
+    spool = Spool(tmp_path / "spool")
+    heard: list[Exception] = []
+    with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        with client.batcher(size=20, interval=3600, spool=spool, on_error=heard.append) as b:
+            b.extend(poisoned())  # one spool file of the 20
+            assert len(spool.files()) == 1
+        assert counted(admin) == 19 and b.report.accepted == 19
+        assert [str(e).split(" spooled")[0] for e in heard] == ["1"]
+        assert spool.files() == []
+        [kept] = [p for p in spool.failed.iterdir() if p.name.endswith(".ndjson")]
+        assert [json.loads(line)["id"] for line in kept.read_text().splitlines()] == ["p-bad"]
+        assert [(e.kind, e.events) for e in spool.set_aside()] == [("refused", 1)]
+
+
 CHILD = """
 import sys
 from trainledger.client import Client, Spool

@@ -1,5 +1,6 @@
 """The spool's drain against the real service when entries are bad: requests filled to the
-batch size, entries that cannot be read, corrupt lines, a full disk. One bad entry never
+batch size, a file with one refused event, entries that cannot be read, corrupt lines, a full
+disk. One bad entry never
 stops the others, nothing unreadable vanishes, and every event is counted once."""
 
 from __future__ import annotations
@@ -64,6 +65,98 @@ async def test_a_refused_file_inside_a_full_request_is_set_aside_alone(
         assert report.events == 9  # each event answered for once in the report
         assert sorted(p.name for p in spool.failed.iterdir())[0].endswith(".ndjson")
         assert spool.files() == [] and counted(admin) == 9
+
+
+def one_refused_among(n: int, at: int) -> list[dict[str, object]]:
+    """`n` events for the token's project, and at `at` one for a project it does not cover."""
+    events = [event(f"m-{k}", "1") for k in range(n)]
+    events.insert(at, event("m-bad", "1", project="other"))
+    return events
+
+
+async def test_a_file_with_one_refused_event_sets_aside_that_line_alone(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put(one_refused_among(19, at=7))  # one file of 20, as `Batcher.extend` writes
+    spool.put([event(f"m-other-{k}", "1", project="other") for k in range(5)])
+    spool.put([event("m-after", "1")])  # the files behind it are sent too
+    [mixed, other, _] = spool.files()
+    bad_line = mixed.read_bytes().splitlines()[7]
+    limited = await api.token("ingest", ["llm"])
+    with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        sizes = request_sizes(client)
+        report = spool.drain(client)
+        # All 26 refused, then each file alone: the 403 names the project, so every event
+        # of it is set aside at once (no request an event) and the rest is sent.
+        assert sizes == [26, 20, 19, 5, 1]
+        assert (report.accepted, report.duplicates, report.rejected) == (20, 0, [])
+        assert (report.files_failed, report.events_refused, report.files_sent) == (2, 6, 1)
+        assert spool.files() == [] and counted(admin) == 20
+        assert (spool.failed / other.name).exists()  # all refused: the file set aside whole
+        # Only the refused line is set aside, as it was, under the file's name.
+        assert (spool.failed / mixed.name).read_bytes() == bad_line + b"\n"
+        note = json.loads((spool.failed / (mixed.name + ".problem.json")).read_text())
+        assert (note["status"], note["count"]) == (403, 1)
+        assert [e["id"] for e in note["events"]] == ["m-bad"]
+        assert "1 of the 20 events" in note["detail"] and "project 'other'" in note["detail"]
+        listed = [(e.name, e.kind, e.events) for e in spool.set_aside()]
+        assert listed == [(mixed.name, "refused", 1), (other.name, "refused", 5)]
+        again = spool.drain(client)  # nothing left to send, nothing counted twice
+        assert again.events == 0 and counted(admin) == 20
+
+
+async def test_a_refused_file_with_corrupt_lines_sets_aside_only_the_refused_event(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put([event("c-bad", "1", project="other")])
+    [path] = spool.files()
+    refused = path.read_bytes()
+    path.write_bytes(refused + b"garbage\n")
+    limited = await api.token("ingest", ["llm"])
+    with ready(api), Client(api.base_url, limited, retry=FAST) as client:
+        report = spool.drain(client)
+        assert (report.events_refused, report.corrupt_lines, report.events) == (1, 1, 0)
+        assert spool.files() == []
+        assert (spool.failed / path.name).read_bytes() == refused  # not the garbage again
+        assert (spool.failed / (path.name + ".corrupt")).read_bytes() == b"garbage\n"
+
+
+async def test_a_drainer_dying_mid_split_loses_nothing_and_counts_nothing_twice(
+    api: Api, tmp_path: Path
+) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.put(one_refused_among(19, at=12))
+    [mixed] = spool.files()
+    original = mixed.read_bytes()
+    limited = await api.token("ingest", ["llm"])
+
+    class Died(Exception):
+        pass
+
+    posts: list[int] = []
+
+    def dies_at_the_fourth_post(request: httpx.Request) -> None:
+        posts.append(len(request.content.splitlines()))
+        if len(posts) == 4:
+            raise Died
+
+    with ready(api) as admin, Client(api.base_url, limited, retry=FAST) as client:
+        client.http.event_hooks["request"].append(dies_at_the_fourth_post)
+        with pytest.raises(Died):
+            spool.drain(client, batch_size=8)
+        # 8 sent; 8 refused, split: the 7 good sent; dead before the last 4 were posted,
+        # the refused event known only to the dead drainer.
+        assert posts == [8, 8, 7, 4] and counted(admin) == 15
+        assert spool.files() == [mixed] and mixed.read_bytes() == original  # still all there
+        assert list(spool.failed.iterdir()) == []
+        client.http.event_hooks["request"].clear()
+        report = spool.drain(client)  # the next drain: the rest sent, the sent ones again
+        assert (report.accepted, report.duplicates) == (4, 15)  # the 15 sent: counted nothing
+        assert report.events_refused == 1 and spool.files() == []
+        assert counted(admin) == 19  # each counted once
+        assert len((spool.failed / mixed.name).read_bytes().splitlines()) == 1
 
 
 async def test_unreadable_entries_are_set_aside_and_the_others_sent(

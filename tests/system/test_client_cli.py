@@ -446,7 +446,7 @@ async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
     assert "0-dir.ndjson: cannot be read (a directory, not a spooled file)" in err
     assert "1 spool entries that cannot be read" in err
     assert "1 unreadable lines (not JSON objects), kept in" in err
-    assert "1 spooled files refused by the service" in err
+    assert "2 spooled events refused by the service" in err
     assert await total_events(api) == 2
     code, out, err = run(capsys, "spool", "failed", *d, "--json")
     assert code == 0, err
