@@ -249,8 +249,8 @@ def _budgets_section(d: DashboardData) -> str:
             + "".join(_budget_card(p, d.now) for p in _budget_order(d.budgets))
             + "</div>"
             + '<p class="muted">Solid line: cumulative spend in the current period. Red: the '
-            "limit; amber: alert thresholds; grey dots: an even burn; dashed: the linear forecast "
-            "to the period's end.</p>"
+            "limit; amber: alert thresholds; grey dots: an even burn; dashed: the forecast (a "
+            "plan's budget: from the plan's progress; any other: linear to the period's end).</p>"
         )
     return f'<section id="budgets"><h2>Budgets: burn-down</h2>{inner}</section>'
 
