@@ -464,3 +464,15 @@ async def test_auth_token_once_then_cookie_and_project_scope(api: Api) -> None:
     async with api.client(s.read_token) as c:
         picker = await c.get("/ui")
         assert f'href="/ui/{PROJECT}"' in picker.text
+
+
+async def test_the_services_address_in_a_browser_opens_the_dashboard(api: Api) -> None:
+    """`/` (no token: a browser's first visit) redirects to the dashboard, which then asks
+    for the token; followed with one, it is the project picker."""
+    async with httpx.AsyncClient(base_url=api.base_url) as c:
+        r = await c.get("/", headers={"Accept": "text/html"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui", r.text
+    async with api.client() as c:
+        signed_in = await c.get("/", follow_redirects=True)
+    assert signed_in.status_code == 200 and signed_in.url.path == "/ui"
+    assert "text/html" in signed_in.headers["content-type"]
