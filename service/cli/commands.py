@@ -12,6 +12,7 @@ import json
 import sys
 from datetime import date, datetime
 from decimal import Decimal
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +28,8 @@ from .ui import ui
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
 COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")
 PAGE = 10_000
+# The demo's rate card, shipped in the package; found without importing the demo package.
+EXAMPLE_CARD = files("trainledger.cli") / "demo" / "ratecard.json"
 
 
 def positive_int(text: str) -> int:
@@ -73,6 +76,13 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
         f"effective from {_esc(version.get('effective_from'))}",
         highlight=False,
     )
+    return 0
+
+
+def cmd_ratecard_example(args: argparse.Namespace, settings: Settings) -> int:
+    """The card shipped in the package (what the docs' `service/cli/demo/ratecard.json` is in
+    a checkout), read without importing the demo."""
+    sys.stdout.write(EXAMPLE_CARD.read_text(encoding="utf-8"))
     return 0
 
 
@@ -368,7 +378,7 @@ def stream_focus(client: Client, params: list[tuple[str, str]], sink: IO[bytes])
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP)")
+    ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP; `example` offline)")
     ratecard_sub = ratecard.add_subparsers(dest="ratecard_command", required=True)
     apply = ratecard_sub.add_parser(
         "apply",
@@ -381,6 +391,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     apply.add_argument("--json", action="store_true", help="print the service's answer")
     add_client_options(apply)
     apply.set_defaults(handler=cmd_ratecard_apply)
+    example = ratecard_sub.add_parser(
+        "example",
+        help="print the example rate card (17 SKUs at public list prices, the demo's), to "
+        "save and edit: trainledger ratecard example > card.json",
+    )
+    example.set_defaults(handler=cmd_ratecard_example)
 
     plan = sub.add_parser("plan", help="training plans (over HTTP)")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)

@@ -5,12 +5,15 @@ server runs, so they are unit tests."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from trainledger.cli import main
 from trainledger.storage.embedded import OWNER_LOCK
 
 
@@ -67,3 +70,32 @@ def test_a_data_dir_another_process_owns_is_one_line_saying_what_to_do(tmp_path:
     (line,) = errors(done)
     assert f"cannot start: {data_dir.resolve()} is in use by another trainledger process" in line
     assert "--data-dir" in line and "TRAINLEDGER_REDIS_URL" in line
+
+
+def test_token_create_on_a_data_dir_no_server_uses_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The likely mistake (another data dir than the server's) is said, not a token minted
+    into a store no server reads; nothing is started or written there."""
+    data_dir = tmp_path / "not-the-servers"
+    for name in list(os.environ):
+        if name.startswith("TRAINLEDGER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("TRAINLEDGER_DATA_DIR", str(data_dir))
+    assert main(["token", "create", "--role", "read"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    said = " ".join(err.split())
+    assert f"no trainledger server uses the data dir {data_dir}" in said
+    assert "--offline" in said and "trainledger serve" in said
+    assert not data_dir.exists()
+
+
+def test_ratecard_example_prints_the_example_card(capsys: pytest.CaptureFixture[str]) -> None:
+    """The card the docs name by its path in a checkout, from the package (a wheel has no
+    `service/`): `trainledger ratecard example > card.json`, ready to apply."""
+    assert main(["ratecard", "example"]) == 0
+    out = capsys.readouterr().out
+    shipped = Path(__file__).resolve().parents[3] / "service" / "cli" / "demo" / "ratecard.json"
+    assert json.loads(out) == json.loads(shipped.read_text())
+    assert len(json.loads(out)["skus"]) == 17
