@@ -16,6 +16,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
+from rich import box
 from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
@@ -23,6 +24,7 @@ from rich.text import Text
 from ..config import Settings
 from ..export.csvsafe import neutralise
 from .client import Client, CliError, add_client_options
+from .figures import count, grouped, money, none_line
 from .ui import ui
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
@@ -102,6 +104,9 @@ def cmd_plan_estimate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_estimate(estimate: dict[str, Any]) -> None:
+    """The estimate as tables that fit 80 columns: money as people read it (grouped, the
+    currency's minor units; `--json` keeps the exact figures), quantities grouped and exact,
+    no cell cut (a long SKU wraps within its cell)."""
     currency = str(estimate.get("currency", ""))
     ui.out.print(
         f"[bold]{_esc(estimate.get('name'))}[/] for project {_esc(estimate.get('project'))} "
@@ -113,71 +118,84 @@ def print_estimate(estimate: dict[str, Any]) -> None:
         title = str(stage.get("stage"))
         if stage.get("label"):
             title += f" ({stage['label']})"
-        table = Table(
-            "source",
-            "sku",
-            Column("quantity"),
-            "unit",
-            Column("unit price"),
-            Column(f"cost ({currency})"),
-            title=Text(title, style="bold"),
-            title_justify="left",
-        )
+        table = _figures_table(title)
+        table.add_column("sku", overflow="fold", min_width=12)
+        table.add_column("source", no_wrap=True)
+        for header in ("quantity", "unit", "unit price", f"cost ({currency})"):
+            table.add_column(header, justify="left" if header == "unit" else "right", no_wrap=True)
         for line in stage.get("lines", []):
             table.add_row(
-                *(
-                    Text(str(line.get(k, "")))
-                    for k in ("source", "sku", "quantity", "unit", "unit_price", "cost")
-                )
+                Text(str(line.get("sku", ""))),
+                Text(str(line.get("source", ""))),
+                Text(grouped(line.get("quantity", ""))),
+                Text(str(line.get("unit", ""))),
+                Text(grouped(line.get("unit_price", ""))),
+                Text(money(line.get("cost", ""), currency, code=False)),
             )
         table.add_section()
-        table.add_row("", Text("subtotal"), "", "", "", Text(str(stage.get("subtotal"))))
+        # (name, rate, amount, style); the contingency's rate in the unit price column.
+        sums = [("subtotal", "", stage.get("subtotal"), "")]
         if stage.get("contingency") not in (None, "0", "0.00"):
-            table.add_row(
-                "",
-                Text(f"contingency {stage.get('contingency_pct')} %"),
-                "",
-                "",
-                "",
-                Text(str(stage.get("contingency"))),
-            )
-        table.add_row("", Text("total", style="bold"), "", "", "", Text(str(stage.get("total"))))
+            rate = f"{stage.get('contingency_pct')} %"
+            sums.append(("contingency", rate, stage.get("contingency"), ""))
+        sums.append(("total", "", stage.get("total"), "bold"))
+        for name, rate, value, style in sums:
+            cost = Text(money(value, currency, code=False), style=style)
+            table.add_row(Text(name, style=style), "", "", "", Text(rate), cost)
         ui.out.print(table)
         derivation = stage.get("derivation")
         if derivation:
             ui.out.print(
                 Text(
-                    f"  6·N·D: {derivation.get('flops')} FLOPs at "
-                    f"{derivation.get('effective_flops_per_accelerator')} FLOP/s per accelerator"
-                    f" = {stage.get('accelerator_hours')} accelerator hours",
+                    f"  6·N·D: {grouped(derivation.get('flops'))} FLOPs at "
+                    f"{grouped(derivation.get('effective_flops_per_accelerator'))} FLOP/s per "
+                    f"accelerator = {grouped(stage.get('accelerator_hours'))} accelerator hours",
                     style="dim",
                 )
             )
-    totals = Table("", Column("value"), title=Text("totals", style="bold"), title_justify="left")
+    totals = _figures_table("totals")
+    totals.add_column("", overflow="fold")
+    totals.add_column("value", justify="right", no_wrap=True)
     for name, cost in sorted((estimate.get("categories") or {}).items()):
         if _is_zero(cost):  # every category is listed; the empty ones are noise here
             continue
-        totals.add_row(Text(f"category {name}"), Text(f"{cost} {currency}"))
+        totals.add_row(Text(f"category {name}"), Text(money(cost, currency)))
     totals.add_section()
     for key in ("fixed", "elastic", "subtotal", "contingency"):
-        totals.add_row(Text(key), Text(f"{estimate.get(key)} {currency}"))
-    totals.add_row(Text("total", style="bold"), Text(f"{estimate.get('total')} {currency}"))
+        totals.add_row(Text(key), Text(money(estimate.get(key), currency)))
+    totals.add_row(Text("total", style="bold"), Text(money(estimate.get("total"), currency)))
     totals.add_section()
-    totals.add_row(Text("accelerator hours"), Text(str(estimate.get("accelerator_hours"))))
+    totals.add_row(Text("accelerator hours"), Text(grouped(estimate.get("accelerator_hours"))))
     totals.add_row(
-        Text(f"energy (PUE {estimate.get('pue')})"), Text(f"{estimate.get('energy_kwh')} kWh")
+        Text(f"energy (PUE {estimate.get('pue')})"),
+        Text(f"{grouped(estimate.get('energy_kwh'))} kWh"),
     )
     if estimate.get("emissions_kg_co2e") is not None:
-        totals.add_row(Text("emissions"), Text(f"{estimate['emissions_kg_co2e']} kg CO2e"))
+        totals.add_row(Text("emissions"), Text(f"{grouped(estimate['emissions_kg_co2e'])} kg CO2e"))
     peak = estimate.get("peak") or {}
     if peak:
         totals.add_row(
             Text("daily spend, average / peak"),
-            Text(f"{peak.get('average_daily')} / {peak.get('peak_daily')} {currency}"),
+            Text(
+                f"{money(peak.get('average_daily'), currency, code=False)} / "
+                f"{money(peak.get('peak_daily'), currency)}"
+            ),
         )
         if peak.get("ratio"):
             totals.add_row(Text("headroom (peak / average)"), Text(str(peak["ratio"])))
     ui.out.print(totals)
+
+
+def _figures_table(title: str) -> Table:
+    """A table of figures with light rules: columns apart by two spaces, no side borders,
+    so six columns of figures fit 80 columns."""
+    return Table(
+        title=Text(title, style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
 
 
 def Column(header: str) -> Any:  # a right-aligned column, like rich's own Column
@@ -251,6 +269,10 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
         write_costs_csv(report, columns, by_sku, sys.stdout)
         return 0
     currency = report.get("currency") or ""
+    if not report["rows"]:
+        span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
+        none_line(f"no costs in project {report['project']} {span}")
+        return 0
     table = Table(
         *columns,
         *([Column("quantity"), "unit"] if by_sku else []),
@@ -280,7 +302,7 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
     )
     ui.out.print(table)
     span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
-    ui.err.print(f"{len(report['rows'])} rows, {span}", highlight=False)
+    ui.err.print(f"{count(len(report['rows']), 'row')}, {span}", highlight=False)
     return 0
 
 
@@ -344,7 +366,9 @@ def cmd_export_focus(args: argparse.Namespace, settings: Settings) -> int:
                 raise
             partial.replace(target)
             where = str(target)
-    ui.err.print(f"{rows} rows ({size} bytes) written to {where}", highlight=False)
+    ui.err.print(
+        f"{count(rows, 'row')} ({count(size, 'byte')}) written to {where}", highlight=False
+    )
     return 0
 
 
@@ -409,7 +433,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     estimate.set_defaults(handler=cmd_plan_estimate)
 
     costs = sub.add_parser("costs", help="costs grouped by any dimensions (GET /v1/costs)")
-    costs.add_argument("--project", required=True)
+    costs.add_argument("--project", required=True, help="the project")
     costs.add_argument(
         "--group-by",
         default="category",
@@ -417,7 +441,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     costs.add_argument("--from", dest="from_day", help="first day, inclusive (YYYY-MM-DD)")
     costs.add_argument("--to", dest="to_day", help="last day, exclusive (YYYY-MM-DD)")
-    costs.add_argument("--granularity", choices=("hour", "day", "week", "month"))
+    costs.add_argument(
+        "--granularity",
+        choices=("hour", "day", "week", "month"),
+        help="one row per period of this length too (default: the whole span)",
+    )
     costs.add_argument(
         "--filter",
         action="append",
@@ -438,7 +466,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     focus = export_sub.add_parser(
         "focus", help="stream the FOCUS 1.2 cost-and-usage CSV (GET /v1/export/focus)"
     )
-    focus.add_argument("--project", required=True)
+    focus.add_argument("--project", required=True, help="the project")
     focus.add_argument(
         "--from",
         dest="from_time",

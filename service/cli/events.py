@@ -26,6 +26,7 @@ from ..client import ApiError, DrainReport, RetryPolicy, Spool, SpoolBusy
 from ..config import Settings
 from .client import Client, CliError, add_client_options, resolve_token, resolve_url
 from .commands import positive_int
+from .figures import count
 from .imports import BATCH, print_posted, read_input
 from .ui import ui
 
@@ -119,7 +120,7 @@ def cmd_spool_put(args: argparse.Namespace, settings: Settings) -> int:
         spool.put(events)
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
-    ui.err.print(f"{len(events)} events spooled in {spool.directory}", highlight=False)
+    ui.err.print(f"{count(len(events), 'event')} spooled in {spool.directory}", highlight=False)
     return 0
 
 
@@ -129,7 +130,7 @@ def cmd_spool_flush(args: argparse.Namespace, settings: Settings) -> int:
         try:
             report = spool.drain(client, batch_size=args.batch_size, wait=True)
         except (ApiError, httpx.HTTPError):
-            ui.err.print(f"{spool.pending()} events stay spooled for the next flush")
+            ui.err.print(f"{count(spool.pending(), 'event')} stay spooled for the next flush")
             raise
     print_posted(report.accepted, report.duplicates, report.rejected)
     _say_set_aside(spool, report)
@@ -140,7 +141,7 @@ def _say_set_aside(spool: Spool, report: DrainReport) -> None:
     if report.files_failed:
         ui.err.print(
             Text(
-                f"{report.files_failed} spooled files refused by the service, kept in "
+                f"{count(report.files_failed, 'spooled file')} refused by the service, kept in "
                 f"{spool.failed} beside its answer",
                 style="bold red",
             )
@@ -185,15 +186,15 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
                     _say_drained(report)
                     _say_set_aside(spool, report)
             stop.wait(args.interval)
-    ui.err.print(f"agent: stopped; {spool.pending()} events spooled", highlight=False)
+    ui.err.print(f"agent: stopped; {count(spool.pending(), 'event')} spooled", highlight=False)
     return 0
 
 
 def _say_drained(report: DrainReport) -> None:
     ui.err.print(
-        f"agent: sent {report.events} events from {report.files_sent} files: "
-        f"{report.accepted} accepted, {report.duplicates} duplicates, "
-        f"{len(report.rejected)} rejected",
+        f"agent: sent {count(report.events, 'event')} from {count(report.files_sent, 'file')}: "
+        f"{report.accepted:,} accepted, {count(report.duplicates, 'duplicate')}, "
+        f"{len(report.rejected):,} rejected",
         highlight=False,
     )
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..auth.model import ROLES, mint, view_of
 from ..config import Settings
+from .figures import when
 from .ui import ui
 
 if TYPE_CHECKING:
@@ -40,15 +41,19 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
         async def listing(store: Stores) -> list[dict[str, str]]:
             return await store.tokens.token_records()
 
-        table = Table("id", "role", "projects", "name", "created")
-        for record in run_with_store(settings, listing):
+        records = run_with_store(settings, listing)
+        if not records:
+            ui.out.print("no tokens (mint one: trainledger token create --role ROLE)")
+            return 0
+        table = Table("id", "role", "projects", "name", "created (UTC)")
+        for record in records:
             view = view_of(record)
             table.add_row(
                 view.id,
                 view.role,
                 ",".join(view.projects or ["*"]),
                 view.name,
-                str(view.created_at),
+                when(view.created_at).removesuffix(" UTC"),
             )
         ui.out.print(table)
         return 0
@@ -97,7 +102,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     token.set_defaults(handler=cmd_token)
     token_sub = token.add_subparsers(dest="token_command", required=True)
     create = token_sub.add_parser("create", help="mint a token and print it (shown once)")
-    create.add_argument("--role", choices=ROLES, required=True)
+    create.add_argument(
+        "--role",
+        choices=ROLES,
+        required=True,
+        help="what the token may do (docs/operations/security.md)",
+    )
     create.add_argument("--project", action="append", help="limit to a project (repeatable)")
     create.add_argument("--name", default="", help="a name to tell the token by in lists")
     create.add_argument(
@@ -108,4 +118,4 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     token_sub.add_parser("list", help="list tokens")
     revoke = token_sub.add_parser("revoke", help="revoke a token by id")
-    revoke.add_argument("token_id")
+    revoke.add_argument("token_id", help="the id `token list` shows")
