@@ -11,12 +11,10 @@ import csv
 import json
 import sys
 from datetime import date, datetime
-from decimal import Decimal
 from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
-from rich import box
 from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
@@ -24,7 +22,8 @@ from rich.text import Text
 from ..config import Settings
 from ..export.csvsafe import neutralise
 from .client import Client, CliError, add_client_options
-from .figures import count, grouped, money, none_line
+from .estimate_tables import print_estimate
+from .figures import count, escaped, none_line
 from .ui import ui
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
@@ -73,9 +72,10 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     skus = version.get("skus") or []
     ui.out.print(
-        f"rate card [bold]{_esc(version.get('name', args.name))}[/] version "
-        f"[bold]{version.get('version')}[/]: {len(skus)} SKUs in {_esc(version.get('currency'))}, "
-        f"effective from {_esc(version.get('effective_from'))}",
+        f"rate card [bold]{escaped(version.get('name', args.name))}[/] version "
+        f"[bold]{version.get('version')}[/]: {len(skus)} SKUs in "
+        f"{escaped(version.get('currency'))}, "
+        f"effective from {escaped(version.get('effective_from'))}",
         highlight=False,
     )
     return 0
@@ -101,101 +101,6 @@ def cmd_plan_estimate(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print_estimate(estimate)
     return 0
-
-
-def print_estimate(estimate: dict[str, Any]) -> None:
-    """The estimate as tables that fit 80 columns: money as people read it (grouped, the
-    currency's minor units; `--json` keeps the exact figures), quantities grouped and exact,
-    no cell cut (a long SKU wraps within its cell)."""
-    currency = str(estimate.get("currency", ""))
-    ui.out.print(
-        f"[bold]{_esc(estimate.get('name'))}[/] for project {_esc(estimate.get('project'))} "
-        f"(rate card {_esc(estimate.get('rate_card'))}), "
-        f"{_esc(estimate.get('window_start'))} to {_esc(estimate.get('window_end'))}",
-        highlight=False,
-    )
-    for stage in estimate.get("stages", []):
-        title = str(stage.get("stage"))
-        if stage.get("label"):
-            title += f" ({stage['label']})"
-        table = _figures_table(title)
-        table.add_column("sku", overflow="fold", min_width=12)
-        table.add_column("source", no_wrap=True)
-        for header in ("quantity", "unit", "unit price", f"cost ({currency})"):
-            table.add_column(header, justify="left" if header == "unit" else "right", no_wrap=True)
-        for line in stage.get("lines", []):
-            table.add_row(
-                Text(str(line.get("sku", ""))),
-                Text(str(line.get("source", ""))),
-                Text(grouped(line.get("quantity", ""))),
-                Text(str(line.get("unit", ""))),
-                Text(grouped(line.get("unit_price", ""))),
-                Text(money(line.get("cost", ""), currency, code=False)),
-            )
-        table.add_section()
-        # (name, rate, amount, style); the contingency's rate in the unit price column.
-        sums = [("subtotal", "", stage.get("subtotal"), "")]
-        if stage.get("contingency") not in (None, "0", "0.00"):
-            rate = f"{stage.get('contingency_pct')} %"
-            sums.append(("contingency", rate, stage.get("contingency"), ""))
-        sums.append(("total", "", stage.get("total"), "bold"))
-        for name, rate, value, style in sums:
-            cost = Text(money(value, currency, code=False), style=style)
-            table.add_row(Text(name, style=style), "", "", "", Text(rate), cost)
-        ui.out.print(table)
-        derivation = stage.get("derivation")
-        if derivation:
-            ui.out.print(
-                Text(
-                    f"  6·N·D: {grouped(derivation.get('flops'))} FLOPs at "
-                    f"{grouped(derivation.get('effective_flops_per_accelerator'))} FLOP/s per "
-                    f"accelerator = {grouped(stage.get('accelerator_hours'))} accelerator hours",
-                    style="dim",
-                )
-            )
-    totals = _figures_table("totals")
-    totals.add_column("", overflow="fold")
-    totals.add_column("value", justify="right", no_wrap=True)
-    for name, cost in sorted((estimate.get("categories") or {}).items()):
-        if _is_zero(cost):  # every category is listed; the empty ones are noise here
-            continue
-        totals.add_row(Text(f"category {name}"), Text(money(cost, currency)))
-    totals.add_section()
-    for key in ("fixed", "elastic", "subtotal", "contingency"):
-        totals.add_row(Text(key), Text(money(estimate.get(key), currency)))
-    totals.add_row(Text("total", style="bold"), Text(money(estimate.get("total"), currency)))
-    totals.add_section()
-    totals.add_row(Text("accelerator hours"), Text(grouped(estimate.get("accelerator_hours"))))
-    totals.add_row(
-        Text(f"energy (PUE {estimate.get('pue')})"),
-        Text(f"{grouped(estimate.get('energy_kwh'))} kWh"),
-    )
-    if estimate.get("emissions_kg_co2e") is not None:
-        totals.add_row(Text("emissions"), Text(f"{grouped(estimate['emissions_kg_co2e'])} kg CO2e"))
-    peak = estimate.get("peak") or {}
-    if peak:
-        totals.add_row(
-            Text("daily spend, average / peak"),
-            Text(
-                f"{money(peak.get('average_daily'), currency, code=False)} / "
-                f"{money(peak.get('peak_daily'), currency)}"
-            ),
-        )
-        if peak.get("ratio"):
-            totals.add_row(Text("headroom (peak / average)"), Text(str(peak["ratio"])))
-    ui.out.print(totals)
-
-
-def _figures_table(title: str) -> Table:
-    """A table of figures with light rules: columns apart by two spaces, no side borders,
-    so six columns of figures fit 80 columns."""
-    return Table(
-        title=Text(title, style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-    )
 
 
 def Column(header: str) -> Any:  # a right-aligned column, like rich's own Column
@@ -481,18 +386,5 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     focus.set_defaults(handler=cmd_export_focus)
 
 
-def _is_zero(value: object) -> bool:
-    try:
-        return Decimal(str(value)) == 0
-    except ArithmeticError:
-        return False
-
-
 def _split(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
-
-
-def _esc(value: object) -> str:
-    from rich.markup import escape
-
-    return escape(str(value))

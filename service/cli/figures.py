@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from costcore.money import amount_for_people, number_for_people
 
-__all__ = ["count", "grouped", "money", "none_line", "when"]
+__all__ = ["count", "escaped", "grouped", "money", "none_line", "when"]
 
 
 def money(value: object, currency: str, code: bool = True) -> str:
@@ -60,3 +60,10 @@ def none_line(text: str) -> None:
     from .ui import ui
 
     ui.out.print(text, markup=False, highlight=False)
+
+
+def escaped(value: object) -> str:
+    """A value as text inside rich markup: its brackets are not markup."""
+    from rich.markup import escape
+
+    return escape(str(value))
