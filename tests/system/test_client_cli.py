@@ -77,7 +77,7 @@ async def test_events_post_ndjson_json_and_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO(array))
     code, out, _ = run(capsys, "events", "post", "-", *conn(api.base_url, api.admin_token))
     assert code == 1  # one event was rejected
-    assert "1 accepted, 1 duplicates (already counted), 1 rejected" in out
+    assert "1 accepted, 1 duplicate (already counted), 1 rejected" in out
     assert "bad" in out
     assert await total_events(api) == 8
     path.write_text('{"id": "x"}\nnot json\n')
