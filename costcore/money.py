@@ -37,9 +37,11 @@ __all__ = [
     "format_money_for_people",
     "format_quantity",
     "minor_units",
+    "number_for_people",
     "parse_money",
     "parse_price",
     "parse_quantity",
+    "quantity_for_people",
     "round_half_even_div",
 ]
 
@@ -257,6 +259,24 @@ def amount_for_people(amount: object, currency: str) -> str:
         return f"{amount} {currency}" if currency else str(amount)
     nano = int(value.scaleb(MONEY_DECIMALS).to_integral_value(rounding=ROUND_HALF_EVEN))
     return format_money_for_people(nano, currency)
+
+
+def quantity_for_people(micro: int) -> str:
+    """A micro-unit quantity in a sentence for people: exact, thousands grouped
+    (``20_736_000_000 -> "20,736"``, ``1_500_250_000 -> "1,500.25"``). Machine-readable
+    fields keep `format_quantity`."""
+    return number_for_people(format_quantity(micro))
+
+
+def number_for_people(value: object) -> str:
+    """An exact decimal (text or Decimal) with its thousands grouped, nothing rounded:
+    ``"58982.136839" -> "58,982.136839"``, ``"4.2E+22" -> "42,000,...,000"``. Text that is not
+    a finite decimal is shown as it is."""
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return str(value)
+    return f"{number:,f}" if number.is_finite() else str(value)
 
 
 def format_quantity(micro: int) -> str:

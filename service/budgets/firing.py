@@ -180,9 +180,7 @@ async def budget_counters(
             continue
         checks = threshold_checks(budget, period, currency)
         if budget.forecast is not None and bounds.start <= now < bounds.end:
-            limit = forecast_limit(
-                amount_nano(budget), bounds, now, budget.forecast.min_elapsed_pct
-            )
+            limit = forecast_limit(budget, bounds, now, budget.forecast.min_elapsed_pct)
             if limit is not None:
                 ident, body = _record(budget, "forecast", period, limit, currency, None, "forecast")
                 checks.append(LimitCheck("a", limit, ident, body))

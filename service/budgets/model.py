@@ -12,12 +12,18 @@ Limits, all in nano-currency:
 
 * threshold `t` %: ``amount × t / 100`` rounded up — fires when spend goes from below to at or
   above it.
-* forecast: the spend is projected linearly to the period's end,
-  ``forecast = spent × period_length / elapsed``; it passes the amount exactly when
-  ``spent > amount × elapsed / period_length``. That bound is computed when the batch is
-  priced (``elapsed`` measured then) and the alert fires once per period when spend passes it.
-  It is only armed once ``min_elapsed_pct`` of the period has passed, so a first-hour burst
-  does not project a huge month.
+* forecast (`forecast` and `forecast_limit`, the one rule the status, the dashboard, the
+  alerts and the Prometheus gauge all read): a plan's budget (``plan_id`` set) forecasts from
+  the plan's progress, by earned value: with ``earned`` the fraction of its scope done (the
+  planned cost of the work done over the planned cost of the scope, set by the plan's progress
+  reports), ``forecast = spent / earned``, so a finished scope (earned 1) is forecast at its
+  spend, and a scope with no progress yet at ``max(amount, spent)`` (at plan); it passes the
+  amount exactly when ``spent > amount × earned``. Any other budget projects its spend
+  linearly to the period's end, ``forecast = spent × period_length / elapsed``; it passes the
+  amount exactly when ``spent > amount × elapsed / period_length``. The bound is computed when
+  the batch is priced (``elapsed`` measured then) and the alert fires once per period when
+  spend passes it. It is only armed once ``min_elapsed_pct`` of the period has passed, so a
+  first-hour burst does not project a huge month.
 * abnormal growth: a day's spend above ``multiple ×`` the average of the ``trailing_days``
   before it (days without spend count as zero; needs at least one day with spend) — fires once
   per day.
@@ -30,11 +36,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Annotated, Literal
 
 import msgspec
 
-from costcore.money import format_money, parse_money
+from costcore.money import format_money, parse_money, round_half_even_div
 
 from ..events.model import (
     SAFE_TEXT_PATTERN,
@@ -114,6 +121,9 @@ class Budget(msgspec.Struct, kw_only=True, omit_defaults=True):
     forecast: ForecastRule | None = None
     growth: GrowthRule | None = None
     plan_id: str | None = None
+    # A plan's budget: the fraction of its scope done by earned value (a decimal string from
+    # 0 to 1), set from the plan's progress reports; None: no progress reported yet.
+    earned: str | None = None
 
 
 class BudgetError(ValueError):
@@ -230,13 +240,49 @@ def threshold_limit(amount: int, pct: int) -> int:
     return -(-amount * pct // 100)  # rounded up: the limit is reached, never undershot
 
 
-def forecast_limit(amount: int, bounds: PeriodBounds, now: datetime, min_pct: int) -> int | None:
-    """Spend above which the linear forecast at the period's end exceeds the amount."""
+def _armed(bounds: PeriodBounds, now: datetime, min_pct: int) -> tuple[int, int] | None:
+    """(elapsed, length) of the period in seconds once `min_pct` of it has passed, else None."""
     length = int((bounds.end - bounds.start).total_seconds())
     elapsed = int((min(now, bounds.end) - bounds.start).total_seconds())
     if elapsed <= 0 or elapsed * 100 < length * min_pct:
         return None
+    return elapsed, length
+
+
+def _earned(budget: Budget) -> Fraction | None:
+    """A plan budget's fraction done; None for no progress yet (or none above zero)."""
+    if budget.earned is None:
+        return None
+    fraction = Fraction(Decimal(budget.earned))
+    return fraction if fraction > 0 else None
+
+
+def forecast_limit(budget: Budget, bounds: PeriodBounds, now: datetime, min_pct: int) -> int | None:
+    """Spend above which the budget's forecast (`forecast`) exceeds its amount; None before
+    `min_pct` of the period has passed."""
+    armed = _armed(bounds, now, min_pct)
+    if armed is None:
+        return None
+    amount = amount_nano(budget)
+    if budget.plan_id is not None:
+        earned = _earned(budget)
+        if earned is None:
+            return amount  # at plan: over only once the spend itself is
+        return amount * earned.numerator // earned.denominator  # spent / earned > amount
+    elapsed, length = armed
     return amount * elapsed // length  # forecast > amount  <=>  spent > this
+
+
+def forecast(budget: Budget, spent: int, bounds: PeriodBounds, now: datetime) -> int | None:
+    """The budget's forecast: a plan's budget by earned value (spend over the fraction done,
+    the spend itself once done, the amount before any progress), any other the spend at the
+    period's end if it goes on as it went so far (None before the period starts)."""
+    if budget.plan_id is not None:
+        earned = _earned(budget)
+        if earned is None:
+            return max(amount_nano(budget), spent)
+        return round_half_even_div(spent * earned.denominator, earned.numerator)
+    return linear_forecast(spent, bounds.start, bounds.end, now)
 
 
 def linear_forecast(spent: int, start: datetime, end: datetime, now: datetime) -> int | None:

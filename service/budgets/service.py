@@ -22,8 +22,8 @@ from .model import (
     amount_nano,
     counters_for,
     daily_for,
+    forecast,
     forecast_limit,
-    linear_forecast,
     new_budget,
     shown_period,
 )
@@ -84,6 +84,17 @@ async def find_budget(store: Stores, project: str, budget_id: str) -> Budget | N
     return None
 
 
+async def set_earned(store: Stores, project: str, earned: dict[str, str | None]) -> None:
+    """Record how much of their scope is done for plan budgets (budget id -> fraction done):
+    their forecasts read it. A budget no longer there is left out (a delete that lands between
+    this read and the write below would be undone: plans' budgets are not deleted while the
+    plan reports progress)."""
+    for budget in await list_budgets(store, project):
+        if budget.id in earned and budget.earned != earned[budget.id]:
+            updated = msgspec.structs.replace(budget, earned=earned[budget.id])
+            await store.budgets.put_budget(project, budget.id, msgspec.json.encode(updated))
+
+
 class BudgetStatus(msgspec.Struct, kw_only=True):
     """Answer of `GET /v1/budgets/{budget_id}`: the spend in the current period, what remains, the
     forecast and the alerts fired."""
@@ -110,8 +121,8 @@ async def budget_status(
         budget.project, [spend_field(budget.id, bounds.name)], []
     )
     amount = amount_nano(budget)
-    forecast = linear_forecast(spent, bounds.start, bounds.end, now)
-    limit = forecast_limit(amount, bounds, now, 1)
+    expected = forecast(budget, spent, bounds, now)
+    limit = forecast_limit(budget, bounds, now, 1)
     fired = sorted(
         k for k in await store.budgets.fired_alerts(budget.project) if k.startswith(budget.id + ":")
     )
@@ -124,7 +135,7 @@ async def budget_status(
         spent=format_money(spent),
         remaining=format_money(max(amount - spent, 0)),
         used_pct=f"{used_bp // 100}.{used_bp % 100:02d}",
-        forecast=format_money(forecast) if forecast is not None else None,
+        forecast=format_money(expected) if expected is not None else None,
         forecast_over_budget=(spent > limit) if limit is not None else None,
         currency=currency,
         fired=fired,

@@ -11,7 +11,7 @@ import csv
 import json
 import sys
 from datetime import date, datetime
-from decimal import Decimal
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,11 +22,15 @@ from rich.text import Text
 from ..config import Settings
 from ..export.csvsafe import neutralise
 from .client import Client, CliError, add_client_options
+from .estimate_tables import print_estimate
+from .figures import count, escaped, none_line
 from .ui import ui
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
 COST_FILTERS = ("stage", "experiment", "category", "sku", "owner", "fixed")
 PAGE = 10_000
+# The demo's rate card, shipped in the package; found without importing the demo package.
+EXAMPLE_CARD = files("trainledger.cli") / "demo" / "ratecard.json"
 
 
 def positive_int(text: str) -> int:
@@ -72,9 +76,10 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
     version = answer.get("version") if isinstance(answer.get("version"), dict) else answer
     skus = version.get("skus") or []
     ui.out.print(
-        f"rate card [bold]{_esc(version.get('name', args.name))}[/] version "
-        f"[bold]{version.get('version')}[/]: {len(skus)} SKUs in {_esc(version.get('currency'))}, "
-        f"effective from {_esc(version.get('effective_from'))}",
+        f"rate card [bold]{escaped(version.get('name', args.name))}[/] version "
+        f"[bold]{version.get('version')}[/]: {len(skus)} SKUs in "
+        f"{escaped(version.get('currency'))}, "
+        f"effective from {escaped(version.get('effective_from'))}",
         highlight=False,
     )
     for job in answer.get("jobs") or []:
@@ -83,6 +88,13 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
             f"(GET {_esc(job.get('href'))})",
             highlight=False,
         )
+    return 0
+
+
+def cmd_ratecard_example(args: argparse.Namespace, settings: Settings) -> int:
+    """The card shipped in the package (what the docs' `service/cli/demo/ratecard.json` is in
+    a checkout), read without importing the demo."""
+    sys.stdout.write(EXAMPLE_CARD.read_text(encoding="utf-8"))
     return 0
 
 
@@ -99,85 +111,6 @@ def cmd_plan_estimate(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     print_estimate(estimate)
     return 0
-
-
-def print_estimate(estimate: dict[str, Any]) -> None:
-    currency = str(estimate.get("currency", ""))
-    ui.out.print(
-        f"[bold]{_esc(estimate.get('name'))}[/] for project {_esc(estimate.get('project'))} "
-        f"(rate card {_esc(estimate.get('rate_card'))}), "
-        f"{_esc(estimate.get('window_start'))} to {_esc(estimate.get('window_end'))}",
-        highlight=False,
-    )
-    for stage in estimate.get("stages", []):
-        title = str(stage.get("stage"))
-        if stage.get("label"):
-            title += f" ({stage['label']})"
-        table = Table(
-            "source",
-            "sku",
-            Column("quantity"),
-            "unit",
-            Column("unit price"),
-            Column(f"cost ({currency})"),
-            title=Text(title, style="bold"),
-            title_justify="left",
-        )
-        for line in stage.get("lines", []):
-            table.add_row(
-                *(
-                    Text(str(line.get(k, "")))
-                    for k in ("source", "sku", "quantity", "unit", "unit_price", "cost")
-                )
-            )
-        table.add_section()
-        table.add_row("", Text("subtotal"), "", "", "", Text(str(stage.get("subtotal"))))
-        if stage.get("contingency") not in (None, "0", "0.00"):
-            table.add_row(
-                "",
-                Text(f"contingency {stage.get('contingency_pct')} %"),
-                "",
-                "",
-                "",
-                Text(str(stage.get("contingency"))),
-            )
-        table.add_row("", Text("total", style="bold"), "", "", "", Text(str(stage.get("total"))))
-        ui.out.print(table)
-        derivation = stage.get("derivation")
-        if derivation:
-            ui.out.print(
-                Text(
-                    f"  6·N·D: {derivation.get('flops')} FLOPs at "
-                    f"{derivation.get('effective_flops_per_accelerator')} FLOP/s per accelerator"
-                    f" = {stage.get('accelerator_hours')} accelerator hours",
-                    style="dim",
-                )
-            )
-    totals = Table("", Column("value"), title=Text("totals", style="bold"), title_justify="left")
-    for name, cost in sorted((estimate.get("categories") or {}).items()):
-        if _is_zero(cost):  # every category is listed; the empty ones are noise here
-            continue
-        totals.add_row(Text(f"category {name}"), Text(f"{cost} {currency}"))
-    totals.add_section()
-    for key in ("fixed", "elastic", "subtotal", "contingency"):
-        totals.add_row(Text(key), Text(f"{estimate.get(key)} {currency}"))
-    totals.add_row(Text("total", style="bold"), Text(f"{estimate.get('total')} {currency}"))
-    totals.add_section()
-    totals.add_row(Text("accelerator hours"), Text(str(estimate.get("accelerator_hours"))))
-    totals.add_row(
-        Text(f"energy (PUE {estimate.get('pue')})"), Text(f"{estimate.get('energy_kwh')} kWh")
-    )
-    if estimate.get("emissions_kg_co2e") is not None:
-        totals.add_row(Text("emissions"), Text(f"{estimate['emissions_kg_co2e']} kg CO2e"))
-    peak = estimate.get("peak") or {}
-    if peak:
-        totals.add_row(
-            Text("daily spend, average / peak"),
-            Text(f"{peak.get('average_daily')} / {peak.get('peak_daily')} {currency}"),
-        )
-        if peak.get("ratio"):
-            totals.add_row(Text("headroom (peak / average)"), Text(str(peak["ratio"])))
-    ui.out.print(totals)
 
 
 def Column(header: str) -> Any:  # a right-aligned column, like rich's own Column
@@ -251,6 +184,10 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
         write_costs_csv(report, columns, by_sku, sys.stdout)
         return 0
     currency = report.get("currency") or ""
+    if not report["rows"]:
+        span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
+        none_line(f"no costs in project {report['project']} {span}")
+        return 0
     table = Table(
         *columns,
         *([Column("quantity"), "unit"] if by_sku else []),
@@ -280,7 +217,7 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
     )
     ui.out.print(table)
     span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
-    ui.err.print(f"{len(report['rows'])} rows, {span}", highlight=False)
+    ui.err.print(f"{count(len(report['rows']), 'row')}, {span}", highlight=False)
     return 0
 
 
@@ -344,7 +281,9 @@ def cmd_export_focus(args: argparse.Namespace, settings: Settings) -> int:
                 raise
             partial.replace(target)
             where = str(target)
-    ui.err.print(f"{rows} rows ({size} bytes) written to {where}", highlight=False)
+    ui.err.print(
+        f"{count(rows, 'row')} ({count(size, 'byte')}) written to {where}", highlight=False
+    )
     return 0
 
 
@@ -378,7 +317,7 @@ def stream_focus(client: Client, params: list[tuple[str, str]], sink: IO[bytes])
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP)")
+    ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP; `example` offline)")
     ratecard_sub = ratecard.add_subparsers(dest="ratecard_command", required=True)
     apply = ratecard_sub.add_parser(
         "apply",
@@ -397,6 +336,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     apply.add_argument("--json", action="store_true", help="print the service's answer")
     add_client_options(apply)
     apply.set_defaults(handler=cmd_ratecard_apply)
+    example = ratecard_sub.add_parser(
+        "example",
+        help="print the example rate card (17 SKUs at public list prices, the demo's), to "
+        "save and edit: trainledger ratecard example > card.json",
+    )
+    example.set_defaults(handler=cmd_ratecard_example)
 
     plan = sub.add_parser("plan", help="training plans (over HTTP)")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)
@@ -409,7 +354,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     estimate.set_defaults(handler=cmd_plan_estimate)
 
     costs = sub.add_parser("costs", help="costs grouped by any dimensions (GET /v1/costs)")
-    costs.add_argument("--project", required=True)
+    costs.add_argument("--project", required=True, help="the project")
     costs.add_argument(
         "--group-by",
         default="category",
@@ -417,7 +362,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     costs.add_argument("--from", dest="from_day", help="first day, inclusive (YYYY-MM-DD)")
     costs.add_argument("--to", dest="to_day", help="last day, exclusive (YYYY-MM-DD)")
-    costs.add_argument("--granularity", choices=("hour", "day", "week", "month"))
+    costs.add_argument(
+        "--granularity",
+        choices=("hour", "day", "week", "month"),
+        help="one row per period of this length too (default: the whole span)",
+    )
     costs.add_argument(
         "--filter",
         action="append",
@@ -438,7 +387,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     focus = export_sub.add_parser(
         "focus", help="stream the FOCUS 1.2 cost-and-usage CSV (GET /v1/export/focus)"
     )
-    focus.add_argument("--project", required=True)
+    focus.add_argument("--project", required=True, help="the project")
     focus.add_argument(
         "--from",
         dest="from_time",
@@ -453,18 +402,5 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     focus.set_defaults(handler=cmd_export_focus)
 
 
-def _is_zero(value: object) -> bool:
-    try:
-        return Decimal(str(value)) == 0
-    except ArithmeticError:
-        return False
-
-
 def _split(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
-
-
-def _esc(value: object) -> str:
-    from rich.markup import escape
-
-    return escape(str(value))

@@ -27,6 +27,7 @@ from ..client import ApiError, DrainReport, RetryPolicy, Spool, SpoolBusy
 from ..config import Settings
 from .client import Client, CliError, add_client_options, resolve_token, resolve_url
 from .commands import positive_int, print_json
+from .figures import count
 from .imports import BATCH, print_posted, read_input
 from .ui import ui
 
@@ -120,7 +121,7 @@ def cmd_spool_put(args: argparse.Namespace, settings: Settings) -> int:
         spool.put(events)
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
-    ui.err.print(f"{len(events)} events spooled in {spool.directory}", highlight=False)
+    ui.err.print(f"{count(len(events), 'event')} spooled in {spool.directory}", highlight=False)
     return 0
 
 
@@ -130,7 +131,7 @@ def cmd_spool_flush(args: argparse.Namespace, settings: Settings) -> int:
         try:
             report = spool.drain(client, batch_size=args.batch_size, wait=True)
         except (ApiError, httpx.HTTPError):
-            ui.err.print(f"{spool.pending()} events stay spooled for the next flush")
+            ui.err.print(f"{count(spool.pending(), 'event')} stay spooled for the next flush")
             raise
         except OSError as exc:  # the spool itself (its lock, its directories): say which
             raise CliError(f"spool {spool.directory}: {exc}") from exc
@@ -144,20 +145,31 @@ def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
     for note in notes:
         ui.err.print(Text(f"spool: {note}", style="red"))
     said = [
-        (report.events_refused, "spooled events refused by the service"),
-        (report.files_unreadable, "spool entries that cannot be read"),
-        (report.corrupt_lines, "unreadable lines (not JSON objects)"),
+        (report.events_refused, "spooled event refused by the service", None),
+        (
+            report.files_unreadable,
+            "spool entry that cannot be read",
+            "spool entries that cannot be read",
+        ),
+        (
+            report.corrupt_lines,
+            "unreadable line (not a JSON object)",
+            "unreadable lines (not JSON objects)",
+        ),
     ]
-    for count, what in said:
-        if count:
+    for n, singular, plural in said:
+        if n:
             ui.err.print(
-                Text(f"{count} {what}, kept in {spool.failed} beside a note", style="bold red")
+                Text(
+                    f"{count(n, singular, plural)}, kept in {spool.failed} beside a note",
+                    style="bold red",
+                )
             )
     if report.files_left:
         ui.err.print(
             Text(
-                f"{report.files_left} spooled files could not be set aside (see above): left "
-                f"in {spool.new}, tried again at the next drain",
+                f"{count(report.files_left, 'spooled file')} could not be set aside (see above): "
+                f"left in {spool.new}, tried again at the next drain",
                 style="bold red",
             )
         )
@@ -235,16 +247,16 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
                 if fresh or report.files_failed or report.files_unreadable:
                     _say_set_aside(spool, report, fresh)
             stop.wait(args.interval)
-    ui.err.print(f"agent: stopped; {spool.pending()} events spooled", highlight=False)
+    ui.err.print(f"agent: stopped; {count(spool.pending(), 'event')} spooled", highlight=False)
     return 0
 
 
 def _say_drained(report: DrainReport) -> None:
     ui.err.print(
-        f"agent: sent {report.events} events from {report.files_sent} files in "
-        f"{report.requests} requests: "
-        f"{report.accepted} accepted, {report.duplicates} duplicates, "
-        f"{len(report.rejected)} rejected",
+        f"agent: sent {count(report.events, 'event')} from {count(report.files_sent, 'file')} "
+        f"in {count(report.requests, 'request')}: "
+        f"{report.accepted:,} accepted, {count(report.duplicates, 'duplicate')}, "
+        f"{len(report.rejected):,} rejected",
         highlight=False,
     )
 

@@ -31,6 +31,7 @@ from ..importers.kubernetes import PodListError, import_pods
 from ..importers.slurm import SacctFormatError, import_sacct
 from .client import ApiError, Client, CliError, add_client_options
 from .commands import positive_int
+from .figures import count
 from .ui import ui
 
 BATCH = 5_000
@@ -124,17 +125,21 @@ def finish(
 
 def print_found(result: ImportResult, noun: str, steps_note: str) -> None:
     """What the input held, what becomes events (GPU hours per SKU and day), what does not."""
-    parts = [f"{result.records} records", f"{result.counted} {noun} with GPUs counted"]
+    one = noun.removesuffix("s")  # "jobs" -> "job", "pods" -> "pod"
+    parts = [
+        count(result.records, "record"),
+        f"{count(result.counted, one, noun)} with GPUs counted",
+    ]
     if result.steps:
-        parts.append(f"{result.steps} {steps_note}")
+        parts.append(f"{result.steps:,} {steps_note}")
     if result.not_finished:
-        parts.append(f"{result.not_finished} not finished (import again once they end)")
+        parts.append(f"{result.not_finished:,} not finished (import again once they end)")
     if result.without_gpus:
-        parts.append(f"{result.without_gpus} without GPUs")
+        parts.append(f"{result.without_gpus:,} without GPUs")
     if result.repeated:
-        parts.append(f"{result.repeated} repeated in the input (counted once)")
+        parts.append(f"{result.repeated:,} repeated in the input (counted once)")
     if result.skipped:
-        parts.append(f"{len(result.skipped)} skipped")
+        parts.append(f"{len(result.skipped):,} skipped")
     ui.err.print(", ".join(parts), highlight=False)
 
     if result.events:
@@ -230,8 +235,8 @@ def post_events(
 
 def print_posted(accepted: int, duplicates: int, rejected: list[dict[str, Any]]) -> None:
     ui.out.print(
-        f"[green]{accepted} accepted[/], {duplicates} duplicates (already counted), "
-        f"[{'red' if rejected else 'green'}]{len(rejected)} rejected[/]",
+        f"[green]{accepted:,} accepted[/], {count(duplicates, 'duplicate')} (already counted), "
+        f"[{'red' if rejected else 'green'}]{len(rejected):,} rejected[/]",
         highlight=False,
     )
     if not rejected:

@@ -7,6 +7,7 @@ service's answer, exact to the nano-unit.
 from __future__ import annotations
 
 import argparse
+from decimal import Decimal
 from typing import Any
 
 from rich.table import Table
@@ -17,6 +18,7 @@ from costcore.money import amount_for_people
 from ..config import Settings
 from .client import Client, CliError, add_client_options
 from .commands import print_json, read_json_file
+from .figures import count, none_line
 from .ui import ui
 
 # The kinds of `GET /v1/alerts` and of a webhook's `kinds` (budgets/model.py's AlertKind).
@@ -50,6 +52,9 @@ def cmd_budgets_list(args: argparse.Namespace, settings: Settings) -> int:
         budgets = client.json("GET", "/v1/budgets", params={"project": args.project})
     if args.json:
         print_json(budgets)
+        return 0
+    if not budgets:
+        none_line(f"no budgets in project {args.project} (add one: trainledger budgets create)")
         return 0
     table = _table(f"{args.project}: budgets", "id", "name", ">amount", "period", "thresholds %")
     for b in budgets:
@@ -96,14 +101,32 @@ def cmd_budgets_create(args: argparse.Namespace, settings: Settings) -> int:
             body["thresholds"] = args.threshold
     with Client.from_args(args, settings) as client:
         budget = client.json("POST", "/v1/budgets", json=body)
-    if args.json:
-        print_json(budget)
-        return 0
+        if args.json:
+            print_json(budget)
+            return 0
+        # The budget's answer has no currency: its status (the project's currency) does.
+        status = client.json(
+            "GET", f"/v1/budgets/{budget['id']}", params={"project": budget["project"]}
+        )
+    currency = status.get("currency")
     ui.out.print(
-        Text(f"budget {budget['name']} created: id {budget['id']}, {money(budget['amount'])} ")
-        + Text(f"{budget['period']}, alerts at {budget.get('thresholds')} %")
+        Text(
+            f"budget {budget['name']} created: id {budget['id']}, "
+            f"{money(budget['amount'], currency)} {budget['period']}"
+        )
     )
+    ui.out.print(Text(f"alerts at {threshold_amounts(budget, currency)}"))
     return 0
+
+
+def threshold_amounts(budget: dict[str, Any], currency: str | None) -> str:
+    """`50 % (500.00 USD), 90 % (900.00 USD)`: each threshold with the spend that reaches it
+    (the amount × pct / 100; the service rounds that limit up to the nano)."""
+    amount = Decimal(str(budget["amount"]))
+    parts = [
+        f"{pct} % ({money(amount * pct / 100, currency)})" for pct in budget.get("thresholds", [])
+    ]
+    return ", ".join(parts) or "no thresholds"
 
 
 def cmd_budgets_delete(args: argparse.Namespace, settings: Settings) -> int:
@@ -125,6 +148,13 @@ def cmd_alerts_list(args: argparse.Namespace, settings: Settings) -> int:
         alerts = client.json("GET", "/v1/alerts", params=params)
     if args.json:
         print_json(alerts)
+        return 0
+    if not alerts:
+        none_line(
+            f"no alerts in project {args.project}"
+            + (" in that time" if args.from_time or args.to_time else "")
+            + (f" of kind {args.kind}" if args.kind else "")
+        )
         return 0
     table = _table(
         f"{args.project}: alerts, oldest first", "when", "kind", "what", ">figure", ">over by"
@@ -171,6 +201,9 @@ def cmd_webhooks_list(args: argparse.Namespace, settings: Settings) -> int:
         hooks = client.json("GET", "/v1/webhooks")
     if args.json:
         print_json(hooks)
+        return 0
+    if not hooks:
+        none_line("no webhooks (add one: trainledger webhooks create)")
         return 0
     table = _table("webhooks", "id", "format", "url", "projects", "kinds", "description")
     for h in hooks:
@@ -246,6 +279,12 @@ def cmd_webhooks_deliveries(args: argparse.Namespace, settings: Settings) -> int
     if args.json:
         print_json(page)
         return 0
+    if not page["items"]:
+        none_line(
+            f"no webhook deliveries in project {args.project}"
+            + (f" with status {args.status}" if args.status else "")
+        )
+        return 0
     table = _table(
         f"{args.project}: deliveries ({page['total']})",
         "id",
@@ -276,8 +315,11 @@ def cmd_webhooks_redeliver(args: argparse.Namespace, settings: Settings) -> int:
         print_json(report)
         return 0
     ui.out.print(
-        Text(f"{len(report['redelivered'])} deliveries sent again; ")
-        + Text(f"{len(report['not_failed'])} were not failed (unknown, pending or delivered)")
+        Text(f"{count(len(report['redelivered']), 'delivery', 'deliveries')} sent again; ")
+        + Text(
+            f"{count(len(report['not_failed']), 'delivery', 'deliveries')} not failed "
+            "(unknown, pending or delivered)"
+        )
     )
     return 0
 
@@ -296,11 +338,11 @@ def _add_budgets(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     budgets = sub.add_parser("budgets", help="a project's budgets (over HTTP)")
     b_sub = budgets.add_subparsers(dest="budgets_command", required=True)
     listing = b_sub.add_parser("list", help="a project's budgets")
-    listing.add_argument("--project", required=True)
+    listing.add_argument("--project", required=True, help="the project")
     _common(listing, cmd_budgets_list)
     show = b_sub.add_parser("show", help="spend against a budget now")
-    show.add_argument("budget_id")
-    show.add_argument("--project", required=True)
+    show.add_argument("budget_id", help="the id `budgets list` shows")
+    show.add_argument("--project", required=True, help="the budget's project")
     _common(show, cmd_budgets_show)
     create = b_sub.add_parser(
         "create",
@@ -308,18 +350,23 @@ def _add_budgets(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="From flags, or --file with the whole body of POST /v1/budgets (scope, "
         "forecast and growth rules, a window).",
     )
-    create.add_argument("--project")
-    create.add_argument("--name")
+    create.add_argument("--project", help="the project whose spend it watches")
+    create.add_argument("--name", help="a name for people (alerts show it)")
     create.add_argument("--amount", help="in the project's currency, e.g. 25000")
-    create.add_argument("--period", choices=("monthly", "weekly"), default="monthly")
+    create.add_argument(
+        "--period",
+        choices=("monthly", "weekly"),
+        default="monthly",
+        help="calendar month or ISO week (monthly); a window: --file",
+    )
     create.add_argument(
         "--threshold", type=int, action="append", help="alert at this %% (repeatable)"
     )
     create.add_argument("--file", help="the budget as JSON ('-' = stdin)")
     _common(create, cmd_budgets_create)
     remove = b_sub.add_parser("delete", help="delete a budget (admin)")
-    remove.add_argument("budget_id")
-    remove.add_argument("--project", required=True)
+    remove.add_argument("budget_id", help="the id `budgets list` shows")
+    remove.add_argument("--project", required=True, help="the budget's project")
     _common(remove, cmd_budgets_delete, json_flag=False)
 
 
@@ -327,8 +374,8 @@ def _add_alerts(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     alerts = sub.add_parser("alerts", help="alert history: budgets, regressions (over HTTP)")
     a_sub = alerts.add_subparsers(dest="alerts_command", required=True)
     listing = a_sub.add_parser("list", help="a project's alerts, oldest first")
-    listing.add_argument("--project", required=True)
-    listing.add_argument("--kind", choices=ALERT_KINDS)
+    listing.add_argument("--project", required=True, help="the project")
+    listing.add_argument("--kind", choices=ALERT_KINDS, help="only alerts of this kind")
     listing.add_argument("--from", dest="from_time", help="RFC 3339 time: alerts since")
     listing.add_argument("--to", dest="to_time", help="RFC 3339 time: alerts before")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (100)")
@@ -350,11 +397,11 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     create.add_argument("--project", action="append", help="only this project (repeatable)")
     create.add_argument("--kind", action="append", choices=ALERT_KINDS, help="repeatable")
-    create.add_argument("--description")
+    create.add_argument("--description", help="a note for people (lists show it)")
     create.add_argument("--secret", help="signing secret (standard: generated when not given)")
     _common(create, cmd_webhooks_create)
     remove = w_sub.add_parser("delete", help="delete a webhook (admin)")
-    remove.add_argument("webhook_id")
+    remove.add_argument("webhook_id", help="the id `webhooks list` shows")
     _common(remove, cmd_webhooks_delete, json_flag=False)
     test = w_sub.add_parser(
         "test",
@@ -362,16 +409,25 @@ def _add_webhooks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="POST /v1/webhooks/{id}/test: a made-up alert of --kind, marked test, in "
         "the webhook's format. Exit 1 when it was not delivered.",
     )
-    test.add_argument("webhook_id")
-    test.add_argument("--kind", choices=ALERT_KINDS, default="threshold")
+    test.add_argument("webhook_id", help="the id `webhooks list` shows")
+    test.add_argument(
+        "--kind",
+        choices=ALERT_KINDS,
+        default="threshold",
+        help="the sample alert to send (threshold)",
+    )
     _common(test, cmd_webhooks_test)
     deliveries = w_sub.add_parser("deliveries", help="deliveries of a project's alerts")
-    deliveries.add_argument("--project", required=True)
-    deliveries.add_argument("--status", choices=("pending", "failed", "delivered"))
-    deliveries.add_argument("--limit", type=int, default=100)
+    deliveries.add_argument("--project", required=True, help="the project")
+    deliveries.add_argument(
+        "--status",
+        choices=("pending", "failed", "delivered"),
+        help="only deliveries in this state",
+    )
+    deliveries.add_argument("--limit", type=int, default=100, help="at most this many (100)")
     _common(deliveries, cmd_webhooks_deliveries)
     redeliver = w_sub.add_parser("redeliver", help="send failed deliveries again (admin)")
-    redeliver.add_argument("--project", required=True)
+    redeliver.add_argument("--project", required=True, help="the project")
     redeliver.add_argument("--id", action="append", help="a delivery id (default: every failed)")
     _common(redeliver, cmd_webhooks_redeliver)
 

@@ -19,9 +19,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (starts the embedded Valkey if needed)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (127.0.0.1; 0.0.0.0: all)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes serving requests (1)"
+    )
     serve.add_argument("--redis-url", default=None, help="default: $TRAINLEDGER_REDIS_URL")
     serve.add_argument(
         "--data-dir",

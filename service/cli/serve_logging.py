@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 from ..http.observability import JsonFormatter, TextFormatter
 
@@ -52,15 +53,30 @@ def announce_admin_token(token: str, path: Path, fmt: str) -> None:
     )
     if not sys.stderr.isatty():
         return
-    record = logging.LogRecord(
-        log.name,
-        logging.WARNING,
-        __file__,
-        0,
-        "local admin token (shown because stderr is a terminal; not logged): %s",
-        (token,),
-        None,
-    )
+    _show(fmt, "local admin token (shown because stderr is a terminal; not logged): %s", token)
+
+
+def _show_signed_in_link(url: str, token_file: Path | None, fmt: str) -> None:
+    """On a terminal, the dashboard link with the local admin token, as a line in the log
+    format: one click to a ready dashboard. Never logged (a log outlives the terminal, and is
+    read by others)."""
+    if token_file is None or not sys.stderr.isatty():
+        return
+    try:
+        token = token_file.read_text().strip()
+    except OSError:
+        return
+    if token:
+        _show(
+            fmt,
+            "open the dashboard (shown because stderr is a terminal; not logged): %s",
+            f"{url}/ui?token={quote(token, safe='')}",
+        )
+
+
+def _show(fmt: str, message: str, arg: str) -> None:
+    """A warning in the log format, on the terminal only: it holds a secret."""
+    record = logging.LogRecord(log.name, logging.WARNING, __file__, 0, message, (arg,), None)
     sys.stderr.write(formatter(fmt).format(record) + "\n")
     sys.stderr.flush()
 
@@ -87,22 +103,28 @@ def listening(sock: socket.socket) -> bool:
         return False
 
 
-def announce_when_listening(sock: socket.socket, host: str) -> threading.Event:
-    """Start a thread that writes the ready line once `sock` listens; set the returned event
-    to stop it early (the server ended without listening)."""
+def announce_when_listening(
+    sock: socket.socket, host: str, token_file: Path | None = None, fmt: str = "json"
+) -> threading.Event:
+    """Start a thread that writes the ready line once `sock` listens (with the dashboard's
+    address; on a terminal also a link signed in with the admin token of `token_file`, shown,
+    not logged); set the returned event to stop it early (the server ended without
+    listening)."""
     stop = threading.Event()
     port = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
+    url = f"http://{where}:{port}"
 
     def watch() -> None:
         while not stop.wait(LISTEN_POLL_S):
             if listening(sock):
                 log.info(
-                    "serving on http://%s:%d (API docs at /docs)",
-                    where,
-                    port,
-                    extra={"fields": {"url": f"http://{where}:{port}"}},
+                    "serving on %s (dashboard: %s/ui, API docs at /docs)",
+                    url,
+                    url,
+                    extra={"fields": {"url": url, "dashboard": f"{url}/ui"}},
                 )
+                _show_signed_in_link(url, token_file, fmt)
                 return
 
     threading.Thread(target=watch, name="trainledger-ready", daemon=True).start()

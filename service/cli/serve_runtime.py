@@ -20,7 +20,7 @@ from pathlib import Path
 from ..config import Settings
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
-from ..storage.embedded import EmbeddedValkey
+from ..storage.embedded import DataDirOwned, EmbeddedValkey
 from ..storage.sealing import Sealer, SecretKeyError, load_sealer
 from ..storage.urls import redact
 from .admin_token import ADMIN_TOKEN_FILE, supplied_admin_token
@@ -104,6 +104,38 @@ def _cannot_start(reason: object) -> int:
     return 2
 
 
+class CannotStart(Exception):
+    """Why `serve` cannot start, said as what to do (one line, no traceback)."""
+
+
+def port_in_use(host: str, port: int, error: OSError) -> CannotStart:
+    return CannotStart(
+        f"{host}:{port} is taken ({error.strerror or error}): another `trainledger serve` or "
+        f"another program listens there. Stop it, or serve on another port: --port {port + 1}"
+    )
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another process holds before anything is started: a first start must
+    not bring up Valkey and mint a token only to fail on the socket."""
+    try:
+        bind(host, port).close()
+    except OSError as exc:
+        raise port_in_use(host, port, exc) from exc
+
+
+def start_embedded(embedded: EmbeddedValkey) -> str:
+    """Start the data dir's Valkey, or say what to do when another process owns the dir."""
+    try:
+        return embedded.start()
+    except DataDirOwned as exc:
+        raise CannotStart(
+            f"{embedded.data_dir} is in use by another trainledger process (a running "
+            "`trainledger serve`?). Stop it, or use another data dir: --data-dir DIR; to share "
+            f"its store, set TRAINLEDGER_REDIS_URL to the URL in {embedded.url_file}"
+        ) from exc
+
+
 async def _bootstrap(
     url: str, sealer: Sealer, data_dir: Path, supplied: str | None
 ) -> tuple[str | None, str | None]:
@@ -140,7 +172,9 @@ def _tell_workers(args: argparse.Namespace, settings: Settings, url: str) -> Non
 STARTUP_FAILURE = 3
 
 
-def _run_workers(args: argparse.Namespace, log_level: str) -> None:
+def _run_workers(
+    args: argparse.Namespace, log_level: str, token_file: Path, log_format: str
+) -> None:
     """uvicorn on a socket bound here, so that the ready line can wait for it to listen
     (`serve_logging`): with one worker in this process, with more in uvicorn's workers."""
     import uvicorn
@@ -166,8 +200,11 @@ def _run_workers(args: argparse.Namespace, log_level: str) -> None:
         # is closing (uvicorn's 5 s default did that to bursty schedulers).
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
-    sock = bind(args.host, args.port)
-    stop_watching = announce_when_listening(sock, args.host)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:  # taken since `check_port`
+        raise port_in_use(args.host, args.port, exc) from exc
+    stop_watching = announce_when_listening(sock, args.host, token_file, log_format)
     try:
         if args.workers > 1:
             # Older uvicorn releases take the workers' target; newer ones make it themselves.
@@ -200,7 +237,12 @@ def _serve(
     _tell_workers(args, settings, url)
     folder = _start_folder(url)
     try:
-        _run_workers(args, log_level_of(args, settings))
+        _run_workers(
+            args,
+            log_level_of(args, settings),
+            settings.data_dir / ADMIN_TOKEN_FILE,
+            log_format_of(args, settings),
+        )
     finally:
         folder.terminate()
         folder.join(timeout=5)
@@ -261,13 +303,17 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         supplied = supplied_admin_token()
     except (SecretKeyError, ValueError) as exc:
         return _cannot_start(exc)
-    if url is not None:
-        return _serve(args, settings, url, sealer, supplied)
-    embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
-    url = embedded.start()
-    # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
-    log.info("embedded Valkey on %s", redact(url))
     try:
-        return _serve(args, settings, url, sealer, supplied)
-    finally:
-        embedded.stop()
+        check_port(args.host, args.port)
+        if url is not None:
+            return _serve(args, settings, url, sealer, supplied)
+        embedded = EmbeddedValkey(settings.data_dir, settings.appendfsync)
+        url = start_embedded(embedded)
+        # Not the URL itself: it holds the server's password (kept in the data dir, 0600).
+        log.info("embedded Valkey on %s", redact(url))
+        try:
+            return _serve(args, settings, url, sealer, supplied)
+        finally:
+            embedded.stop()
+    except CannotStart as exc:
+        return _cannot_start(exc)

@@ -32,6 +32,7 @@ from ..importers.scontrol import scontrol_to_sacct
 from ..importers.slurm import SACCT_FIELDS, SacctFormatError, import_sacct
 from .client import CliError
 from .events import spool_from_args
+from .figures import count
 from .imports import mapping_from_args
 from .ui import ui
 
@@ -155,7 +156,7 @@ def cmd_slurm_hook(args: argparse.Namespace, settings: Settings) -> int:
         except OSError as exc:  # full disk, permissions: say so in slurmctld's log, plainly
             raise CliError(f"job {job_id}: cannot spool in {spool.directory}: {exc}") from exc
         ui.err.print(
-            f"job {job_id}: {len(result.events)} events spooled (from {source})",
+            f"job {job_id}: {count(len(result.events), 'event')} spooled (from {source})",
             highlight=False,
             markup=False,
         )

@@ -227,7 +227,7 @@ def burn_down(
     if forecast is not None and now < end:
         body += _forecast_line(path[-1], xy(end, amount(forecast)), forecast, currency)
     if start < now < end:
-        body += _now_line(xy(now, 0.0)[0], top, plot_h)
+        body += _now_line(xy(now, 0.0)[0], top, plot_h, left + plot_w)
     body.append(
         f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" '
         f'stroke="#999" stroke-width="1"/>'
@@ -288,11 +288,15 @@ def _forecast_line(
     ]
 
 
-def _now_line(nx: float, top: float, plot_h: float) -> list[str]:
+def _now_line(nx: float, top: float, plot_h: float, plot_end: float) -> list[str]:
+    """The "now" line, labelled above the plot: below it the period's dates would collide
+    with the label early or late in the period; near the right end it reads leftwards, clear
+    of the limit's label."""
+    anchor, lx = ("end", nx - 2) if nx > plot_end - 16 else ("middle", nx)
     return [
         f'<line class="now" x1="{nx:.1f}" x2="{nx:.1f}" y1="{top:.1f}" y2="{top + plot_h:.1f}"'
         f' stroke="#888" stroke-width="1" stroke-dasharray="1 3"/>',
-        _text(nx, top + plot_h + 26, "now", anchor="middle", size=10, fill="#888"),
+        _text(lx, top - 6, "now", anchor=anchor, size=10, fill="#888"),
     ]
 
 
@@ -302,11 +306,18 @@ class PlanBar:
     planned: str
     actual: str
     forecast: str
+    stage: str = ""  # the stage's name (data-stage), when the label is another text
 
 
 def plan_vs_actual(label: str, rows: Sequence[PlanBar], currency: str, *, width: int = 1200) -> str:
-    """Per stage: planned, actual so far and forecast at completion, as horizontal bars."""
-    left, right, top, row_h = 190.0, 150.0, 10.0, 54.0
+    """Per stage: planned, actual so far and forecast at completion, as horizontal bars. A
+    stage's label gets the room it needs, up to a third of the width; a longer one wraps onto
+    up to three lines there (never cut at the left edge)."""
+    size = 13
+    most = int((width / 3 - 14) / (size * 0.62))  # characters a line of the room holds
+    wrapped = [wrap_label(r.label, most) for r in rows]
+    longest = max((len(line) for lines in wrapped for line in lines), default=0)
+    left, right, top, row_h = max(120.0, longest * size * 0.62 + 14), 150.0, 10.0, 54.0
     height = int(top + row_h * max(len(rows), 1) + 28)
     plot_w = width - left - right
     peak = max([amount(v) for r in rows for v in (r.planned, r.actual, r.forecast)], default=0.0)
@@ -323,13 +334,16 @@ def plan_vs_actual(label: str, rows: Sequence[PlanBar], currency: str, *, width:
     kinds = (("planned", "#b8c7d9"), ("actual", "#2f6fb0"), ("forecast", "#f28e2b"))
     for i, row in enumerate(rows):
         y = top + i * row_h
-        body.append(_text(left - 10, y + row_h / 2 + 4, row.label, anchor="end", size=13))
+        lines = wrapped[i]
+        first = y + row_h / 2 + 4 - (len(lines) - 1) * (size + 2) / 2
+        for k, line in enumerate(lines):
+            body.append(_text(left - 10, first + k * (size + 2), line, anchor="end", size=size))
         for j, (kind, fill) in enumerate(kinds):
             value = getattr(row, kind)
             by = y + 6 + j * 14
             w = amount(value) * scale
             body.append(
-                f'<rect class="plan-{kind}" data-stage="{escape(row.label)}" '
+                f'<rect class="plan-{kind}" data-stage="{escape(row.stage or row.label)}" '
                 f'data-value="{escape(value)}" x="{left:.1f}" y="{by:.1f}" width="{w:.2f}" '
                 f'height="12" fill="{fill}"><title>{escape(row.label)} {kind}: '
                 f"{escape(tooltip(value, currency))}</title></rect>"
@@ -337,6 +351,26 @@ def plan_vs_actual(label: str, rows: Sequence[PlanBar], currency: str, *, width:
             shown = f"{kind} {people(value, currency)}"
             body.append(_text(left + w + 6, by + 10, shown, size=10, fill="#555"))
     return _svg(width, height, label, body, "plan-vs-actual")
+
+
+def wrap_label(text: str, most: int, lines: int = 3) -> list[str]:
+    """`text` in at most `lines` lines of at most `most` characters, broken between words
+    (a word longer than a line is broken inside); what does not fit ends the last line with
+    "…" (the bar's tooltip has it whole)."""
+    words = text.split()
+    out: list[str] = []
+    for word in words:
+        while len(word) > most:
+            out.append(word[:most])
+            word = word[most:]
+        if out and len(out[-1]) + 1 + len(word) <= most and not out[-1].endswith(" "):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    if len(out) > lines:
+        out = out[:lines]
+        out[-1] = out[-1][: most - 1] + "…"
+    return out or [""]
 
 
 def share_bar(share: float, color: str = "#4e79a7") -> str:

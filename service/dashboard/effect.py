@@ -14,7 +14,7 @@ from html import escape
 
 from ..evaluations.effect import BenchmarkCell, CostEffectReport, ExperimentRow
 from .charts import FONT, amount, money_ticks
-from .money_text import money_html, tooltip
+from .money_text import grouped, money_html, tooltip
 
 __all__ = ["effect_section"]
 
@@ -45,7 +45,8 @@ def _row(row: ExperimentRow, targets: list[str], currency: str) -> str:
     )
     exposure = money_html(row.rework_exposure, currency) if row.rework_exposure else "–"
     regressions = (
-        f'<span class="regression">{_e(", ".join(row.regressions))}</span>: rework {exposure}'
+        f'<span class="regression">{_e(", ".join(row.regressions))}</span>: rework exposure '
+        f"{exposure}"
         if row.regressions
         else '<span class="muted">none</span>'
     )
@@ -57,7 +58,7 @@ def _row(row: ExperimentRow, targets: list[str], currency: str) -> str:
     return (
         f'<tr data-experiment="{_e(row.experiment)}"><td>{name}</td>'
         f'<td class="num cost">{money_html(row.cost, currency)}</td>'
-        f'<td class="num">{_e(row.accelerator_hours)}</td>'
+        f'<td class="num">{_e(grouped(row.accelerator_hours))}</td>'
         f'<td class="num">{_e(f"{row.tokens_seen:,}" if row.tokens_seen else "–")}</td>'
         + "".join(_cell(cells.get(t), currency) for t in targets)
         + f'<td>{regressions}</td><td class="num">{forecast}</td></tr>'
@@ -69,15 +70,36 @@ def label_width(text: str, size: int = _LABEL_SIZE) -> float:
     return len(text) * size * 0.62
 
 
-def _point_label(cx: float, cy: float, name: str) -> str:
-    """The experiment's name beside its point: to the right, or to the left where the right
-    edge would cut it off."""
-    if cx + 9 + label_width(name) <= _W - 2:
-        x, anchor = cx + 9, "start"
-    else:
-        x, anchor = cx - 9, "end"
+Box = tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def _point_label(cx: float, cy: float, name: str, taken: list[Box]) -> str:
+    """The experiment's name beside its point, at the first place (right or left, above or
+    below) inside the drawing that no label already placed covers; `taken` gains its box."""
+    width, height = label_width(name), _LABEL_SIZE * 1.25
+    candidates = [
+        (x, anchor, cy + dy)
+        for dy in (-8, 4 + _LABEL_SIZE, -8 - height, 4 + _LABEL_SIZE + height)
+        for x, anchor in ((cx + 9, "start"), (cx - 9, "end"))
+    ]
+
+    def box(x: float, anchor: str, baseline: float) -> Box:
+        left = x if anchor == "start" else x - width
+        return (left, baseline - _LABEL_SIZE, left + width, baseline - _LABEL_SIZE + height)
+
+    def free(b: Box) -> bool:
+        inside = b[0] >= 2 and b[2] <= _W - 2 and b[1] >= 0 and b[3] <= _H - _BOTTOM
+        return inside and not any(
+            b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for t in taken
+        )
+
+    x, anchor, baseline = next(
+        (c for c in candidates if free(box(*c))),
+        candidates[0] if cx + 9 + width <= _W - 2 else candidates[1],
+    )
+    taken.append(box(x, anchor, baseline))
     return (
-        f'<text x="{x:.1f}" y="{cy - 8:.1f}" font-size="{_LABEL_SIZE}" '
+        f'<text x="{x:.1f}" y="{baseline:.1f}" font-size="{_LABEL_SIZE}" '
         f'text-anchor="{anchor}">{_e(name)}</text>'
     )
 
@@ -159,6 +181,7 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
             f'<polyline class="front" points="{path}" fill="none" stroke="{_FRONT}" '
             'stroke-dasharray="4 3"/>'
         )
+    taken: list[Box] = []  # label boxes placed so far: no label covers another
     for row, cell in points:
         cx, cy = x(amount(row.cost)), y(float(cell.value))
         fill = _FRONT if cell.on_front else _OTHER
@@ -179,7 +202,7 @@ def _chart(report: CostEffectReport, benchmark: str) -> str:
                 f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="10" fill="none" '
                 f'stroke="{_REGRESSED}" stroke-width="2"/>'
             )
-        body.append(_point_label(cx, cy, row.experiment) + "</g>")
+        body.append(_point_label(cx, cy, row.experiment, taken) + "</g>")
     label = f"cost against {benchmark}; the Pareto front highlighted, regressions ringed"
     return (
         f"<figure><figcaption>{_e(benchmark)}: cost against score</figcaption>"
@@ -204,7 +227,7 @@ def effect_section(report: CostEffectReport) -> str:
         rows = "".join(_row(row, targets, currency) for row in report.rows)
         inner = (
             '<table><thead><tr><th>experiment</th><th class="num">cost</th>'
-            '<th class="num">accelerator h</th><th class="num">tokens seen</th>'
+            '<th class="num">accelerator hours</th><th class="num">tokens seen</th>'
             f'{head}<th>regressions</th><th class="num">forecast at completion</th></tr>'
             f"</thead><tbody>{rows}</tbody></table>"
             '<div class="pair">' + "".join(_chart(report, t) for t in targets) + "</div>"

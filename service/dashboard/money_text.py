@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from html import escape
 
-from costcore.money import amount_for_people, minor_units
+from costcore.money import amount_for_people, minor_units, number_for_people
 
-__all__ = ["axis_label", "money_html", "people", "smallest_step", "tooltip"]
+__all__ = ["axis_label", "grouped", "money_html", "people", "smallest_step", "tooltip"]
 
 
 def people(value: str, currency: str) -> str:
@@ -45,3 +45,8 @@ def axis_label(tick: float, currency: str) -> str:
 def smallest_step(currency: str) -> float:
     """The currency's smallest unit: axis ticks are never finer than that (0.01 USD, 1 JPY)."""
     return 10.0 ** -minor_units(currency)
+
+
+def grouped(value: object) -> str:
+    """A quantity as people read it: exact, thousands grouped (`"4032"` -> `"4,032"`)."""
+    return number_for_people(value)

@@ -151,7 +151,9 @@ def _tiles(d: DashboardData) -> str:
         ("Events", f"{s.total_events:,}", "events"),
         ("Fixed share", _pct(s.fixed_share), "fixed-share"),
         ("Peak day", _money(s.peak_daily.peak, c), "peak-day"),
-        ("Rework", _money(s.rework_cost, c), "rework"),
+        # Spend tagged rework=true; not the cost-effect section's "rework exposure" (the cost
+        # of a regressed experiment since its last good checkpoint).
+        ("Tagged rework", _money(s.rework_cost, c), "rework"),
         ("Waste found", _money(d.waste.total_waste, c), "waste-total"),
     ]
     return (
@@ -249,8 +251,8 @@ def _budgets_section(d: DashboardData) -> str:
             + "".join(_budget_card(p, d.now) for p in _budget_order(d.budgets))
             + "</div>"
             + '<p class="muted">Solid line: cumulative spend in the current period. Red: the '
-            "limit; amber: alert thresholds; grey dots: an even burn; dashed: the linear forecast "
-            "to the period's end.</p>"
+            "limit; amber: alert thresholds; grey dots: an even burn; dashed: the forecast (a "
+            "plan's budget: from the plan's progress; any other: linear to the period's end).</p>"
         )
     return f'<section id="budgets"><h2>Budgets: burn-down</h2>{inner}</section>'
 
@@ -258,7 +260,7 @@ def _budgets_section(d: DashboardData) -> str:
 def _plan_block(panel: PlanPanel) -> str:
     st, c = panel.status, panel.status.currency
     bars = [
-        PlanBar(s.label or s.stage, s.planned, s.actual, s.forecast_at_completion)
+        PlanBar(s.label or s.stage, s.planned, s.actual, s.forecast_at_completion, s.stage)
         for s in st.stages
     ]
     chart = plan_vs_actual(f"plan {panel.name}: plan against actual", bars, c)

@@ -164,3 +164,14 @@ class DashboardController(Controller):
         except DashboardQueryError as exc:
             raise invalid(exc.field, exc.reason, status=400) from exc
         return _html(render_dashboard(data))
+
+
+@get(
+    "/",
+    include_in_schema=False,  # a door for people, not part of the JSON API
+    opt={"exclude_from_auth": True},  # it shows nothing: the dashboard asks for the token
+    status_code=303,
+)
+async def root() -> Redirect:
+    """The service's address opened in a browser: the dashboard (its project picker)."""
+    return Redirect("/ui", status_code=303)

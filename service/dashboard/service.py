@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING
 
+from ..budgets.model import Budget, shown_period
 from ..budgets.service import budget_status, list_budgets
 from ..costs.query import QueryError
 from ..costs.report import cost_report
@@ -81,7 +82,7 @@ async def _gather(
     except QueryError as exc:
         raise DashboardQueryError(exc.field, exc.reason) from exc
     currency = await project_currency(store, rate_cards, project)
-    panels = await _budget_panels(store, project, currency, now)
+    panels = await _budget_panels(store, project, currency, now, _midnight(end))
     records = sorted(await list_plans(store, project), key=lambda r: r.created_at, reverse=True)
     plans = [
         PlanPanel(record.plan.name, await plan_status(store, record, now))
@@ -114,8 +115,18 @@ def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
 
 
+def _shown_at(budget: Budget, now: datetime, page_end: datetime) -> datetime:
+    """When a budget's panel is read: now, unless its current period starts after the page's
+    last day (a page of last month); then the end of the period holding that day, so that a
+    monthly budget never shows a month outside the page's days (and a past one whole)."""
+    if shown_period(budget, now).start < page_end:
+        return now
+    past = shown_period(budget, page_end - timedelta(microseconds=1))
+    return min(now, past.end - timedelta(microseconds=1))
+
+
 async def _budget_panels(
-    store: Stores, project: str, currency: str, now: datetime
+    store: Stores, project: str, currency: str, now: datetime, page_end: datetime
 ) -> list[BudgetPanel]:
     budgets = await list_budgets(store, project)
     panels: list[BudgetPanel] = []
@@ -127,8 +138,9 @@ async def _budget_panels(
     async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
         priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
     for budget in budgets:
-        status = await budget_status(store, budget, currency, now)
+        at = _shown_at(budget, now, page_end)
+        status = await budget_status(store, budget, currency, at)
         assert status.period_start is not None and status.period_end is not None
-        points = burn_down_points(budget, status.period_start, status.period_end, now, priced)
+        points = burn_down_points(budget, status.period_start, status.period_end, at, priced)
         panels.append(BudgetPanel(status, points))
     return panels

@@ -28,6 +28,7 @@ from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
+from ..dashboard.routes import root as dashboard_root
 from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
@@ -133,6 +134,7 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     ExportController,
     WebhookController,
     DashboardController,
+    dashboard_root,
     EvaluationController,
     CostEffectController,
     JobController,

@@ -23,7 +23,7 @@ from costcore import format_money, round_half_even_div
 from costcore.money import parse_money
 
 from ..budgets.model import BudgetIn
-from ..budgets.service import create_budget
+from ..budgets.service import create_budget, list_budgets, set_earned
 from ..costs.report import cost_report
 from ..events.model import DECIMAL_PATTERN
 from ..ratecards.catalog import PricingCatalog, RateCards
@@ -242,7 +242,48 @@ async def report_progress(
     await store.plans.put_progress(
         record.plan.project, {f"{record.id}|{index}": msgspec.json.encode(record_out)}
     )
+    await _set_budgets_earned(store, record)
     return record_out
+
+
+def earned_fraction(
+    record: PlanRecord, progress: dict[int, ProgressRecord], stage: str | None
+) -> str | None:
+    """The fraction done, by earned value, of the plan's stages named `stage` (all of them for
+    None): their earned value over their planned cost, ``Σ BAC × done / Σ BAC``, to 9 places.
+    None when none of them has reported progress."""
+    stages = [s for s in record.estimate.stages if stage is None or s.stage == stage]
+    if not any(s.index in progress for s in stages):
+        return None
+    planned = sum(_nano(s.total) for s in stages)
+    if planned == 0:
+        return None
+    earned = sum(
+        _nano(s.total) * Fraction(Decimal(progress[s.index].fraction))
+        for s in stages
+        if s.index in progress
+    )
+    scaled = round_half_even_div((earned * 10**9).numerator, (earned * 10**9).denominator * planned)
+    return f"{scaled // 10**9}.{scaled % 10**9:09d}"
+
+
+async def _progress(store: Stores, record: PlanRecord) -> dict[int, ProgressRecord]:
+    return {
+        int(k.split("|", 1)[1]): msgspec.json.decode(v, type=ProgressRecord)
+        for k, v in (await store.plans.progress(record.plan.project, record.id)).items()
+    }
+
+
+async def _set_budgets_earned(store: Stores, record: PlanRecord) -> None:
+    """Give the plan's budgets the fraction of their scope done, which their forecasts read
+    (service/budgets/model.py): the whole plan's, or their stage's."""
+    progress = await _progress(store, record)
+    earned = {
+        b.id: earned_fraction(record, progress, b.scope.stage)
+        for b in await list_budgets(store, record.plan.project)
+        if b.plan_id == record.id
+    }
+    await set_earned(store, record.plan.project, earned)
 
 
 def _ratio(num: int, den: int) -> str:
@@ -304,10 +345,7 @@ async def plan_status(store: Stores, record: PlanRecord, now: datetime | None = 
     now = now or datetime.now(UTC)
     plan, est = record.plan, record.estimate
     actual_stage, actual_category = await _actuals(store, plan)
-    progress = {
-        int(k.split("|", 1)[1]): msgspec.json.decode(v, type=ProgressRecord)
-        for k, v in (await store.plans.progress(plan.project, record.id)).items()
-    }
+    progress = await _progress(store, record)
     # Several plan stages may share a stage name; the ledger's actuals are per name, so a
     # name's actual cost is shared among its plan stages in proportion to their plan.
     planned_by_name: dict[str, int] = {}

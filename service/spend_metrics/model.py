@@ -82,7 +82,7 @@ class BudgetFigures:
     period: str  # monthly, weekly or window
     limit: int  # nano
     spent: int  # nano, in the period shown
-    forecast: int | None  # nano at the period's end; None before the period starts
+    forecast: int | None  # nano (budgets.model.forecast); None before the period starts
 
     @property
     def use_ratio(self) -> float:
@@ -187,7 +187,7 @@ def _budgets(projects: Sequence[ProjectSpend]) -> list[Metric]:
     )
     forecast = _family(
         "trainledger_budget_forecast",
-        "The spend at the period's end, projected linearly from the spend so far",
+        "The budget's forecast: a plan's budget by earned value, others linear to the period's end",
         labels,
     )
     for p in projects:

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, mult
 from prometheus_client.registry import Collector
 
 from ..budgets.firing import spend_field
-from ..budgets.model import Budget, amount_nano, linear_forecast, shown_period
+from ..budgets.model import Budget, amount_nano, forecast, shown_period
 from ..costs.plan import plan_reads
 from ..costs.query import CostQuery, day_key
 from ..ledger.rollups import ROLLUP_VERSION
@@ -116,7 +116,7 @@ async def _budget_figures(
                     b.period,
                     amount_nano(b),
                     s,
-                    linear_forecast(s, at.start, at.end, now),
+                    forecast(b, s, at, now),
                 )
                 for b, at, s in zip(bs, ats, spent, strict=True)
             ]

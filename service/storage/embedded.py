@@ -61,6 +61,10 @@ RESTART_DELAY_MAX_SECONDS = 10.0  # ... doubled after every failed attempt, up t
 _POLL = 0.05
 
 
+class DataDirOwned(RuntimeError):
+    """Another process holds the data dir's owner lock (a running `trainledger serve`)."""
+
+
 class EmbeddedValkey:
     def __init__(self, data_dir: Path, appendfsync: str = "everysec") -> None:
         self.data_dir = data_dir.resolve()
@@ -127,7 +131,7 @@ class EmbeddedValkey:
         except BlockingIOError as exc:
             os.close(self._owner_fd)
             self._owner_fd = None
-            raise RuntimeError(
+            raise DataDirOwned(
                 f"another trainledger process owns {self.data_dir}; connect to it with "
                 f"TRAINLEDGER_REDIS_URL set to the URL in {self.url_file}"
             ) from exc

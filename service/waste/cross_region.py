@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from costcore.money import format_quantity, round_half_even_div
+from costcore.money import quantity_for_people, round_half_even_div
 
 from .days import date_of
 from .model import CROSS_REGION_PREFIX
@@ -72,7 +72,7 @@ def cross_region_repulls(ctx: Scan) -> list[Found]:
                 ctx,
                 "cross_region_repull",
                 f"Dataset {dataset} pulled to {dest} again {len(indexes)} time(s) "
-                f"({format_quantity(sum(by_day_q.values()))} {unit})",
+                f"({quantity_for_people(sum(by_day_q.values()))} {unit})",
                 total,
                 _trailing_rate(ctx, by_day_c),
                 keys,

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from costcore.money import format_quantity, parse_quantity, round_half_even_div
+from costcore.money import (
+    format_quantity,
+    parse_quantity,
+    quantity_for_people,
+    round_half_even_div,
+)
 
 from .days import date_of, parse_day
 from .model import DayLine
@@ -58,14 +63,14 @@ def log_ingest_over_cap(ctx: Scan) -> list[Found]:
         new_finding(
             ctx,
             "log_ingest_over_cap",
-            f"Log ingest above {format_quantity(cap)} GB a day on {len(by_day)} day(s), "
-            f"up to {format_quantity(peak)} GB",
+            f"Log ingest above {quantity_for_people(cap)} GB a day on {len(by_day)} day(s), "
+            f"up to {quantity_for_people(peak)} GB",
             total,
             by_day.get(ctx.rate_day, 0),
             {"skus": ",".join(skus), "max_ingest_gb_per_day": format_quantity(cap)},
             flagged,
             lines,
-            f"Bring log ingest under {format_quantity(cap)} GB a day: lower log levels of "
+            f"Bring log ingest under {quantity_for_people(cap)} GB a day: lower log levels of "
             f"the noisiest jobs, sample per-step logs, and send metrics to the metrics "
             f"store instead of the log service ({', '.join(skus)}).",
         )
@@ -99,7 +104,7 @@ def log_past_retention(ctx: Scan) -> list[Found]:
                 ctx,
                 "log_past_retention",
                 f"Logs on {sku} kept past the {keep}-day log retention: "
-                f"{format_quantity(sum(by_day_q.values()))} {unit}",
+                f"{quantity_for_people(sum(by_day_q.values()))} {unit}",
                 total,
                 by_day_c.get(ctx.rate_day, 0),
                 {"sku": sku, "retention_days": str(keep)},

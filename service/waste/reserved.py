@@ -26,7 +26,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from costcore.money import format_money, format_quantity, round_half_even_div
+from costcore.money import (
+    format_money,
+    format_quantity,
+    quantity_for_people,
+    round_half_even_div,
+)
 
 from .days import date_of
 from .model import DayLine
@@ -138,8 +143,8 @@ def _idle_finding(ctx: Scan, code: str, usage_codes: list[str], tally: _Tally) -
     return new_finding(
         ctx,
         "reserved_idle",
-        f"Reserved {code} paid but idle: {format_quantity(total_idle)} of "
-        f"{format_quantity(total_paid)} {unit} ({_pct(total_idle, total_paid)}%) "
+        f"Reserved {code} paid but idle: {quantity_for_people(total_idle)} of "
+        f"{quantity_for_people(total_paid)} {unit} ({_pct(total_idle, total_paid)}%) "
         f"on {idle_days} day(s)",
         total_cost,
         idle_by_day.get(ctx.rate_day, 0),
@@ -147,8 +152,8 @@ def _idle_finding(ctx: Scan, code: str, usage_codes: list[str], tally: _Tally) -
         idle_ids,
         lines,
         f"Put queued work on the idle reservation or shrink it: {code} was used at "
-        f"most {format_quantity(peak_used)} {unit} a day; release the unused part if "
-        f"the provider allows it, and reserve about {format_quantity(peak_used)} "
+        f"most {quantity_for_people(peak_used)} {unit} a day; release the unused part if "
+        f"the provider allows it, and reserve about {quantity_for_people(peak_used)} "
         f"{unit} a day at renewal. Post its use on {where_used} or tag "
         f"jobs reservation={code}, so that used hours are not reported idle.",
     )

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from costcore.money import format_quantity, parse_quantity, round_half_even_div
+from costcore.money import format_quantity, parse_quantity, quantity_for_people, round_half_even_div
 
 from .days import date_of, parse_day
 from .model import DATA_CLASSES, DayLine
@@ -79,7 +79,7 @@ def storage_past_retention(ctx: Scan) -> list[Found]:
                 ctx,
                 "storage_past_retention",
                 f"{what.capitalize()} on {sku} kept past its {keep}-day retention: "
-                f"{format_quantity(sum(by_day_q.values()))} {unit}",
+                f"{quantity_for_people(sum(by_day_q.values()))} {unit}",
                 total,
                 by_day_c.get(ctx.rate_day, 0),
                 keys,

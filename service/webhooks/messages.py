@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 
 from costcore.money import format_money, parse_money
 
-from ..budgets.model import REGRESSION_KIND, linear_forecast
+from ..budgets.model import REGRESSION_KIND, Budget, PeriodBounds, forecast, linear_forecast
 from ..budgets.service import AlertView, find_budget
 from ..costs.report import cost_report
 from .formats import AlertMessage, CrossedThreshold, Message
@@ -91,13 +91,20 @@ async def top_drivers(
     ]
 
 
-def _forecast(view: AlertView, bounds: tuple[datetime, datetime] | None) -> str | None:
-    """The budget period's spend projected linearly to its end, as the budget's status
-    shows it (None for growth alerts, whose period is one day)."""
+def _forecast(
+    view: AlertView, bounds: tuple[datetime, datetime] | None, budget: Budget | None
+) -> str | None:
+    """The budget's forecast by the rule its status shows (`budgets.model.forecast`: a plan's
+    window budget by the plan's progress, else linear to the period's end), at the alert's
+    spend and time (None for growth alerts, whose period is one day)."""
     if view.kind not in ("threshold", "forecast") or bounds is None or view.spent is None:
         return None
-    forecast = linear_forecast(parse_money(Decimal(view.spent)), *bounds, view.occurred_at)
-    return format_money(forecast) if forecast is not None else None
+    spent = parse_money(Decimal(view.spent))
+    if budget is not None and view.period is not None:
+        value = forecast(budget, spent, PeriodBounds(view.period, *bounds), view.occurred_at)
+    else:
+        value = linear_forecast(spent, *bounds, view.occurred_at)
+    return format_money(value) if value is not None else None
 
 
 def dashboard_link(base: str, project: str, days: tuple[date, date] | None, on: date) -> str:
@@ -169,6 +176,7 @@ async def alert_message(
     assert view.amount is not None and view.spent is not None and view.limit is not None
     assert view.over_by is not None
     window: tuple[datetime, datetime] | None = None
+    budget: Budget | None = None
     if view.period == "window":
         budget = await find_budget(store, view.project, view.budget_id)
         if budget is not None and budget.window_start and budget.window_end:
@@ -190,7 +198,7 @@ async def alert_message(
         limit=view.limit,
         over_by=view.over_by,
         currency=currency,
-        forecast=_forecast(view, bounds),
+        forecast=_forecast(view, bounds, budget),
         top_drivers=await top_drivers(store, view, days),
         occurred_at=view.occurred_at,
         links=_links(public_url.rstrip("/"), view, days),

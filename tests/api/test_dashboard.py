@@ -22,6 +22,8 @@ from tests.conftest import Api, event
 PROJECT = "llm"
 HOSTILE_BUDGET = '<script>alert("pwn")</script> pretrain & co'
 HOSTILE_DATASET = "<img src=x onerror=alert(1)>\"'&"
+# A stage label as long as the demo's: the plan chart must not cut it at its left edge.
+LONG_STAGE_LABEL = "score every document of the web crawl through a hosted 8B judge model"
 
 
 def _at(days_ago: int, hour: int = 12) -> str:
@@ -90,7 +92,7 @@ async def seed(api: Api) -> Seeded:
         "window_start": (now - timedelta(days=13)).isoformat(),
         "window_end": (now + timedelta(days=17)).isoformat(),
         "stages": [
-            {"stage": "data_prep",
+            {"stage": "data_prep", "label": LONG_STAGE_LABEL,
              "resources": [{"sku": "storage.hot.gb_day", "quantity": "9000"}]},
             {"stage": "pretrain", "resources": [{"sku": "gpu.h100.hour", "quantity": "2400"}]},
             {"stage": "eval", "resources": [{"sku": "gpu.h100.hour", "quantity": "60"}]},
@@ -464,3 +466,48 @@ async def test_auth_token_once_then_cookie_and_project_scope(api: Api) -> None:
     async with api.client(s.read_token) as c:
         picker = await c.get("/ui")
         assert f'href="/ui/{PROJECT}"' in picker.text
+
+
+async def test_the_services_address_in_a_browser_opens_the_dashboard(api: Api) -> None:
+    """`/` (no token: a browser's first visit) redirects to the dashboard, which then asks
+    for the token; followed with one, it is the project picker."""
+    async with httpx.AsyncClient(base_url=api.base_url) as c:
+        r = await c.get("/", headers={"Accept": "text/html"})
+    assert r.status_code == 303 and r.headers["location"] == "/ui", r.text
+    async with api.client() as c:
+        signed_in = await c.get("/", follow_redirects=True)
+    assert signed_in.status_code == 200 and signed_in.url.path == "/ui"
+    assert "text/html" in signed_in.headers["content-type"]
+
+
+async def test_a_monthly_burn_down_shows_the_month_of_the_pages_days(api: Api) -> None:
+    """A page of last month shows a monthly budget's burn-down of last month (its spend then,
+    the period whole), not this month's, which lies outside the page's days."""
+    await put_card(api)
+    this_month = datetime.now(UTC).date().replace(day=1)
+    last_day = this_month - timedelta(days=1)  # the last day of last month
+    first_day = last_day.replace(day=1)
+    when = datetime(last_day.year, last_day.month, last_day.day, 12, tzinfo=UTC).isoformat()
+    assert (await post(api, [event("last-month", "2", time=when)]))["accepted"] == 1  # 5.00
+    async with api.client() as c:
+        r = await c.post("/v1/budgets", json={"project": PROJECT, "name": "m", "amount": "100"})
+        assert r.status_code == 201, r.text
+        old = await c.get(f"/ui/{PROJECT}", params={"from": str(first_day), "to": str(last_day)})
+        today = await c.get(f"/ui/{PROJECT}")
+    assert old.status_code == 200 and today.status_code == 200
+    card = parse(old.text).one("div", class_="budget")
+    assert f"period {last_day:%Y-%m}" in card.all_text()
+    assert card.one("b", class_="spent").all_text() == "5.00 USD"
+    assert card.one("b", class_="forecast").all_text() == "5.00 USD"  # the month is over
+    card = parse(today.text).one("div", class_="budget")
+    assert f"period {this_month:%Y-%m}" in card.all_text()
+    assert card.one("b", class_="spent").all_text() == "0.00 USD"
+
+
+async def test_the_two_reworks_have_distinct_names(api: Api) -> None:
+    """The tile is the spend tagged rework; the cost-effect section's figure is a regressed
+    experiment's rework exposure: two ideas, two names."""
+    async with api.client() as c:
+        page = await c.get(f"/ui/{PROJECT}")
+    dom = parse(page.text)
+    assert dom.one("div", id="tile-rework").one("div", class_="label").all_text() == "Tagged rework"

@@ -32,6 +32,7 @@ from tests.api.test_dashboard import (
     seed,
 )
 from tests.api.test_dashboard_effect import check_nothing_cut_off
+from tests.cdp import Chromium
 from tests.conftest import Api
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -115,7 +116,8 @@ def check_effect_section(dom: Node, report: dict[str, Any]) -> None:
         assert ("on-front" in classes) == (experiment in on_front), (experiment, classes)
         assert ("regressed" in classes) == (experiment in regressed), (experiment, classes)
     assert (
-        "mmlu: rework" in rows[[x["experiment"] for x in report["rows"]].index("mix-a")].all_text()
+        "mmlu: rework exposure"
+        in rows[[x["experiment"] for x in report["rows"]].index("mix-a")].all_text()
     )
 
 
@@ -133,6 +135,79 @@ def _chromium_args(profile: str) -> list[str]:
         "--hide-scrollbars",
         f"--user-data-dir={profile}",
     ]
+
+
+# Every chart's text boxes as the browser laid them out (screen px, transforms applied): each
+# inside its drawing (the svg's box), and no two overlapping.
+_MEASURE_TEXTS = """(() => {
+  const charts = [];
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const area = svg.getBoundingClientRect();
+    const texts = [];
+    for (const t of svg.querySelectorAll('text')) {
+      const b = t.getBoundingClientRect();
+      if (b.width === 0 && b.height === 0) continue;
+      texts.push({text: t.textContent, x: b.left - area.left, y: b.top - area.top,
+                  w: b.width, h: b.height});
+    }
+    charts.push({chart: svg.getAttribute('aria-label'), w: area.width, h: area.height, texts});
+  }
+  return charts;
+})()"""
+
+
+def _render(args: list[str], url: str) -> tuple[str, list[dict[str, Any]]]:
+    """The page as Chromium rendered it (its DOM) and its charts' text boxes, over the
+    DevTools protocol: what a dumped DOM cannot tell is where the text landed."""
+    browser = Chromium(args)
+    try:
+        page = browser.open(url)
+        html = str(browser.evaluate(page, "document.documentElement.outerHTML"))
+        layout = list(browser.evaluate(page, _MEASURE_TEXTS))
+    finally:
+        browser.close()
+    return html, layout
+
+
+def overlap(a: dict[str, float], b: dict[str, float], slack: float = 0.5) -> bool:
+    return (
+        min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"]) > slack
+        and min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]) > slack
+    )
+
+
+def check_chart_texts(layout: list[dict[str, Any]], charts: int, slack: float = 0.5) -> None:
+    """Every chart measured; no text of a chart leaves its drawing; no two texts overlap."""
+    assert len(layout) == charts and charts >= 5, (len(layout), charts)
+    problems = []
+    for chart in layout:
+        texts = chart["texts"]
+        assert texts, chart["chart"]
+        for t in texts:
+            if (
+                t["x"] < -slack
+                or t["y"] < -slack
+                or t["x"] + t["w"] > chart["w"] + slack
+                or t["y"] + t["h"] > chart["h"] + slack
+            ):
+                problems.append(f"{chart['chart']}: {t['text']!r} leaves the drawing {t}")
+        for i, a in enumerate(texts):
+            for b in texts[i + 1 :]:
+                if overlap(a, b, slack):
+                    problems.append(f"{chart['chart']}: {a['text']!r} overlaps {b['text']!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_text_checks_catch_a_cut_label_and_an_overlap() -> None:
+    inside = {"text": "a", "x": 2.0, "y": 2.0, "w": 10.0, "h": 10.0}
+    cut = {"text": "b", "x": 95.0, "y": 2.0, "w": 10.0, "h": 10.0}
+    near = {"text": "c", "x": 8.0, "y": 5.0, "w": 10.0, "h": 10.0}
+    chart = {"chart": "x", "w": 100.0, "h": 50.0}
+    check_chart_texts([{**chart, "texts": [inside]}] * 5, 5)
+    with pytest.raises(AssertionError, match="'b' leaves the drawing"):
+        check_chart_texts([{**chart, "texts": [inside, cut]}] * 5, 5)
+    with pytest.raises(AssertionError, match="'a' overlaps 'c'"):
+        check_chart_texts([{**chart, "texts": [inside, near]}] * 5, 5)
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -155,10 +230,9 @@ async def test_dashboard_in_headless_chromium(api: Api) -> None:
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as profile:
-        dumped = await asyncio.to_thread(_run, [*_chromium_args(profile), "--dump-dom", url])
-    assert dumped.returncode == 0, dumped.stderr[-2000:]
-    html = dumped.stdout
+        html, layout = await asyncio.to_thread(_render, _chromium_args(profile), url)
     dom = parse(html)
+    check_chart_texts(layout, len(dom.find_all("svg", class_="chart")))
     check_page_against_api(dom, figures)
     check_escaped(html, dom)
     check_effect_section(dom, report)

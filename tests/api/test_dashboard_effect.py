@@ -46,7 +46,7 @@ async def test_section_shows_the_report_and_marks_front_and_regressions(api: Api
         check_money(row.one("td", class_="cost"), x["cost"])
     mix_a = rows[1].all_text()
     assert "1.25 USD" in mix_a  # cost per point of gsm8k
-    assert "mmlu: rework 5.00 USD" in mix_a and "20.00 USD" in mix_a  # exposure, forecast
+    assert "mmlu: rework exposure 5.00 USD" in mix_a and "20.00 USD" in mix_a  # exposure, forecast
     mix_a_row = report["rows"][1]
     assert {f"{mix_a_row['rework_exposure']} USD", f"{mix_a_row['cost']} USD"} <= set(
         exact_titles(rows[1])

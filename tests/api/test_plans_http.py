@@ -6,6 +6,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from trainledger.ratecards.catalog import RateCards
+from trainledger.spend_metrics.service import read_snapshot
+from trainledger.spend_metrics.settings import SpendConfig
+from trainledger.stores import Stores
+
 from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event
 
@@ -164,3 +169,59 @@ async def test_plan_errors_name_the_field(api: Api) -> None:
         )
         r = await c.post("/v1/plans/estimate", json=bad_sku)
         assert r.status_code == 422 and "stages[0]" in r.json()["errors"][0]["field"]
+
+
+async def test_plan_budgets_forecast_by_earned_value_everywhere(api: Api) -> None:
+    """A plan's budgets forecast from the plan's progress, and the budget status (which the
+    dashboard shows), the spend gauge and the forecast alert read the same figure."""
+    await put_card(api)
+    async with api.client() as c:
+        plan = (await c.post("/v1/plans", json=plan_body())).json()
+    when = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
+    await post(
+        api,
+        [
+            event("p1", "200", time=when, stage="pretrain"),  # 500.00
+            event("e1", "10", time=when, stage="eval"),  # 25.00
+            event("x1", "4", time=when, stage="data_prep"),  # 10.00
+        ],
+    )
+    async with api.client() as c:
+        for stage, done in (("pretrain", "0.4"), ("eval", "1")):
+            r = await c.post(
+                f"/v1/plans/{plan['id']}/progress",
+                params={"project": "llm"},
+                json={"stage": stage, "fraction_done": done},
+            )
+            assert r.status_code == 200, r.text
+        # Halfway through the window a linear projection of the plan's 540.00 stays under
+        # 1,100.00 × 0.5; by earned value (EV 400 + 100 of 1,100) it is 540 / 0.4545... over.
+        await post(api, [event("p2", "2", time=when, stage="pretrain")])  # 5.00
+        by_name = {}
+        for b in (await c.get("/v1/budgets", params={"project": "llm"})).json():
+            by_name[b["name"]] = (
+                await c.get(f"/v1/budgets/{b['id']}", params={"project": "llm"})
+            ).json()
+        fired = (await c.get("/v1/alerts", params={"project": "llm", "kind": "forecast"})).json()
+    pretrain, evaluation = by_name["plan 7b-run / pretrain"], by_name["plan 7b-run / eval"]
+    # Pretrain: 505.00 spent, 40 % done: 1,262.50, over its 1,000.00.
+    assert pretrain["budget"]["earned"] == "0.400000000"
+    assert pretrain["forecast"] == "1262.50" and pretrain["forecast_over_budget"] is True
+    # Eval: finished at 25.00: forecast its spend (a linear projection said 50.00).
+    assert evaluation["forecast"] == "25.00" and evaluation["forecast_over_budget"] is False
+    whole = by_name["plan 7b-run"]
+    assert whole["budget"]["earned"] == "0.454545455"  # (400 + 100) / 1100
+    assert Decimal(whole["forecast"]) == Decimal("1187.999998812")  # 540 / 0.454545455, to the nano
+    assert whole["forecast_over_budget"] is True
+    assert [a["budget_name"] for a in fired] == ["plan 7b-run"]
+
+    store = Stores.from_url(api.redis_url)
+    try:
+        snapshot = await read_snapshot(store, RateCards(store), SpendConfig())
+    finally:
+        await store.close()
+    (llm,) = [p for p in snapshot.projects if p.project == "llm"]
+    gauges = {f.name: f.forecast for f in llm.budgets}
+    for name, status in by_name.items():
+        assert gauges[name] is not None
+        assert Decimal(gauges[name]).scaleb(-9) == Decimal(status["forecast"]), name

@@ -7,10 +7,12 @@ test); `--json` and `--csv` output is compared exactly.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 from trainledger.cli import build_parser, main
 from trainledger.cli.demo import EXAMPLE_CARD
+from trainledger.cli.figures import grouped, money
 
 from tests.conftest import TEST_CARD, Api, event, free_port
 
@@ -147,14 +150,53 @@ async def test_plan_estimate_tables_show_the_services_figures(
         assert any(line.strip().startswith(stage["stage"]) for line in lines)
         for line in stage["lines"]:
             assert any(
-                line["sku"] in s and line["cost"] in s and line["quantity"] in s for s in lines
+                line["sku"] in s
+                and usd(line["cost"]) in s
+                and grouped(line["quantity"]) in s
+                and grouped(line["unit_price"]) in s
+                for s in lines
             )
-        assert any("total" in s and stage["total"] in s for s in lines)
-    assert any("contingency 10 %" in s and pretrain["contingency"] in s for s in lines)
-    assert any(s.strip().startswith("│ total") and f"{estimate['total']} USD" in s for s in lines)
-    assert any("accelerator hours" in s and estimate["accelerator_hours"] in s for s in lines)
-    assert any(f"{estimate['energy_kwh']} kWh" in s for s in lines)
-    assert f"{pretrain['derivation']['flops']} FLOPs" in out
+        assert any("total" in s and usd(stage["total"]) in s for s in lines)
+    assert any(
+        "contingency" in s and "10 %" in s and usd(pretrain["contingency"]) in s for s in lines
+    )
+    assert any(
+        s.strip().startswith("total") and money(estimate["total"], "USD") in s for s in lines
+    )
+    hours = grouped(estimate["accelerator_hours"])
+    assert any("accelerator hours" in s and hours in s for s in lines)
+    assert any(f"{grouped(estimate['energy_kwh'])} kWh" in s for s in lines)
+    assert f"{grouped(pretrain['derivation']['flops'])} FLOPs" in out
+    # People's figures: at most the currency's 2 decimals (the exact ones are in --json).
+    assert not any(
+        c["cost"] in out
+        for s in estimate["stages"]
+        for c in s["lines"]
+        if len(c["cost"].partition(".")[2]) > 2
+    )
+
+
+async def test_plan_estimate_fits_80_columns_without_a_cell_cut(
+    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert run(capsys, "ratecard", "apply", str(EXAMPLE_CARD), *conn(api))[0] == 0
+    plan = write_json(tmp_path / "plan.json", PLAN)
+    code, out, _ = run(capsys, "plan", "estimate", plan, *conn(api))
+    assert code == 0
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80, out
+    async with api.client() as c:
+        estimate = (await c.post("/v1/plans/estimate", json=PLAN)).json()
+    for stage in estimate["stages"]:  # every figure whole, on one line
+        for line in stage["lines"]:
+            assert usd(line["cost"]) in out and grouped(line["quantity"]) in out
+        assert usd(stage["total"]) in out
+    assert money(estimate["total"], "USD") in out
+
+
+def usd(value: str) -> str:
+    """A money cell of a USD column: as people read it, the code in the header."""
+    return money(value, "USD", code=False)
 
 
 async def test_plan_estimate_invalid_plan_names_the_field(
@@ -285,7 +327,7 @@ async def test_export_focus_to_a_file_and_to_stdout(
     assert target.read_bytes() == direct
     # 6 rows for 5 events: e3 crosses a graduated-tier boundary, one row per tier.
     assert direct.count(b"\r\n") == 1 + 6
-    assert f"6 rows ({len(direct)} bytes) written to {target}" in err
+    assert f"6 rows ({len(direct):,} bytes) written to {target}" in err
     assert not (tmp_path / "out.csv.partial").exists()
 
     code, out, _ = run(capsys, "export", "focus", "--project", "llm", *conn(api))
@@ -473,3 +515,40 @@ def test_python_dash_m_and_openapi_check_still_work() -> None:
     )
     document = json.loads(printed.stdout)  # raw JSON: no console wrapping long lines
     assert "/v1/costs" in document["paths"]
+
+
+async def test_lists_say_none_counts_agree_and_budgets_show_their_alert_amounts(
+    api: Api, capsys: pytest.CaptureFixture[str], wide: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty list is a "no ..." line, not an empty table; a count has its plural right;
+    `budgets create` names each alert threshold's amount in the project's currency; `token
+    list` shows times people read."""
+    for argv, said in (
+        (["budgets", "list", "--project", "llm"], "no budgets in project llm"),
+        (["alerts", "list", "--project", "llm"], "no alerts in project llm"),
+        (["costs", "--project", "llm"], "no costs in project llm from the start to now"),
+        (["webhooks", "deliveries", "--project", "llm"], "no webhook deliveries in project llm"),
+    ):
+        code, out, _ = run(capsys, *argv, *conn(api))
+        assert code == 0 and out.strip().startswith(said), (argv, out)
+        assert "┏" not in out and "─" not in out, out  # no table at all
+
+    async with api.client() as c:
+        assert (await c.put("/v1/rate-cards/default", json=TEST_CARD)).status_code == 201
+        assert (await c.post("/v1/events", json=[event("one", "2")])).json()["accepted"] == 1
+    code, _, err = run(capsys, "costs", "--project", "llm", *conn(api))
+    assert code == 0 and "1 row, from the start to now" in err, err
+
+    create = ["budgets", "create", "--project", "llm", "--name", "b", "--amount", "1234.5"]
+    code, out, _ = run(capsys, *create, "--threshold", "50", "--threshold", "90", *conn(api))
+    assert code == 0
+    said = " ".join(out.split())
+    assert "1,234.50 USD monthly alerts at 50 % (617.25 USD), 90 % (1,111.05 USD)" in said, out
+
+    monkeypatch.setenv("TRAINLEDGER_REDIS_URL", api.redis_url)
+    # `token list` reaches the store itself (asyncio.run): off this test's event loop.
+    code, out, _ = await asyncio.to_thread(run, capsys, "token", "list")
+    assert code == 0 and "created (UTC)" in out
+    # Every token's creation time as "YYYY-MM-DD HH:MM", never a Unix timestamp.
+    assert re.search(r"\b20\d\d-\d\d-\d\d \d\d:\d\d\b", out), out
+    assert not re.search(r"\b1\d{9}\b", out), out

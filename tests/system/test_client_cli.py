@@ -78,7 +78,7 @@ async def test_events_post_ndjson_json_and_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO(array))
     code, out, _ = run(capsys, "events", "post", "-", *conn(api.base_url, api.admin_token))
     assert code == 1  # one event was rejected
-    assert "1 accepted, 1 duplicates (already counted), 1 rejected" in out
+    assert "1 accepted, 1 duplicate (already counted), 1 rejected" in out
     assert "bad" in out
     assert await total_events(api) == 8
     path.write_text('{"id": "x"}\nnot json\n')
@@ -407,7 +407,7 @@ async def test_agent_drains_past_bad_entries_on_a_full_disk(
     assert "could not keep its 1 unreadable lines (No space left on device)" in out, out
     assert "agent: sent 12 events from 6 files" in out, out
     # Then, with the space those files freed, everything set aside beside its note.
-    for needle in ("a directory", "a FIFO", "HTTP 403", "1 unreadable lines (not JSON objects)"):
+    for needle in ("a directory", "a FIFO", "HTTP 403", "1 unreadable line (not a JSON object)"):
         assert needle in out, (needle, out)
     assert spool.files() == []
     names = sorted(p.name for p in spool.failed.iterdir())
@@ -444,8 +444,8 @@ async def test_spool_flush_says_what_it_set_aside_and_spool_failed_lists_it(
     assert code == 1  # something needs a look
     assert "2 accepted" in out
     assert "0-dir.ndjson: cannot be read (a directory, not a spooled file)" in err
-    assert "1 spool entries that cannot be read" in err
-    assert "1 unreadable lines (not JSON objects), kept in" in err
+    assert "1 spool entry that cannot be read" in err
+    assert "1 unreadable line (not a JSON object), kept in" in err
     assert "2 spooled events refused by the service" in err
     assert await total_events(api) == 2
     code, out, err = run(capsys, "spool", "failed", *d, "--json")

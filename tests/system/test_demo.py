@@ -251,6 +251,9 @@ def test_self_contained_demo_output(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert " times" not in out
     assert "the receiver" in out and "demo failed" not in out
+    # Its last line says how to reach its dashboard (its service stops with it).
+    last = " ".join(out.rstrip().splitlines()[-1].split())
+    assert last == "run trainledger demo --keep to keep its service running and open its dashboard"
 
 
 def test_demo_against_a_running_service(server: tuple[str, str]) -> None:

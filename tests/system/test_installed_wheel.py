@@ -14,6 +14,7 @@ install, about 1 min): the dependencies are installed while the wheel builds.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -168,3 +169,9 @@ def test_the_installed_wheel_serves_and_runs_the_demo(tmp_path: Path) -> None:
         assert heading in demo.stdout, demo.stdout
     assert "winner on cost per point: " in demo.stdout, demo.stdout
     assert "demo failed" not in demo.stdout
+    # The docs' service/cli/demo/ratecard.json, from the wheel: `trainledger ratecard example`.
+    example = run([str(bin_dir / "trainledger"), "ratecard", "example"], outside, 60)
+    assert example.returncode == 0, example.stderr
+    assert json.loads(example.stdout) == json.loads(
+        (ROOT / "service/cli/demo/ratecard.json").read_text()
+    )

@@ -335,8 +335,12 @@ def test_readyz_503_while_redis_is_down(data_dir: Path) -> None:
 def test_cli_token_create_with_and_without_a_running_server(data_dir: Path, serve: Any) -> None:
     data = data_dir
 
-    # 1. No server: the CLI starts a Valkey of its own for the data dir, and stops it again.
+    # 1. No server: refused, naming the data dir (a token no server checks is a mistake)...
     done = run_cli(data, "token", "create", "--role", "read", "--project", "llm")
+    assert done.returncode == 1 and str(data) in " ".join(done.stderr.split()), done.stderr
+    assert not (data / "appendonlydir").exists()
+    # ... unless asked for: the CLI starts a Valkey of its own for the data dir, and stops it.
+    done = run_cli(data, "token", "create", "--role", "read", "--project", "llm", "--offline")
     assert done.returncode == 0, done.stderr
     reader = done.stdout.strip()
     assert reader.startswith("tl_") and "\n" not in reader, done.stdout

@@ -223,7 +223,9 @@ def test_no_secret_in_the_output_and_every_retry_logged(short_dir: Path) -> None
         assert secret not in output, f"the {name} is in serve's output"
     lines = json_lines(output)
     assert serve.stdout_path.read_text() == ""  # everything is a log line, on stderr
-    assert any(line["message"].startswith("serving on") for line in lines)
+    (ready,) = [line for line in lines if line["message"].startswith("serving on")]
+    # The ready line says where the dashboard is (a log is no terminal: no token in a link).
+    assert ready["dashboard"] == ready["url"] + "/ui" and ready["dashboard"] in ready["message"]
     assert any(line.get("admin_token_file") == str(data_dir / "admin-token") for line in lines)
 
     retries = [line for line in lines if "next_attempt_at" in line]
@@ -385,7 +387,7 @@ def test_the_token_is_shown_on_a_terminal_only(short_dir: Path) -> None:
         deadline = time.monotonic() + MAX_WAIT_S
         with selectors.DefaultSelector() as sel:
             sel.register(controller, selectors.EVENT_READ)
-            while b"serving on" not in shown:
+            while b"open the dashboard" not in shown:
                 assert time.monotonic() < deadline and proc.poll() is None, shown
                 if sel.select(timeout=1):
                     shown += os.read(controller, 65536)
@@ -399,5 +401,7 @@ def test_the_token_is_shown_on_a_terminal_only(short_dir: Path) -> None:
         os.close(controller)
     token = (data_dir / "admin-token").read_text().strip()
     lines = json_lines(shown.decode())
-    (shown_token,) = [line for line in lines if token in line["message"]]
+    shown_token, link = [line for line in lines if token in line["message"]]
     assert shown_token["logger"] == "trainledger.serve"
+    # Then a ready dashboard link, signed in with that token.
+    assert link["message"].endswith(f"/ui?token={token}") and f":{port}/ui" in link["message"]

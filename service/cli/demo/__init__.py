@@ -51,6 +51,7 @@ import time
 from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 from rich.console import Console
@@ -149,6 +150,12 @@ def _explore(console: Console, url: str, token: str, sc: Scenario) -> None:
     console.print(
         f"  the demo's service keeps running at [bold]{url}[/] (API reference: {url}/docs)"
     )
+    console.print(
+        f"  dashboard: {dashboard_link(url, sc.project, token)}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(f"  export TL={url}")
     console.print(f"  export TOKEN={token}", markup=False, highlight=False, soft_wrap=True)
     auth = '-H "Authorization: Bearer $TOKEN"'
@@ -163,6 +170,18 @@ def _explore(console: Console, url: str, token: str, sc: Scenario) -> None:
     ):
         console.print("  " + line, markup=False, highlight=False, soft_wrap=True)
     console.print("  Ctrl-C stops it and deletes its data.")
+    console.print(
+        f"  open the dashboard: {dashboard_link(url, sc.project, token)}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def dashboard_link(url: str, project: str, token: str) -> str:
+    """The project's dashboard, signed in by its one-time `?token=` (kept in a cookie, then
+    dropped from the address)."""
+    return f"{url.rstrip('/')}/ui/{quote(project, safe='')}?token={quote(token, safe='')}"
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -217,6 +236,11 @@ def _run(args: argparse.Namespace) -> int:
             )
             sc = Scenario.for_now("llm-7b", "default")
             run_demo(url, token, sc, receiver, console, card)
+            if not args.keep:
+                console.print(
+                    "\n  run [bold]trainledger demo --keep[/] to keep its service running and "
+                    "open its dashboard"
+                )
             if args.keep:
                 _explore(console, url, token, sc)
                 with suppress(KeyboardInterrupt):
