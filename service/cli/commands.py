@@ -84,8 +84,8 @@ def cmd_ratecard_apply(args: argparse.Namespace, settings: Settings) -> int:
     )
     for job in answer.get("jobs") or []:
         ui.out.print(
-            f"repricing project [bold]{_esc(job.get('project'))}[/]: job {_esc(job.get('id'))} "
-            f"(GET {_esc(job.get('href'))})",
+            f"repricing project [bold]{escaped(job.get('project'))}[/]: "
+            f"job {escaped(job.get('id'))} (GET {escaped(job.get('href'))})",
             highlight=False,
         )
     return 0

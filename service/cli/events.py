@@ -145,7 +145,11 @@ def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
     for note in notes:
         ui.err.print(Text(f"spool: {note}", style="red"))
     said = [
-        (report.events_refused, "spooled event refused by the service", None),
+        (
+            report.events_refused,
+            "spooled event refused by the service",
+            "spooled events refused by the service",
+        ),
         (
             report.files_unreadable,
             "spool entry that cannot be read",

@@ -527,7 +527,7 @@ async def test_a_sent_file_the_drainer_may_not_remove_does_not_stop_it(
     assert "0-theirs.ndjson: sent, but could not be removed (Operation not permitted)" in out
     assert spool.files() == [theirs]  # the others are gone: answered for
     code, out = _flush_unprivileged(spool, api)
-    assert "0 accepted, 1 duplicates" in out, out  # sent again, counted nothing
+    assert "0 accepted, 1 duplicate" in out, out  # sent again, counted nothing
     assert await total_events(api) == 3
 
 
