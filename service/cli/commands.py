@@ -317,6 +317,13 @@ def stream_focus(client: Client, params: list[tuple[str, str]], sink: IO[bytes])
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_ratecard_parsers(sub)
+    _add_plan_parsers(sub)
+    _add_costs_parser(sub)
+    _add_export_parsers(sub)
+
+
+def _add_ratecard_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ratecard = sub.add_parser("ratecard", help="rate cards (over HTTP; `example` offline)")
     ratecard_sub = ratecard.add_subparsers(dest="ratecard_command", required=True)
     apply = ratecard_sub.add_parser(
@@ -343,6 +350,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     example.set_defaults(handler=cmd_ratecard_example)
 
+
+def _add_plan_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser("plan", help="training plans (over HTTP)")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)
     estimate = plan_sub.add_parser(
@@ -353,6 +362,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_client_options(estimate)
     estimate.set_defaults(handler=cmd_plan_estimate)
 
+
+def _add_costs_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     costs = sub.add_parser("costs", help="costs grouped by any dimensions (GET /v1/costs)")
     costs.add_argument("--project", required=True, help="the project")
     costs.add_argument(
@@ -382,6 +393,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_client_options(costs)
     costs.set_defaults(handler=cmd_costs)
 
+
+def _add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     export = sub.add_parser("export", help="exports (over HTTP)")
     export_sub = export.add_subparsers(dest="export_command", required=True)
     focus = export_sub.add_parser(

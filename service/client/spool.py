@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from .spool_files import Unreadable, event_id, event_lines, fsync_directory, read_entry
 
 if TYPE_CHECKING:
     from .batching import RefusedEvent
@@ -62,8 +63,6 @@ STALE_TMP_SECONDS = 3600.0
 MAX_KEPT_BYTES = 1 << 20
 MAX_NOTED_LINES = 100  # lines described one by one in the note
 _encoder = msgspec.json.Encoder(decimal_format="string")
-# An event line is one JSON object; its values are checked as JSON, not read into Python.
-_event_line = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 UNREADABLE_ENTRY = "Unreadable spool entry"
@@ -72,10 +71,6 @@ UNREADABLE_LINES = "Unreadable spool lines"
 
 class SpoolBusy(Exception):
     """Another process is draining this spool."""
-
-
-class _Unreadable(Exception):
-    """A spool entry that cannot be read as a file (its reason is the message)."""
 
 
 @dataclass
@@ -184,7 +179,7 @@ class Spool:
             with contextlib.suppress(OSError):
                 os.unlink(scratch)
             raise
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
     # --- readers ------------------------------------------------------------------------
 
@@ -197,8 +192,8 @@ class Spool:
         """Events waiting to be sent (the lines of the readable files)."""
         total = 0
         for path in self.files():
-            with contextlib.suppress(_Unreadable):
-                total += len(_event_lines(_read(path) or b"")[0])
+            with contextlib.suppress(Unreadable):
+                total += len(event_lines(read_entry(path) or b"")[0])
         return total
 
     def set_aside(self) -> list[SetAside]:
@@ -226,8 +221,8 @@ class Spool:
         if problem.get("title") == UNREADABLE_ENTRY:
             return SetAside(name, "unreadable", None, detail, problem)
         try:
-            events: int | None = len(_event_lines(_read(self.failed / name) or b"")[0])
-        except _Unreadable:
+            events: int | None = len(event_lines(read_entry(self.failed / name) or b"")[0])
+        except Unreadable:
             events = None
         return SetAside(name, "refused", events, detail, problem)
 
@@ -271,15 +266,15 @@ class Spool:
         gone (drained meanwhile), cannot be read (set aside), holds only unreadable lines
         (kept, and the file removed), or its unreadable lines cannot be kept (left)."""
         try:
-            data = _read(path)
-        except _Unreadable as exc:
+            data = read_entry(path)
+        except Unreadable as exc:
             problem = {"title": UNREADABLE_ENTRY, "detail": f"{path.name}: {exc}"}
             if self._set_aside(path, problem, f"cannot be read ({exc})", report):
                 report.files_unreadable += 1
             return None
         if data is None:
             return None
-        lines, corrupt = _event_lines(data)
+        lines, corrupt = event_lines(data)
         if corrupt:
             try:
                 self._keep_corrupt(path, corrupt)
@@ -376,7 +371,7 @@ class Spool:
                 "file": spooled.path.name,
                 "count": len(refused),
                 "events": [
-                    {"id": _event_id(r.line), "status": r.status, "problem": r.problem}
+                    {"id": event_id(r.line), "status": r.status, "problem": r.problem}
                     for r in refused[:MAX_NOTED_LINES]
                 ],
             }
@@ -400,7 +395,7 @@ class Spool:
                     "left in new/ (sent again, as duplicates, until it can be)"
                 )
         if paths:
-            _fsync_directory(self.new)
+            fsync_directory(self.new)
 
     def _set_aside(
         self,
@@ -428,8 +423,8 @@ class Spool:
                 with contextlib.suppress(OSError):
                     note.unlink()
                 raise
-            _fsync_directory(self.failed)
-            _fsync_directory(self.new)
+            fsync_directory(self.failed)
+            fsync_directory(self.new)
         except OSError as exc:
             report.files_left += 1
             report.notes.append(
@@ -475,71 +470,3 @@ class Spool:
             with contextlib.suppress(OSError):  # gone, or not ours to remove: not a reason to stop
                 if path.lstat().st_mtime < cutoff:
                     path.unlink()
-
-
-def _fsync_directory(path: Path) -> None:
-    """Make a rename or an unlink in `path` durable (the entry lives in the directory)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
-
-
-def _read(path: Path) -> bytes | None:
-    """A spooled file's bytes; None when it is gone (drained). Raises _Unreadable for what
-    `put` never leaves: not a regular file (never opened blocking: a FIFO would hang the
-    drain), a symbolic link (not followed: the drain would send, or keep in failed/, a file
-    from elsewhere), or a file it may not read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if path.is_symlink():
-            raise _Unreadable("a symbolic link (a spool holds only files)") from exc
-        raise _Unreadable(exc.strerror or str(exc)) from exc
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise _Unreadable(f"{kind}, not a spooled file")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise _Unreadable(exc.strerror or str(exc)) from exc
-    finally:
-        os.close(fd)
-
-
-def _event_id(line: bytes) -> str | None:
-    """The `id` of an event line (for a note; None when it has no string id)."""
-    value = _event_line.decode(line).get("id")
-    return None if value is None else _string_or_none(value)
-
-
-def _string_or_none(raw: msgspec.Raw) -> str | None:
-    try:
-        return msgspec.json.decode(raw, type=str)
-    except msgspec.ValidationError:
-        return None
-
-
-def _event_lines(data: bytes) -> tuple[list[bytes], list[tuple[int, bytes, str]]]:
-    """The event lines of a file (one JSON object each) and its unreadable lines (line
-    number, raw bytes, why): truncated or garbage lines, binary data."""
-    lines: list[bytes] = []
-    corrupt: list[tuple[int, bytes, str]] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            _event_line.decode(line)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            corrupt.append((number, line, f"not a JSON object: {exc}"))
-            continue
-        lines.append(line)
-    return lines, corrupt
