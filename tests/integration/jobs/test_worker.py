@@ -63,17 +63,17 @@ async def test_one_job_at_a_time_per_project_in_order(store: Stores) -> None:
 
 async def test_cancel_a_queued_job_and_a_running_one(store: Stores) -> None:
     queued = await queue_job(store, "pa", "rebuild", JobParams())
-    cancelled = await cancel_job(store, "pa", queued.id)
+    cancelled = await cancel_job(store, RateCards(store), "pa", queued.id)
     assert cancelled.state == "cancelled" and cancelled.cancel_requested
     with pytest.raises(JobFinished):
-        await cancel_job(store, "pa", queued.id)
+        await cancel_job(store, RateCards(store), "pa", queued.id)
     assert await worker(store).run_once() is False  # nothing to run
 
     running = await queue_job(store, "pa", "rebuild", JobParams())
     w = worker(store)
     token = "w-token"
     assert await store.jobs.claim("pa", running.id, token, 10_000, NOW, KEEP_MS) == 1
-    asked = await cancel_job(store, "pa", running.id)
+    asked = await cancel_job(store, RateCards(store), "pa", running.id)
     assert asked.state == "running" and asked.cancel_requested
     await w.work(RunningJob("pa", running.id, token, "rebuild"))
     ended = await find_job(store, "pa", running.id)
@@ -85,7 +85,7 @@ async def test_a_job_is_seen_only_inside_its_project(store: Stores) -> None:
     with pytest.raises(JobNotFound):
         await find_job(store, "pa", job.id)
     with pytest.raises(JobNotFound):
-        await cancel_job(store, "pa", job.id)
+        await cancel_job(store, RateCards(store), "pa", job.id)
     assert await project_jobs(store, "pa") == []
     assert (await find_job(store, "pb", job.id)).state == "queued"
 
