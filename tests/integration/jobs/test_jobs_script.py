@@ -4,6 +4,7 @@ same lease, queue, job hashes and holds on the budget alerts."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from trainledger.jobs.reference import ProjectJobs
@@ -147,3 +148,35 @@ async def test_ended_jobs_expire_and_leave_the_index(store: Stores) -> None:
     await store.jobs.add(PROJECT, "j4", fields, 1000 + KEEP_MS, KEEP_MS)
     index = [as_text(x) for x in await client.zrange(Keys.jobs(PROJECT), 0, -1)]
     assert index == ["j2", "j3", "j4"]
+
+
+async def test_a_repricing_holds_the_alerts_while_alive_and_no_longer(store: Stores) -> None:
+    client = store.connection.client
+    hold = Keys.budget_hold(PROJECT)
+    fields = {"id": "j1", "project": PROJECT, "kind": "reprice", "state": "queued"}
+    await store.jobs.add(PROJECT, "j1", fields, 1, KEEP_MS, HOLD_MS)
+    assert await store.jobs.held(PROJECT)
+    assert 0 < await client.pttl(hold) <= HOLD_MS
+    # Every sign of life renews it: a worker's round seeing it queued, the claim, a heartbeat.
+    for renew in ("round", "claim", "beat"):
+        await client.pexpire(hold, 1000)
+        if renew == "round":
+            await store.jobs.keep_holds([PROJECT], HOLD_MS)
+        elif renew == "claim":
+            assert await store.jobs.claim(PROJECT, "j1", "w", LEASE_MS, "t", KEEP_MS) == 1
+        else:
+            assert await store.jobs.renew(PROJECT, "j1", "w", LEASE_MS, "t", 1, 2) == 1
+        assert 1000 < await client.pttl(hold) <= HOLD_MS, renew
+    # Its end releases it in the same step.
+    ending = ("failed", "", "boom")
+    assert await store.jobs.finish(PROJECT, "j1", "w", "t", ending, (1, 2), KEEP_MS) == 1
+    assert not await store.jobs.held(PROJECT)
+    # A rebuild holds nothing; a repricing nothing renews (every worker dead) stops holding.
+    fields = {"id": "j2", "project": PROJECT, "kind": "rebuild", "state": "queued"}
+    await store.jobs.add(PROJECT, "j2", fields, 2, KEEP_MS)
+    assert not await store.jobs.held(PROJECT)
+    fields = {"id": "j3", "project": PROJECT, "kind": "reprice", "state": "queued"}
+    await store.jobs.add(PROJECT, "j3", fields, 3, KEEP_MS, 30)
+    assert await store.jobs.held(PROJECT)
+    await asyncio.sleep(0.1)
+    assert not await store.jobs.held(PROJECT)
