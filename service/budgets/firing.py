@@ -26,8 +26,9 @@ are its Python reference: the same rule, written to be read and checked
 
 A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
 through `BudgetStore.init_budget_counters`): there each threshold its period's spend has already
-reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
-not part of this reference.
+reached (``limit <= spent``) fires once, as a crossing at creation would have, unless the
+project's decisions are held (then the repricing's settling fires them). That rule is not part
+of this reference.
 """
 
 from __future__ import annotations

@@ -99,22 +99,47 @@ async def test_a_price_cut_never_fires_what_the_repriced_figures_do_not_reach(
             # Mixed: 80.00 + 4 x 5.00 = 100.00, the 100 % threshold reached on it: held.
             assert await spent(c, budget_id) == "100.00"
             assert await alert_ids(c) == [f"{budget_id}:window:t50", f"{budget_id}:window:t80"]
+            # A budget created meanwhile fires nothing on the mixed figure either (90.00:
+            # 100 % of it is reached only there).
+            r = await c.post(
+                "/v1/budgets",
+                json={
+                    "project": "llm",
+                    "name": "second",
+                    "amount": "90",
+                    "period": "window",
+                    "window_start": (now - timedelta(days=1)).isoformat(),
+                    "window_end": (now + timedelta(days=1)).isoformat(),
+                },
+            )
+            assert r.status_code == 201, r.text
+            second = r.json()["id"]
+            assert len(await alert_ids(c)) == 2
         done = await wait_for_job(c, job["href"])
         assert done["state"] == "succeeded", done
-        # Repriced: 4 x 10.00 + 8 x 5.00 = 80.00: 100 % is not reached and never fired.
+        # Repriced: 4 x 10.00 + 8 x 5.00 = 80.00: 100 % is not reached and never fired; the
+        # second budget's 50 % and 80 % are, and fire once, on 80.00.
         assert await spent(c, budget_id) == "80.00"
-        assert done["result"]["alerts_fired"] == []
-        assert await alert_ids(c) == [f"{budget_id}:window:t50", f"{budget_id}:window:t80"]
+        assert done["result"]["alerts_fired"] == [f"{second}:window:t50", f"{second}:window:t80"]
+        fired = await alerts(c)
+        assert sorted(a["id"] for a in fired) == sorted(
+            [f"{b}:window:t{t}" for b in (budget_id, second) for t in (50, 80)]
+        )
+        assert {a["spent"] for a in fired[2:]} == {"80.00"}
+        # Only the first budget's from here on.
+        r = await c.delete(f"/v1/budgets/{second}", params={"project": "llm"})
+        assert r.status_code == 204, r.text
+        assert len(await alerts(c)) == 4
         # Only a batch that takes the repriced figure there fires it: 80.00 + 4 x 5.00.
         when = (now - timedelta(hours=1)).isoformat()
         r = await c.post("/v1/events", json=[event(f"z{i}", "4", time=when) for i in range(3)])
         assert r.status_code == 200, r.text
-        assert len(await alerts(c)) == 2
+        assert len(await alerts(c)) == 4
         r = await c.post("/v1/events", json=[event("z3", "4", time=when)])
         assert r.status_code == 200, r.text
         fired = await alerts(c)
         assert [a["id"] for a in fired][-1] == f"{budget_id}:window:t100"
-        assert fired[-1]["spent"] == "100.00" and len(fired) == 3
+        assert fired[-1]["spent"] == "100.00" and len(fired) == 5
 
 
 async def test_a_cancelled_repricing_releases_the_hold_and_decides_on_the_figures(
