@@ -118,6 +118,9 @@ class JobWorker:
             if not await self._beat(job):
                 work.cancel()
                 return
+            # The repricings queued behind this job (other projects') keep their holds too.
+            jobs = self.store.jobs
+            await jobs.keep_holds(await jobs.projects_with_work(), HOLD_MS)
 
     async def _beat(self, job: RunningJob) -> bool:
         """Renew the job's lease and report its progress; False when the lease is another
