@@ -75,6 +75,9 @@ class JobWorker:
                     return True
                 break  # another worker runs this project's job
             else:
+                # Its jobs all ended: its alerts are decided before it is forgotten, so a
+                # worker killed between a job's end and its settling leaves it to this round.
+                await settle_released(self.store, self.rate_cards, project)
                 await jobs.forget_if_idle(project)
         return False
 
