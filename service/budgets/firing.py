@@ -16,14 +16,19 @@ are its Python reference: the same rule, written to be read and checked
 - Either fires at most once per alert id (``HSETNX`` on the fired hash). An alert id names the
   budget, the period and the limit (``bud_x:2026-01:t80``), so a threshold fires once per
   period, and a new period starts with none fired. The fired hash records *after*.
+- While the project's budget decisions are held (a reprice job is queued or running for it,
+  service/jobs; the ingest script reads the hold, ``Keys.budget_hold``), the counters move
+  and nothing fires: the figures mix two prices until the job's rebuild, whose settling
+  (`settle_budget_alerts`, service/rebuild) fires each threshold the repriced spend reached.
 - Checks are tried in the order given: a budget's thresholds ascending (`new_budget` sorts
   them), then its forecast. One batch crossing several thresholds fires each, in that order,
   every one of them with the same *after*.
 
 A budget created after spend was recorded is set up by another script (``INIT_BUDGET_LUA``,
 through `BudgetStore.init_budget_counters`): there each threshold its period's spend has already
-reached (``limit <= spent``) fires once, as a crossing at creation would have. That rule is
-not part of this reference.
+reached (``limit <= spent``) fires once, as a crossing at creation would have, unless the
+project's decisions are held (then the repricing's settling fires them). That rule is not part
+of this reference.
 """
 
 from __future__ import annotations
@@ -106,11 +111,15 @@ def fire_limits(
 
 
 def fire_batch(
-    spend: Mapping[str, int], counters: Sequence[BudgetCounter], fired: Mapping[str, int]
+    spend: Mapping[str, int],
+    counters: Sequence[BudgetCounter],
+    fired: Mapping[str, int],
+    held: bool = False,
 ) -> tuple[list[FiredAlert], dict[str, int], dict[str, int]]:
     """The reference for a whole batch: every counter's spend before is read before any
     moves (as the script does), then each counter's checks in order. Returns the alerts
-    fired, the spend after (field -> spend) and the fired set after. Per-period and per-day
+    fired, the spend after (field -> spend) and the fired set after; when `held` (the
+    project's decisions are held), nothing fires. Per-period and per-day
     fields live in two hashes but never share a name ("2026-11", "2026-W48", "window" against
     "20261130"), so one mapping holds both."""
     befores = [spend.get(counter.field, 0) for counter in counters]
@@ -119,6 +128,8 @@ def fire_batch(
         new_spend[counter.field] = new_spend.get(counter.field, 0) + counter.delta
     alerts: list[FiredAlert] = []
     now_fired = dict(fired)
+    if held:
+        return alerts, new_spend, now_fired
     for counter, before in zip(counters, befores, strict=True):
         fired_now, now_fired = fire_limits(before, counter.delta, counter.checks, now_fired)
         alerts += fired_now

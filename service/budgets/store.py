@@ -135,6 +135,9 @@ class BudgetStore:
         days: dict[str, int],
         checks: Sequence[tuple[str, int, str, bytes]],
     ) -> bool:
+        """Set a new budget's counters and fire the thresholds already reached, unless a
+        repricing holds the project's alerts (init_budget.lua)."""
+
         def triples(values: dict[str, int]) -> list[str]:
             return [x for f, v in values.items() for x in (f, *map(str, split_value(v)))]
 
@@ -156,6 +159,7 @@ class BudgetStore:
             Keys.alerts(project),
             Keys.high(Keys.budget_spend(project)),
             Keys.high(Keys.budget_daily(project)),
+            Keys.budget_hold(project),
         ]
         return bool(await self.conn.run_script(self._init_budget, keys, [last_seen_entry, payload]))
 

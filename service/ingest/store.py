@@ -264,6 +264,7 @@ class IngestStore:
                 1 if self._hsetex else 0,
                 his,
                 _bounds_args(plan),
+                ref(Keys.budget_hold(p)) if counters else 0,
             ]
         )
         return keys, [payload, plan.log_blob], order

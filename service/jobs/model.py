@@ -23,6 +23,11 @@ FINISHED: tuple[str, ...] = ("succeeded", "failed", "cancelled")
 # How long an ended job stays to be read (its hash expires then; the index forgets it).
 KEEP_MS = 30 * 86_400_000
 
+# How long a reprice job's hold on its project's budget alerts outlives the last sign that the
+# job is alive (its adding, its claim, a heartbeat, a worker's round seeing it queued): a job
+# whose every worker died stops holding the alerts then.
+HOLD_MS = 10 * 60_000
+
 JOB_ID_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$(?!\n)"
 JobId = Annotated[str, msgspec.Meta(pattern=JOB_ID_PATTERN)]
 

@@ -2,7 +2,8 @@
 one project's jobs, written to be read and checked (tests/integration/jobs/test_jobs_script.py
 runs random sequences of operations against both and compares).
 
-The lease's expiry is not modelled: the test ends a lease by deleting it, in both.
+The lease's and the hold's expiries are not modelled: the test ends either by deleting it,
+in both.
 """
 
 from __future__ import annotations
@@ -12,13 +13,25 @@ from dataclasses import dataclass, field
 
 @dataclass
 class ProjectJobs:
-    """One project's lease, queue and job hashes, as the script sees them."""
+    """One project's lease, queue, job hashes and the ids holding its budget alerts, as the
+    script sees them."""
 
     lease: str | None = None
     queue: list[str] = field(default_factory=list)
     jobs: dict[str, dict[str, str]] = field(default_factory=dict)
+    holds: set[str] = field(default_factory=set)
 
-    def add(self, job_id: str, fields: dict[str, str]) -> int:
+    def hold(self, job_id: str) -> int:
+        self.holds.add(job_id)
+        return 1
+
+    def release(self, job_id: str) -> int:
+        self.holds.discard(job_id)
+        return 1
+
+    def add(self, job_id: str, fields: dict[str, str], holds: bool = False) -> int:
+        if holds:
+            self.holds.add(job_id)
         self.jobs.setdefault(job_id, {}).update(fields)
         self.queue.append(job_id)
         return 1
@@ -31,9 +44,11 @@ class ProjectJobs:
         job = self.jobs.get(job_id)
         if job is None or job.get("state") not in ("queued", "running"):
             self.queue.pop(0)
+            self.holds.discard(job_id)
             return -1
         if job.get("cancel") == "1":
             self.queue.pop(0)
+            self.holds.discard(job_id)
             job.update(state="cancelled", finished_at=now)
             return -1
         self.lease = token
@@ -70,6 +85,7 @@ class ProjectJobs:
         if error:
             job["error"] = error
         self.lease = None
+        self.holds.discard(job_id)
         return 1
 
     def cancel(self, job_id: str, now: str) -> int:
@@ -80,6 +96,7 @@ class ProjectJobs:
             if job_id in self.queue:
                 self.queue.remove(job_id)
             job.update(state="cancelled", cancel="1", finished_at=now)
+            self.holds.discard(job_id)
             return 1
         if job["state"] == "running":
             job["cancel"] = "1"

@@ -8,6 +8,8 @@ the card that hold events in the version's span (from its `effective_from` to th
 version's, to the hour: the hourly totals are the finest index by time) are named, and the
 version is refused unless the body has `reprice: true`; then it is stored and each such
 project gets a repricing job (a rebuild of the project, which settles its budget alerts once).
+Each such project's budget alert decisions are held from before the version is stored until
+its job ends (the ingest script reads the hold): no alert fires on the mixed figure.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from ..ledger.folding import settle
 from ..projects.service import project_settings
 from ..ratecards.model import RateCardIn, RateCardVersion
 from ..ratecards.service import SharedCardForbidden, add_version, check_version
-from .model import AffectedProject, Job, JobParams
-from .service import queue_job
+from .model import HOLD_MS, AffectedProject, Job, JobParams
+from .service import new_job_id, queue_job
 
 if TYPE_CHECKING:
     from ..auth.model import Principal
@@ -113,14 +115,25 @@ async def put_version(
     affected = await affected_projects(store, name, await rate_cards.versions(name), start)
     if affected and not card.reprice:
         raise RepricingNeeded(affected)
-    version = await add_version(rate_cards, principal, name, card)
+    # Held before the version is stored: a batch priced at the new price never decides alerts
+    # on a figure that still holds the old one.
+    job_ids = [new_job_id() for _ in affected]
+    for a, job_id in zip(affected, job_ids, strict=True):
+        await store.jobs.hold(a.project, job_id, HOLD_MS)
+    try:
+        version = await add_version(rate_cards, principal, name, card)
+    except BaseException:
+        for a, job_id in zip(affected, job_ids, strict=True):
+            await store.jobs.release(a.project, job_id)
+        raise
     jobs = [
         await queue_job(
             store,
             a.project,
             "reprice",
             JobParams(rate_card=name, version=version.version, days=a.days),
+            job_id=job_id,
         )
-        for a in affected
+        for a, job_id in zip(affected, job_ids, strict=True)
     ]
     return VersionAdded(version, affected, jobs)

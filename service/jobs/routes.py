@@ -99,7 +99,7 @@ class JobController(Controller):
 
     async def _cancel(self, services: Services, project: str, job_id: str) -> Job:
         try:
-            return await cancel_job(services.store, project, job_id)
+            return await cancel_job(services.store, services.rate_cards, project, job_id)
         except JobNotFound as exc:
             raise _not_found(exc) from exc
         except JobFinished as exc:

@@ -3,6 +3,7 @@ worker does once it holds the project's lease: service/jobs/worker.py)."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from datetime import UTC, datetime
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..rebuild.service import RebuildReport, rebuild_project
+from ..rebuild.service import RebuildError, RebuildReport, rebuild_project, settle_budget_alerts
 from .model import (
+    HOLD_MS,
     KEEP_MS,
     Job,
     JobCancelled,
@@ -25,6 +27,8 @@ from .model import (
 if TYPE_CHECKING:
     from ..ratecards.catalog import RateCards
     from ..stores import Stores
+
+log = logging.getLogger("trainledger.jobs")
 
 _params_decoder = msgspec.json.Decoder(JobParams)
 _result_decoder = msgspec.json.Decoder(RebuildReport)
@@ -60,11 +64,22 @@ def job_of(fields: dict[str, str]) -> Job:
     )
 
 
+def new_job_id() -> str:
+    return "job_" + secrets.token_hex(8)
+
+
 async def queue_job(
-    store: Stores, project: str, kind: JobKind, params: JobParams, total: int = 0
+    store: Stores,
+    project: str,
+    kind: JobKind,
+    params: JobParams,
+    total: int = 0,
+    job_id: str | None = None,
 ) -> Job:
-    """Queue a job for the project: it runs after the project's jobs queued before it."""
-    job_id = "job_" + secrets.token_hex(8)
+    """Queue a job for the project: it runs after the project's jobs queued before it. A
+    repricing holds the project's budget alert decisions until it ends (its figures mix two
+    prices until then; `settle_released` decides them once the hold is gone)."""
+    job_id = job_id or new_job_id()
     fields = {
         "id": job_id,
         "project": project,
@@ -75,8 +90,23 @@ async def queue_job(
         "total": str(total),
         "created_at": _now(),
     }
-    await store.jobs.add(project, job_id, fields, int(time.time() * 1000), KEEP_MS)
+    hold_ms = HOLD_MS if kind == "reprice" else 0
+    await store.jobs.add(project, job_id, fields, int(time.time() * 1000), KEEP_MS, hold_ms)
     return job_of(fields)
+
+
+async def settle_released(store: Stores, rate_cards: RateCards, project: str) -> None:
+    """After a job ended: once no job holds the project's budget alerts, every threshold its
+    spend now reaches and that has not fired fires, once. The batches accepted while the hold
+    was on moved the counters without deciding; a repricing that succeeded settled on its
+    rebuilt figures already (this catches the batches after its swap), one that failed or was
+    cancelled is decided here, on the figures as they stand."""
+    if await store.jobs.held(project):
+        return  # another repricing of the project is still to come: it settles
+    try:
+        await settle_budget_alerts(store, rate_cards, project)
+    except RebuildError as exc:  # events kept arriving: the next batch's checks go on
+        log.warning("budget alerts of %s not settled after its job: %s", project, exc)
 
 
 async def queue_rebuild(store: Stores, project: str) -> Job:
@@ -106,12 +136,15 @@ async def project_jobs(store: Stores, project: str) -> list[Job]:
     return [job_of(fields) for fields in await store.jobs.recent(project)]
 
 
-async def cancel_job(store: Stores, project: str, job_id: str) -> Job:
-    """Cancel a queued job at once, or ask a running one to stop at its next step (it then
-    ends cancelled, having written nothing). Raises JobNotFound, or JobFinished."""
+async def cancel_job(store: Stores, rate_cards: RateCards, project: str, job_id: str) -> Job:
+    """Cancel a queued job at once (its hold on the budget alerts released, and they are
+    decided), or ask a running one to stop at its next step (it then ends cancelled, having
+    written nothing). Raises JobNotFound, or JobFinished."""
     outcome = await store.jobs.cancel(project, job_id, _now(), KEEP_MS)
     if outcome == -1:
         raise JobNotFound(project, job_id)
+    if outcome == 1:
+        await settle_released(store, rate_cards, project)
     job = await find_job(store, project, job_id)
     if outcome == 0:
         raise JobFinished(job)

@@ -7,6 +7,7 @@ from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.keys import Keys
 from ..storage.replies import as_text
+from .model import HOLD_MS
 
 # Jobs a listing shows at most (newest first).
 LIST_LIMIT = 100
@@ -21,12 +22,19 @@ class JobStore:
         self._jobs = conn.client.register_script(scripts.JOBS)
 
     async def add(
-        self, project: str, job_id: str, fields: dict[str, str], now_ms: int, keep_ms: int
+        self,
+        project: str,
+        job_id: str,
+        fields: dict[str, str],
+        now_ms: int,
+        keep_ms: int,
+        hold_ms: int = 0,
     ) -> None:
         """Store a queued job at the end of the project's queue (the index forgets the ids
-        created more than `keep_ms` ago)."""
+        created more than `keep_ms` ago); with `hold_ms`, the job holds the project's budget
+        alert decisions until it ends (or the hold, not renewed, expires)."""
         pairs = [x for item in fields.items() for x in item]
-        await self._change(project, job_id, "add", now_ms, keep_ms, *pairs)
+        await self._change(project, job_id, "add", now_ms, keep_ms, hold_ms, *pairs)
         # After the push: a worker that forgets the project re-checks its queue afterwards.
         await self.client.sadd(Keys.job_projects(), project)
 
@@ -59,17 +67,58 @@ class JobStore:
         if await self.client.llen(Keys.job_queue(project)):
             await self.client.sadd(Keys.job_projects(), project)
 
+    async def hold(self, project: str, job_id: str, hold_ms: int) -> None:
+        """Hold the project's budget alert decisions for job `job_id`, about to be added."""
+        await self._change(project, job_id, "hold", hold_ms)
+
+    async def release(self, project: str, job_id: str) -> None:
+        """Drop the hold of a job that was not added after all."""
+        await self._change(project, job_id, "release")
+
+    async def held(self, project: str) -> bool:
+        """Whether a job holds the project's budget alert decisions."""
+        return bool(await self.client.exists(Keys.budget_hold(project)))
+
+    async def keep_holds(self, projects: list[str], hold_ms: int) -> None:
+        """Renew the holds of projects whose jobs are queued (a job waiting its turn behind
+        other projects' keeps its hold while workers are alive)."""
+        if projects:
+            pipe = self.client.pipeline(transaction=False)
+            for project in projects:
+                pipe.pexpire(Keys.budget_hold(project), hold_ms)
+            await pipe.execute()
+
     async def claim(
-        self, project: str, job_id: str, token: str, lease_ms: int, now: str, keep_ms: int
+        self,
+        project: str,
+        job_id: str,
+        token: str,
+        lease_ms: int,
+        now: str,
+        keep_ms: int,
+        *,
+        hold_ms: int = HOLD_MS,
     ) -> int:
-        """Take the project's lease for its queue head `job_id` (jobs.lua `claim`)."""
-        return await self._change(project, job_id, "claim", token, lease_ms, now, keep_ms)
+        """Take the project's lease for its queue head `job_id`, renewing its hold if it has
+        one (jobs.lua `claim`)."""
+        return await self._change(project, job_id, "claim", token, lease_ms, now, keep_ms, hold_ms)
 
     async def renew(
-        self, project: str, job_id: str, token: str, lease_ms: int, now: str, done: int, total: int
+        self,
+        project: str,
+        job_id: str,
+        token: str,
+        lease_ms: int,
+        now: str,
+        done: int,
+        total: int,
+        *,
+        hold_ms: int = HOLD_MS,
     ) -> int:
-        """Renew the lease and report progress (jobs.lua `renew`)."""
-        return await self._change(project, job_id, "renew", token, lease_ms, now, done, total)
+        """Renew the lease (and the job's hold) and report progress (jobs.lua `renew`)."""
+        return await self._change(
+            project, job_id, "renew", token, lease_ms, now, done, total, hold_ms
+        )
 
     async def finish(
         self,
@@ -98,6 +147,7 @@ class JobStore:
             Keys.job_queue(project),
             Keys.job(project, job_id),
             Keys.jobs(project),
+            Keys.budget_hold(project),
         ]
         return int(await self.conn.run_script(self._jobs, keys, [op, job_id, *args]))
 

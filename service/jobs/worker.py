@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..rebuild.service import RebuildError, RebuildReport
 from ..storage.connection import StoreError
-from .model import KEEP_MS, JobCancelled
-from .service import RunningJob, finish_job, run_job
+from .model import HOLD_MS, KEEP_MS, JobCancelled
+from .service import RunningJob, finish_job, run_job, settle_released
 
 if TYPE_CHECKING:
     from ..ratecards.catalog import RateCards
@@ -60,7 +60,9 @@ class JobWorker:
     async def run_once(self) -> bool:
         """Claim and run one job if there is one this worker may take; True if it ran one."""
         jobs = self.store.jobs
-        for project in await jobs.projects_with_work():
+        projects = await jobs.projects_with_work()
+        await jobs.keep_holds(projects, HOLD_MS)  # a queued repricing holds while we live
+        for project in projects:
             while (head := await jobs.queue_head(project)) is not None:
                 token = secrets.token_hex(12)
                 now = datetime.now(UTC).isoformat()
@@ -73,6 +75,9 @@ class JobWorker:
                     return True
                 break  # another worker runs this project's job
             else:
+                # Its jobs all ended: its alerts are decided before it is forgotten, so a
+                # worker killed between a job's end and its settling leaves it to this round.
+                await settle_released(self.store, self.rate_cards, project)
                 await jobs.forget_if_idle(project)
         return False
 
@@ -82,13 +87,14 @@ class JobWorker:
             return
         work = asyncio.create_task(run_job(self.store, self.rate_cards, job))
         beat = asyncio.create_task(self._heartbeat(job, work))
+        ended = False
         try:
             report: RebuildReport | None = await work
-            await finish_job(self.store, job, "succeeded", report)
+            ended = await finish_job(self.store, job, "succeeded", report)
         except JobCancelled:
-            await finish_job(self.store, job, "cancelled", None)
+            ended = await finish_job(self.store, job, "cancelled", None)
         except RebuildError as exc:
-            await finish_job(self.store, job, "failed", None, str(exc))
+            ended = await finish_job(self.store, job, "failed", None, str(exc))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not job.lease_lost or (task is not None and task.cancelling()):
@@ -99,13 +105,15 @@ class JobWorker:
             log.warning("job %s of %s stopped on a store error", job.job_id, job.project)
         except Exception as exc:  # a bug: the job fails visibly rather than retrying for ever
             log.exception("job %s of %s failed", job.job_id, job.project)
-            await finish_job(
+            ended = await finish_job(
                 self.store, job, "failed", None, f"internal error: {type(exc).__name__}"
             )
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError, StoreError):
                 await beat
+        if ended:  # its hold on the budget alerts went with its end: decide them now
+            await settle_released(self.store, self.rate_cards, job.project)
 
     async def _heartbeat(self, job: RunningJob, work: asyncio.Task[RebuildReport]) -> None:
         while True:
@@ -113,6 +121,9 @@ class JobWorker:
             if not await self._beat(job):
                 work.cancel()
                 return
+            # The repricings queued behind this job (other projects') keep their holds too.
+            jobs = self.store.jobs
+            await jobs.keep_holds(await jobs.projects_with_work(), HOLD_MS)
 
     async def _beat(self, job: RunningJob) -> bool:
         """Renew the job's lease and report its progress; False when the lease is another

@@ -66,6 +66,9 @@ tl:P:jobq                       list    queued job ids, oldest first; the head i
                                         that runs (it stays there while running)
 tl:P:joblease                   string  the token of the worker running the project's job
                                         (PX: lease, renewed by its heartbeat)
+tl:P:bhold                      hash    reprice job ids holding the project's budget alert
+                                        decisions (service/jobs, the ingest script reads it;
+                                        PX: renewed while the jobs are queued or running)
 tl:jobprojects                  set     projects that may have a job queued or running
 tl:ratecards                    set     rate-card names
 tl:ratecard:<name>              hash    version number -> JSON of that version (its length,
@@ -244,6 +247,10 @@ class Keys:
     @staticmethod
     def job_lease(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:joblease"
+
+    @staticmethod
+    def budget_hold(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:bhold"
 
     @staticmethod
     def job_projects() -> str:

@@ -23,6 +23,9 @@
 --           p[16] [cost units, cost limit, quantity units, quantity limit]: what the batch adds
 --           to meta ``bound_c``/``bound_q`` (its cost and quantity in LIMBs, rounded up), and
 --           the most each may hold before it (service/storage/limbs.py, CAP_UNITS).
+--           p[17] key# of the project's budget hold (0: none): while it exists (a reprice job
+--           is queued or running, service/jobs) the counters move but no alert fires; the
+--           job settles them on the repriced figures.
 --   ARGV[2] the log entry (service/ledger/eventlog.py). The batch's totals are not applied
 --   here: a fold reads the log after meta ``fold_cursor`` and applies many batches at once
 --   (service/ledger/folding.py); ``pend_events`` counts the events it has yet to fold. Log
@@ -178,7 +181,8 @@ if failed then
   return {6, failed}
 end
 
-for k, c in ipairs(p[8]) do
+local held = p[17] > 0 and call('EXISTS', KEYS[p[17]]) == 1
+for k, c in ipairs(held and {} or p[8]) do
   local before = befores[k]
   local after = add(before, c[4])
   for _, chk in ipairs(c[5]) do

@@ -1,8 +1,9 @@
 """The ingest script fires budget alerts exactly as the Python reference of the rule says
 (`fire_batch` in service/budgets/firing.py): random budgets (amount, thresholds, a forecast
 limit that moves from batch to batch), a random starting spend and fired set, and random
-batches over two periods, posted through the real script one after another; after each batch
-the alerts stream, the fired set and the counters equal the reference's."""
+batches over two periods, posted through the real script one after another, some while the
+project's budget decisions are held (a repricing queued); after each batch the alerts stream,
+the fired set and the counters equal the reference's."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class Case:
     # Per batch, per counter: (period index, delta nano, forecast limit as a percentage of
     # the amount or None). The forecast's limit moves with time, so each batch has its own.
     batches: list[list[tuple[int, int, int | None]]]
+    held: list[bool]  # per batch: whether the project's budget decisions are held
 
 
 @st.composite
@@ -65,7 +67,8 @@ def cases(draw: st.DrawFn) -> Case:
     # One counter per period in a batch, as budget_counters makes them.
     batch = st.lists(counter, min_size=1, max_size=2, unique_by=lambda t: t[0])
     batches = draw(st.lists(batch, min_size=1, max_size=8))
-    return Case(amount, thresholds, start_spend, start_fired, batches)
+    held = draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
+    return Case(amount, thresholds, start_spend, start_fired, batches, held)
 
 
 def budget_for(project: str, case: Case) -> Budget:
@@ -137,14 +140,19 @@ async def check_case(store: Stores, case: Case) -> None:
     spend, fired = await start_state(store, budget, case)
     json_of = {}
     expected: list[FiredAlert] = []
-    for n, batch in enumerate(case.batches):
+    hold = Keys.budget_hold(project)
+    for n, (batch, held) in enumerate(zip(case.batches, case.held, strict=True)):
+        if held:
+            await store.connection.client.hset(hold, "job_x", "1")
+        else:
+            await store.connection.client.delete(hold)
         counters = []
         for period_index, delta, forecast_pct in batch:
             period = PERIODS[period_index]
             checks = checks_for(budget, period, case, forecast_pct)
             json_of.update({c.alert_id: c.alert_json for c in checks})
             counters.append(BudgetCounter(False, spend_field(budget.id, period), delta, checks))
-        alerts, spend, fired = fire_batch(spend, counters, fired)
+        alerts, spend, fired = fire_batch(spend, counters, fired, held)
         expected += alerts
 
         outcome = await store.ingest.apply_batch(plan(project, f"e{n}", counters))

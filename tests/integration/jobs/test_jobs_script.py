@@ -1,9 +1,10 @@
 """jobs.lua against its Python reference (service/jobs/reference.py): random sequences of
 every operation, from two workers' tokens on three jobs, give the same answers and leave the
-same lease, queue and job hashes."""
+same lease, queue, job hashes and holds on the budget alerts."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from trainledger.jobs.reference import ProjectJobs
@@ -15,11 +16,16 @@ PROJECT = "pj"
 IDS = ("j1", "j2", "j3")
 TOKENS = ("w1", "w2")
 KEEP_MS = 86_400_000
+HOLD_MS = 600_000
 LEASE_MS = 600_000  # never runs out by itself here: "expire" ends it, in both
 
 
-async def _state(store: Stores) -> tuple[str | None, list[str], dict[str, dict[str, str]]]:
+State = tuple[str | None, list[str], dict[str, dict[str, str]], set[str]]
+
+
+async def _state(store: Stores) -> State:
     client = store.connection.client
+    holds = {as_text(x) for x in await client.hkeys(Keys.budget_hold(PROJECT))}
     lease = await client.get(Keys.job_lease(PROJECT))
     queue = [as_text(x) for x in await client.lrange(Keys.job_queue(PROJECT), 0, -1)]
     jobs = {}
@@ -27,24 +33,39 @@ async def _state(store: Stores) -> tuple[str | None, list[str], dict[str, dict[s
         raw = await client.hgetall(Keys.job(PROJECT, job_id))
         if raw:
             jobs[job_id] = {as_text(k): as_text(v) for k, v in raw.items()}
-    return (None if lease is None else as_text(lease)), queue, jobs
+    return (None if lease is None else as_text(lease)), queue, jobs, holds
 
 
 async def _step(store: Stores, ref: ProjectJobs, rng: random.Random, n: int) -> str:
     """One random operation on both; returns what was done, for the failure message."""
-    op = rng.choice(["add", "claim", "claim", "renew", "finish", "cancel", "expire"])
+    ops = ["add", "claim", "claim", "renew", "finish", "cancel", "expire", "hold", "release"]
+    op = rng.choice([*ops, "unhold"])
     job_id, token, now = rng.choice(IDS), rng.choice(TOKENS), f"t{n}"
     if op == "add":
         if job_id in ref.jobs:
             return "add (skipped: exists)"
-        fields = {"id": job_id, "project": PROJECT, "kind": "rebuild", "state": "queued"}
-        await store.jobs.add(PROJECT, job_id, fields, n, KEEP_MS)
-        assert ref.add(job_id, fields) == 1
-        return f"add {job_id}"
+        kind = rng.choice(["rebuild", "reprice"])
+        fields = {"id": job_id, "project": PROJECT, "kind": kind, "state": "queued"}
+        holds = kind == "reprice"
+        await store.jobs.add(PROJECT, job_id, fields, n, KEEP_MS, HOLD_MS if holds else 0)
+        assert ref.add(job_id, fields, holds) == 1
+        return f"add {kind} {job_id}"
     if op == "expire":
         await store.jobs.end_lease(PROJECT)
         ref.lease = None
         return "expire"
+    if op == "unhold":  # the hold ran out (every worker dead that long)
+        await store.connection.client.delete(Keys.budget_hold(PROJECT))
+        ref.holds.clear()
+        return "unhold"
+    if op == "hold":
+        await store.jobs.hold(PROJECT, job_id, HOLD_MS)
+        ref.hold(job_id)
+        return f"hold {job_id}"
+    if op == "release":
+        await store.jobs.release(PROJECT, job_id)
+        ref.release(job_id)
+        return f"release {job_id}"
     if op == "claim":
         got = await store.jobs.claim(PROJECT, job_id, token, LEASE_MS, now, KEEP_MS)
         want = ref.claim(job_id, token, now)
@@ -72,6 +93,7 @@ async def test_the_script_follows_its_reference(store: Stores) -> None:
         await store.connection.client.delete(
             Keys.job_lease(PROJECT),
             Keys.job_queue(PROJECT),
+            Keys.budget_hold(PROJECT),
             Keys.jobs(PROJECT),
             *[Keys.job(PROJECT, j) for j in IDS],
         )
@@ -79,7 +101,7 @@ async def test_the_script_follows_its_reference(store: Stores) -> None:
         done: list[str] = []
         for n in range(40):
             done.append(await _step(store, ref, rng, n))
-            assert await _state(store) == (ref.lease, ref.queue, ref.jobs), done
+            assert await _state(store) == (ref.lease, ref.queue, ref.jobs, ref.holds), done
 
 
 async def test_one_lease_per_project_and_only_its_holder_writes(store: Stores) -> None:
@@ -126,3 +148,35 @@ async def test_ended_jobs_expire_and_leave_the_index(store: Stores) -> None:
     await store.jobs.add(PROJECT, "j4", fields, 1000 + KEEP_MS, KEEP_MS)
     index = [as_text(x) for x in await client.zrange(Keys.jobs(PROJECT), 0, -1)]
     assert index == ["j2", "j3", "j4"]
+
+
+async def test_a_repricing_holds_the_alerts_while_alive_and_no_longer(store: Stores) -> None:
+    client = store.connection.client
+    hold = Keys.budget_hold(PROJECT)
+    fields = {"id": "j1", "project": PROJECT, "kind": "reprice", "state": "queued"}
+    await store.jobs.add(PROJECT, "j1", fields, 1, KEEP_MS, HOLD_MS)
+    assert await store.jobs.held(PROJECT)
+    assert 0 < await client.pttl(hold) <= HOLD_MS
+    # Every sign of life renews it: a worker's round seeing it queued, the claim, a heartbeat.
+    for renew in ("round", "claim", "beat"):
+        await client.pexpire(hold, 1000)
+        if renew == "round":
+            await store.jobs.keep_holds([PROJECT], HOLD_MS)
+        elif renew == "claim":
+            assert await store.jobs.claim(PROJECT, "j1", "w", LEASE_MS, "t", KEEP_MS) == 1
+        else:
+            assert await store.jobs.renew(PROJECT, "j1", "w", LEASE_MS, "t", 1, 2) == 1
+        assert 1000 < await client.pttl(hold) <= HOLD_MS, renew
+    # Its end releases it in the same step.
+    ending = ("failed", "", "boom")
+    assert await store.jobs.finish(PROJECT, "j1", "w", "t", ending, (1, 2), KEEP_MS) == 1
+    assert not await store.jobs.held(PROJECT)
+    # A rebuild holds nothing; a repricing nothing renews (every worker dead) stops holding.
+    fields = {"id": "j2", "project": PROJECT, "kind": "rebuild", "state": "queued"}
+    await store.jobs.add(PROJECT, "j2", fields, 2, KEEP_MS)
+    assert not await store.jobs.held(PROJECT)
+    fields = {"id": "j3", "project": PROJECT, "kind": "reprice", "state": "queued"}
+    await store.jobs.add(PROJECT, "j3", fields, 3, KEEP_MS, 30)
+    assert await store.jobs.held(PROJECT)
+    await asyncio.sleep(0.1)
+    assert not await store.jobs.held(PROJECT)

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
+from trainledger.auth.model import Principal
+from trainledger.budgets.model import BudgetIn
+from trainledger.budgets.service import create_budget
+from trainledger.events.decoding import JSON, decode_events
+from trainledger.ingest.service import Ingestor
 from trainledger.jobs.model import KEEP_MS, JobFinished, JobNotFound, JobParams
 from trainledger.jobs.service import RunningJob, cancel_job, find_job, project_jobs, queue_job
 from trainledger.jobs.worker import JobWorker
 from trainledger.ratecards.catalog import RateCards
+from trainledger.ratecards.model import RateCardIn
 from trainledger.stores import Stores
+
+from tests.conftest import TEST_CARD, event
 
 NOW = "2026-01-01T00:00:00+00:00"
 LEASE = 0.3  # seconds: short, so a dead worker's lease runs out within the test
@@ -63,17 +72,17 @@ async def test_one_job_at_a_time_per_project_in_order(store: Stores) -> None:
 
 async def test_cancel_a_queued_job_and_a_running_one(store: Stores) -> None:
     queued = await queue_job(store, "pa", "rebuild", JobParams())
-    cancelled = await cancel_job(store, "pa", queued.id)
+    cancelled = await cancel_job(store, RateCards(store), "pa", queued.id)
     assert cancelled.state == "cancelled" and cancelled.cancel_requested
     with pytest.raises(JobFinished):
-        await cancel_job(store, "pa", queued.id)
+        await cancel_job(store, RateCards(store), "pa", queued.id)
     assert await worker(store).run_once() is False  # nothing to run
 
     running = await queue_job(store, "pa", "rebuild", JobParams())
     w = worker(store)
     token = "w-token"
     assert await store.jobs.claim("pa", running.id, token, 10_000, NOW, KEEP_MS) == 1
-    asked = await cancel_job(store, "pa", running.id)
+    asked = await cancel_job(store, RateCards(store), "pa", running.id)
     assert asked.state == "running" and asked.cancel_requested
     await w.work(RunningJob("pa", running.id, token, "rebuild"))
     ended = await find_job(store, "pa", running.id)
@@ -85,7 +94,7 @@ async def test_a_job_is_seen_only_inside_its_project(store: Stores) -> None:
     with pytest.raises(JobNotFound):
         await find_job(store, "pa", job.id)
     with pytest.raises(JobNotFound):
-        await cancel_job(store, "pa", job.id)
+        await cancel_job(store, RateCards(store), "pa", job.id)
     assert await project_jobs(store, "pa") == []
     assert (await find_job(store, "pb", job.id)).state == "queued"
 
@@ -97,3 +106,54 @@ async def test_a_worker_that_lost_its_lease_writes_nothing(store: Stores) -> Non
     await worker(store).work(RunningJob("pa", job.id, "stale", "rebuild"))
     now = await find_job(store, "pa", job.id)
     assert now.state == "running" and now.result is None and now.attempts == 1
+
+
+async def test_a_dead_workers_repricing_holds_the_alerts_until_its_job_ends(store: Stores) -> None:
+    job = await queue_job(store, "pa", "reprice", JobParams(rate_card="default", version=2))
+    assert await store.jobs.held("pa")
+    assert await store.jobs.claim("pa", job.id, "dead", int(LEASE * 1000), NOW, KEEP_MS) == 1
+    await asyncio.sleep(LEASE + 0.1)
+    # The lease ran out, the job did not end: the hold stays (the figures are still mixed).
+    assert await store.jobs.held("pa")
+    assert await worker(store).run_once() is True
+    assert (await find_job(store, "pa", job.id)).state == "succeeded"
+    assert not await store.jobs.held("pa")
+    # A cancelled one releases it too; a rebuild holds nothing.
+    queued = await queue_job(store, "pa", "reprice", JobParams(rate_card="default", version=3))
+    assert await store.jobs.held("pa")
+    await cancel_job(store, RateCards(store), "pa", queued.id)
+    assert not await store.jobs.held("pa")
+    await queue_job(store, "pa", "rebuild", JobParams())
+    assert not await store.jobs.held("pa")
+
+
+async def test_a_worker_killed_before_settling_leaves_the_alerts_to_the_next_round(
+    store: Stores,
+) -> None:
+    cards = RateCards(store)
+    await cards.put("default", msgspec.convert(TEST_CARD, RateCardIn))
+    ingestor = Ingestor(store, cards)
+    admin = Principal("test", "admin", None)
+
+    async def post(event_id: str) -> None:  # 4 GPU-hours at 2.50: 10.00
+        items, _ = decode_events(msgspec.json.encode([event(event_id, "4")]), JSON)
+        assert (await ingestor.ingest(items, admin)).accepted == 1
+
+    await post("e0")
+    data = BudgetIn(project="llm", name="b", amount="15", period="monthly", thresholds=[100])
+    budget = await create_budget(store, data, "USD")
+    job = await queue_job(store, "llm", "reprice", JobParams(rate_card="default", version=1))
+    await post("e1")  # 20.00: the 100 % threshold reached while held
+    assert await store.budgets.alerts("llm") == []
+    # A worker runs the job to its end and dies before it settles (what `work` does, less
+    # the settling): the hold is gone with the job, nothing decided the batch held.
+    assert await store.jobs.claim("llm", job.id, "w", 10_000, NOW, KEEP_MS) == 1
+    ending = ("succeeded", "", "")
+    assert await store.jobs.finish("llm", job.id, "w", NOW, ending, (0, 0), KEEP_MS) == 1
+    assert not await store.jobs.held("llm")
+    assert await store.budgets.alerts("llm") == []
+    # The next worker's round finds the project's jobs all ended and settles it, once.
+    assert await worker(store).run_once() is False
+    fired = [f["id"].decode() for _, f in await store.budgets.alerts("llm")]
+    assert len(fired) == 1 and fired[0].startswith(budget.id + ":") and fired[0].endswith("t100")
+    assert await store.jobs.projects_with_work() == []
