@@ -1,5 +1,9 @@
 """Streaming the FOCUS export: the log read page by page, each event's rows in the window,
 written as CSV in chunks (focus.py maps an event onto the FOCUS columns).
+
+A window's export reads only the log entries holding its events (the log index,
+service/ledger/ranges.py); with a graduated-tier SKU in the rate card, those holding events
+of the window's months, whose tier counters priced the window's events.
 """
 
 from __future__ import annotations
@@ -7,11 +11,12 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..ledger.eventlog import LoggedEvent, read_log
+from ..ledger.eventlog import LoggedEvent
+from ..ledger.ranges import RangeStats, read_log_range
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .csvsafe import neutralise
@@ -65,6 +70,16 @@ def rows_of_batch(
                 yield focus_row(ctx, row, version, sku, seg)
 
 
+def _has_tiers(catalog: PricingCatalog | None) -> bool:
+    """Whether any version of the card has a graduated price (its counters run per month)."""
+    if catalog is None:
+        return False
+    history = catalog.history
+    return any(
+        sku.tiers for i in range(len(history.versions)) for sku in history.priced(i).values()
+    )
+
+
 @dataclass
 class FocusExport:
     """One export of a project, its rate card and log position read before streaming."""
@@ -73,6 +88,7 @@ class FocusExport:
     context: RowContext
     catalog: PricingCatalog | None
     last_entry: str  # the log entry the export stops at: later batches are not included
+    stats: RangeStats = field(default_factory=RangeStats)  # what the read of the log did
 
     def rows(
         self, start: datetime | None = None, end: datetime | None = None
@@ -81,7 +97,16 @@ class FocusExport:
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
         pricing = LogPricing(self.catalog)
-        async for _, batch in read_log(self.store, self.context.project, self.last_entry):
+        batches = read_log_range(
+            self.store,
+            self.context.project,
+            self.last_entry,
+            start_us,
+            end_us,
+            whole_months=_has_tiers(self.catalog),
+            stats=self.stats,
+        )
+        async for _, batch in batches:
             for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
                 yield cells
 

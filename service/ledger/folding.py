@@ -34,7 +34,7 @@ from costcore import CodedEntry, CodedGroups, coded_sums_for
 from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
-from .hashes import DAILY, HOURLY, TOTALS, SumsHash
+from .hashes import DAILY, HOURLY, LOG_INDEX, TOTALS, SumsHash
 from .rollups import rollup_increments
 from .store import joined_dims
 
@@ -93,20 +93,41 @@ def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
     return cell
 
 
+_HOUR_US = 3_600_000_000
+
+
+def entry_hours(entry_id: str, epoch_us: Sequence[int]) -> dict[tuple[str, str], int]:
+    """The log index's fields of one entry: (yyyymmdd, ``HH|<entry id>``) -> its events in
+    that hour (service/ledger/ranges.py reads them)."""
+    if not epoch_us:
+        return {}
+    first, last = min(epoch_us) // _HOUR_US, max(epoch_us) // _HOUR_US
+    if first == last:  # the common case: a batch of one hour, no per-event work
+        counts = {first: len(epoch_us)}
+    else:
+        counts = {}
+        for us in epoch_us:
+            hour = us // _HOUR_US
+            counts[hour] = counts.get(hour, 0) + 1
+    return {(day_name(h // 24), f"{h % 24:02d}|{entry_id}"): n for h, n in counts.items()}
+
+
 class CellSums:
     """Cost (nano), quantity (micro) and events per totals cell, and cost and events per
-    hourly cell.
+    hourly cell, and the log index's fields of the entries summed.
 
     `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
     them (service/storage/keys.py); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
-    (the events go to the ``n|HH|...`` field).
+    (the events go to the ``n|HH|...`` field); `entries` maps (yyyymmdd, ``HH|<entry id>``) to
+    the events of that entry in that hour (`entry_hours`).
     """
 
-    __slots__ = ("cells", "events", "hourly")
+    __slots__ = ("cells", "entries", "events", "hourly")
 
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], list[int]] = {}
         self.hourly: dict[tuple[str, str], list[int]] = {}
+        self.entries: dict[tuple[str, str], int] = {}
         self.events = 0
 
     def __bool__(self) -> bool:
@@ -115,6 +136,9 @@ class CellSums:
     def add(self, other: CellSums) -> None:
         """Add another batch's sums."""
         self.events += other.events
+        index = self.entries
+        for key, count in other.entries.items():
+            index[key] = index.get(key, 0) + count
         into = self.cells
         for key, (cost, quantity, count) in other.cells.items():
             have = into.get(key)
@@ -214,6 +238,12 @@ class CellSums:
                 out.append((key, field, cost))
             if count:
                 out.append((key, "n" + field[1:], count))
+        index_key: dict[str, SumsHash] = {}
+        for (day, field), count in self.entries.items():
+            key = index_key.get(day)
+            if key is None:
+                key = index_key[day] = SumsHash(LOG_INDEX, day)
+            out.append((key, field, count))
         out += rollup_increments(cell_keys, costs, quantities, counts)
         return out
 
@@ -242,7 +272,8 @@ def _plan_steps(
         yield
     take = len(entries)
     while True:
-        sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
+        kept = [(entries[i][0], e) for i, e in enumerate(coded[:take]) if e is not None]
+        sums = yield from _sum_steps([e for _, e in kept], [entry_id for entry_id, _ in kept])
         if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
             take //= 2
             continue
@@ -295,12 +326,15 @@ _Labels = tuple[
 ]
 
 
-def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
-    """The totals of these log entries, summed by cell and hour in one compiled pass."""
-    return _run(_sum_steps(entries))
+def sums_of_log(entries: Sequence[CodedLog], entry_ids: Sequence[str] = ()) -> CellSums:
+    """The totals of these log entries, summed by cell and hour in one compiled pass, and
+    their log index fields when their `entry_ids` (the log's) are given."""
+    return _run(_sum_steps(entries, entry_ids))
 
 
-def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
+def _sum_steps(
+    entries: Sequence[CodedLog], entry_ids: Sequence[str] = ()
+) -> Generator[None, None, CellSums]:
     """`sums_of_log` in steps of one entry."""
     spaces: list[dict[Any, int]] = [{}, {}, {}, {}, {}]
     hour_class: dict[tuple[str, str], int] = {}
@@ -337,10 +371,13 @@ def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
     )
     sums = CellSums()
     sums.add_groups(groups, labels)
+    for entry_id, e in zip(entry_ids, entries if entry_ids else (), strict=True):
+        for key, count in entry_hours(entry_id, e.epoch_us).items():
+            sums.entries[key] = sums.entries.get(key, 0) + count
     return sums
 
 
-def _entry_order(entry_id: str) -> tuple[int, int]:
+def entry_order(entry_id: str) -> tuple[int, int]:
     """A stream entry id ("ms-seq") as a sortable pair; "" sorts first."""
     if not entry_id:
         return (-1, -1)
@@ -356,9 +393,9 @@ async def settle(store: Stores, project: str) -> int:
         project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
     )
     folded = 0
-    target = _entry_order(last)
+    target = entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
-    while entries and _entry_order(cursor) < target:
+    while entries and entry_order(cursor) < target:
         raise_if_cancelled()  # a cancel redis-py dropped (service/cancellation.py)
         count, new_cursor, events, increments = await _log_plan_sliced(entries)
         if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):

@@ -78,8 +78,9 @@ class _Replay:
         self.sums = CellSums()
         self.events = self.batches = self.cost_total = self.quantity_total = 0
 
-    def add_batch(self, rows: list[LoggedEvent]) -> None:
-        """Price one logged batch again, in order, and add what it makes."""
+    def add_batch(self, rows: list[LoggedEvent], entry_id: str = "") -> None:
+        """Price one logged batch (log entry `entry_id`) again, in order, and add what it
+        makes."""
         project, catalog = self.project, self.catalog
         assert catalog is not None  # a log with entries and no catalog is refused first
         batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
@@ -97,7 +98,7 @@ class _Replay:
         self.tiers.update(priced.tier_after)
         entry = decode_log_entry(priced.log_entry())
         assert entry is not None
-        self.sums.add(sums_of_log([entry]))
+        self.sums.add(sums_of_log([entry], [entry_id] if entry_id else []))
         self._add_budget_counters(priced)
         self.events += len(batch)
         self.batches += 1
@@ -146,8 +147,8 @@ async def _replay_log(
     if last and catalog is None:
         raise RebuildError("the project's rate card no longer exists")
     replay = _Replay(project, catalog, budgets, settings.attribution_tags)
-    async for _, rows in read_log(store, project, last):
-        replay.add_batch(rows)
+    async for entry_id, rows in read_log(store, project, last):
+        replay.add_batch(rows, entry_id)
     return replay
 
 

@@ -27,6 +27,10 @@ tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions,
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
                                         ``pend_events``)
+tl:P:logix:<yyyymmdd>           hash    ``HH|<log entry id>`` -> events of that entry in that
+                                        hour (the log indexed by event time, written by the
+                                        fold, rebuilt by a rebuild; meta ``logix`` = 1 once it
+                                        covers every entry: service/ledger/ranges.py)
 tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
                                         columns)), service/ledger/eventlog.py; the totals
                                         are folded from it
@@ -134,6 +138,10 @@ class Keys:
     @staticmethod
     def rollup_count(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:ru:events"
+
+    @staticmethod
+    def log_index(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:logix:{day}"
 
     @staticmethod
     def log(project: str) -> str:
