@@ -35,7 +35,7 @@ from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
 from .hashes import DAILY, HOURLY, LOG_INDEX, TOTALS, SumsHash
-from .rollups import rollup_increments
+from .rollups import ROLLUP_VERSION, rollup_increments
 from .store import joined_dims
 
 if TYPE_CHECKING:
@@ -405,6 +405,17 @@ async def settle(store: Stores, project: str) -> int:
         )
     raise_if_cancelled()
     return folded
+
+
+async def settled_state(store: Stores, project: str) -> tuple[dict[str, int], bool]:
+    """What every read of the totals starts from: the days with totals (yyyymmdd -> cost) and
+    whether the roll-ups hold every event, after folding the batches still queued (so the
+    answer holds every batch accepted before the request)."""
+    await settle(store, project)
+    daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
+    if covered != accepted:  # maybe a batch landed between the two reads: look once more
+        daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
+    return daily, covered == accepted
 
 
 class Folder:
