@@ -98,7 +98,9 @@ async def read_log_range(
 ) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
     """Every logged batch of the project up to entry `last` holding an event whose time is in
     [start_us, end_us) (with `whole_months`: in the UTC months of that range), in the order
-    they were applied; possibly others besides. No bound at all: the whole log."""
+    they were applied; possibly others besides (with `whole_months`, none after the last
+    entry holding an event of the range itself, unless unfolded entries follow). No bound at
+    all: the whole log."""
     stats = stats if stats is not None else RangeStats()
     complete, cursor = await store.ledger.log_index_state(project)
     if not complete or (start_us is None and end_us is None) or not last:
@@ -122,6 +124,12 @@ async def read_log_range(
     span = await _hour_span(store, project, start_us, end_us, whole_months)
     in_tail = {entry_id for entry_id, _ in tail}
     ids = [] if span is None else await _indexed_ids(store, project, span, last)
+    if whole_months and ids and not tail:
+        # An entry after the last one holding the range's own events comes later in the
+        # order of the log: it cannot have shaped anything the range shows.
+        own = await _hour_span(store, project, start_us, end_us, False)
+        own_ids = [] if own is None else await _indexed_ids(store, project, own, last)
+        ids = [i for i in ids if own_ids and entry_order(i) <= entry_order(own_ids[-1])]
     ids = [entry_id for entry_id in ids if entry_id not in in_tail]
     for at in range(0, len(ids), _FETCH_PAGE):
         for entry_id, blob in await store.ledger.entries_by_id(project, ids[at : at + _FETCH_PAGE]):
