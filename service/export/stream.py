@@ -2,8 +2,9 @@
 written as CSV in chunks (focus.py maps an event onto the FOCUS columns).
 
 A window's export reads only the log entries holding its events (the log index,
-service/ledger/ranges.py); with a graduated-tier SKU in the rate card, those holding events
-of the window's months, whose tier counters priced the window's events.
+service/ledger/ranges.py); a graduated price's counters before each of them come from the
+tier index (`ranges.TierPrefix`), or, for a log the indexes do not cover, from replaying the
+entries of the window's months.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..ledger.eventlog import LoggedEvent
-from ..ledger.ranges import RangeStats, read_log_range
+from ..ledger.folding import settle
+from ..ledger.ranges import RangeStats, read_log_range, tier_prefix
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .csvsafe import neutralise
@@ -97,16 +99,23 @@ class FocusExport:
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
         pricing = LogPricing(self.catalog)
+        project, last = self.context.project, self.last_entry
+        prefix = None
+        tiered = _has_tiers(self.catalog)
+        if tiered and (start_us is not None or end_us is not None):
+            prefix = await tier_prefix(self.store, project, last, start_us, end_us, pricing.counts)
         batches = read_log_range(
             self.store,
-            self.context.project,
-            self.last_entry,
+            project,
+            last,
             start_us,
             end_us,
-            whole_months=_has_tiers(self.catalog),
+            whole_months=tiered and prefix is None,
             stats=self.stats,
         )
-        async for _, batch in batches:
+        async for entry_id, batch in batches:
+            if prefix is not None:  # the counters as the entries before this one left them
+                pricing.set_counters(prefix.before(entry_id))
             for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
                 yield cells
 
@@ -138,6 +147,8 @@ async def prepare_export(store: Stores, rate_cards: RateCards, project: str) -> 
     settings, catalog = await project_catalog(store, rate_cards, project)
     card = settings.rate_card
     last = await store.ledger.last_log_entry(project)
+    # Folded up to there, the log's indexes cover what the export reads (ledger/ranges.py).
+    await settle(store, project)
     if last and catalog is None:
         raise ExportError(f"the project's rate card {card!r} no longer exists")
     return FocusExport(store, RowContext(project, card), catalog, last)

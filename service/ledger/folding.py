@@ -34,7 +34,7 @@ from costcore import CodedEntry, CodedGroups, coded_sums_for
 from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
-from .hashes import DAILY, HOURLY, LOG_INDEX, TOTALS, SumsHash
+from .hashes import DAILY, HOURLY, LOG_INDEX, TIER_INDEX, TOTALS, SumsHash
 from .rollups import ROLLUP_VERSION, rollup_increments
 from .store import joined_dims
 
@@ -112,6 +112,40 @@ def entry_hours(entry_id: str, epoch_us: Sequence[int]) -> dict[tuple[str, str],
     return {(day_name(h // 24), f"{h % 24:02d}|{entry_id}"): n for h, n in counts.items()}
 
 
+_DAY_US = 86_400_000_000
+
+
+def entry_tier_quantities(entry_id: str, entry: CodedLog) -> dict[tuple[str, str], int]:
+    """The tier index's fields of one entry: (yyyymm, ``<entry id>|<version>|<sku>``) -> the
+    quantity of its events of that month with that rate (service/ledger/ranges.py)."""
+    if not entry.epoch_us:
+        return {}
+    months: list[str] | None = None
+    first = day_name(min(entry.epoch_us) // _DAY_US)[:6]
+    if first != day_name(max(entry.epoch_us) // _DAY_US)[:6]:  # rare: a batch across months
+        months = [day_name(us // _DAY_US)[:6] for us in entry.epoch_us]
+    sums: dict[tuple[str, int], int] = {}
+    if months is None:
+        by_code = [0] * len(entry.rates)
+        for code, quantity in zip(entry.rate_codes, entry.quantity_micro, strict=True):
+            by_code[code] += quantity
+        sums = {(first, code): q for code, q in enumerate(by_code)}
+    else:
+        for month, code, quantity in zip(
+            months, entry.rate_codes, entry.quantity_micro, strict=True
+        ):
+            sums[(month, code)] = sums.get((month, code), 0) + quantity
+    out: dict[tuple[str, str], int] = {}
+    for (month, code), quantity in sums.items():
+        # Past int64 only a flat price's quantity can be (ingest keeps graduated counters in
+        # int64), and no export replays a flat price: such a field is left out.
+        if 0 < quantity < 2**63:
+            version, sku, _, _ = entry.rates[code]
+            field = (month, f"{entry_id}|{version}|{sku}")
+            out[field] = out.get(field, 0) + quantity
+    return out
+
+
 class CellSums:
     """Cost (nano), quantity (micro) and events per totals cell, and cost and events per
     hourly cell, and the log index's fields of the entries summed.
@@ -119,15 +153,17 @@ class CellSums:
     `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
     them (service/storage/keys.py); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
     (the events go to the ``n|HH|...`` field); `entries` maps (yyyymmdd, ``HH|<entry id>``) to
-    the events of that entry in that hour (`entry_hours`).
+    the events of that entry in that hour (`entry_hours`); `tiers` maps (yyyymm,
+    ``<entry id>|<version>|<sku>``) to a quantity (`entry_tier_quantities`).
     """
 
-    __slots__ = ("cells", "entries", "events", "hourly")
+    __slots__ = ("cells", "entries", "events", "hourly", "tiers")
 
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], list[int]] = {}
         self.hourly: dict[tuple[str, str], list[int]] = {}
         self.entries: dict[tuple[str, str], int] = {}
+        self.tiers: dict[tuple[str, str], int] = {}
         self.events = 0
 
     def __bool__(self) -> bool:
@@ -139,6 +175,9 @@ class CellSums:
         index = self.entries
         for key, count in other.entries.items():
             index[key] = index.get(key, 0) + count
+        tiers = self.tiers
+        for key, quantity in other.tiers.items():
+            tiers[key] = tiers.get(key, 0) + quantity
         into = self.cells
         for key, (cost, quantity, count) in other.cells.items():
             have = into.get(key)
@@ -156,6 +195,15 @@ class CellSums:
             else:
                 have_hour[0] += cost
                 have_hour[1] += count
+
+    def add_index(self, entry_id: str, entry: CodedLog) -> None:
+        """Add the log index's and the tier index's fields of log entry `entry_id`."""
+        index = self.entries
+        for key, count in entry_hours(entry_id, entry.epoch_us).items():
+            index[key] = index.get(key, 0) + count
+        tiers = self.tiers
+        for key, quantity in entry_tier_quantities(entry_id, entry).items():
+            tiers[key] = tiers.get(key, 0) + quantity
 
     def add_groups(self, groups: CodedGroups, labels: _Labels) -> None:
         """Add events summed by `costcore.group_coded`, whose codes `labels` spell out."""
@@ -244,6 +292,12 @@ class CellSums:
             if key is None:
                 key = index_key[day] = SumsHash(LOG_INDEX, day)
             out.append((key, field, count))
+        tier_key: dict[str, SumsHash] = {}
+        for (month, field), quantity in self.tiers.items():
+            key = tier_key.get(month)
+            if key is None:
+                key = tier_key[month] = SumsHash(TIER_INDEX, month)
+            out.append((key, field, quantity))
         out += rollup_increments(cell_keys, costs, quantities, counts)
         return out
 
@@ -372,8 +426,7 @@ def _sum_steps(
     sums = CellSums()
     sums.add_groups(groups, labels)
     for entry_id, e in zip(entry_ids, entries if entry_ids else (), strict=True):
-        for key, count in entry_hours(entry_id, e.epoch_us).items():
-            sums.entries[key] = sums.entries.get(key, 0) + count
+        sums.add_index(entry_id, e)
     return sums
 
 

@@ -14,7 +14,7 @@ the hours of its batch): callers keep the rows they want by their time.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -138,3 +138,55 @@ async def read_log_range(
     for entry_id, blob in tail:
         stats.entries += 1
         yield entry_id, decode_log(blob)
+
+
+class TierPrefix:
+    """The graduated-tier counters as a replay of the whole log would hold them before each
+    entry, from the tier index (``tierix:<yyyymm>``: each entry's quantity per month, rate
+    version and SKU), so an export of a window prices its events without reading the entries
+    before them. `before` is asked of entries in the order of the log."""
+
+    def __init__(self, fields: list[tuple[tuple[int, int], str, str, int]]) -> None:
+        self._fields = sorted(fields)  # (entry order, month, sku, quantity)
+        self._at = 0
+        self._running: dict[tuple[str, str], int] = {}
+
+    def before(self, entry_id: str) -> dict[tuple[str, str], int]:
+        """(yyyymm, sku) -> the quantity of the entries before `entry_id`."""
+        order, fields, running = entry_order(entry_id), self._fields, self._running
+        while self._at < len(fields) and fields[self._at][0] < order:
+            _, month, sku, quantity = fields[self._at]
+            running[(month, sku)] = running.get((month, sku), 0) + quantity
+            self._at += 1
+        return running
+
+
+async def tier_prefix(
+    store: Stores,
+    project: str,
+    last: str,
+    start_us: int | None,
+    end_us: int | None,
+    counts: Callable[[int, str], bool],
+) -> TierPrefix | None:
+    """The tier counters before each entry of a read of [start_us, end_us) up to `last`,
+    for the (version, sku) that `counts`; None when the index does not cover the log up to
+    `last` (a log from before the index, batches not folded yet): replay the months then."""
+    complete, cursor = await store.ledger.log_index_state(project)
+    if not complete or not last or entry_order(cursor) < entry_order(last):
+        return None
+    span = await _hour_span(store, project, start_us, end_us, False)
+    if span is None:
+        return TierPrefix([])
+    first_day, last_day = span[0] // 24, span[1] // 24
+    months = sorted({day_name(d)[:6] for d in range(first_day, last_day + 1)})
+    # Entries trimmed away by the log's retention are no longer replayed: nor are they here.
+    oldest, stop = entry_order(await store.ledger.first_log_entry(project)), entry_order(last)
+    fields = []
+    for month, raw in zip(months, await store.ledger.tier_index(project, months), strict=True):
+        for key, value in raw.items():
+            entry_id, version, sku = as_text(key).split("|", 2)
+            order = entry_order(entry_id)
+            if oldest <= order <= stop and counts(int(version), sku):
+                fields.append((order, month, sku, int(value)))
+    return TierPrefix(fields)

@@ -25,6 +25,7 @@ from .hashes import (
     LOG_INDEX,
     ROLLUP_EVENTS,
     TIER,
+    TIER_INDEX,
     TOTALS,
     SumsHash,
     rollup_name,
@@ -78,6 +79,8 @@ def sums_key(project: str, address: SumsHash) -> str:
         return Keys.budget_daily(project)
     if kind == LOG_INDEX:
         return Keys.log_index(project, period)
+    if kind == TIER_INDEX:
+        return Keys.tier_index(project, period)
     name = rollup_name(kind)
     if name is None:
         raise ValueError(f"no hash of sums is of kind {kind!r}")
@@ -352,6 +355,13 @@ class LedgerStore:
             pipe.hgetall(Keys.log_index(project, day))
         return list(await pipe.execute())
 
+    async def tier_index(self, project: str, months: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """Each month's ``<entry id>|<version>|<sku>`` -> quantity micro (ranges.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for month in months:
+            pipe.hgetall(Keys.tier_index(project, month))
+        return list(await pipe.execute())
+
     async def entries_by_id(self, project: str, ids: Sequence[str]) -> list[tuple[str, bytes]]:
         """The log entries of these ids, in the order given (an id trimmed away is left out)."""
         pipe = self.client.pipeline(transaction=False)
@@ -393,6 +403,7 @@ class LedgerStore:
             + [Keys.hourly(project, d) for d in sorted(days)]
             + [Keys.log_index(project, d) for d in sorted(days)]
             + [Keys.tier(project, m) for m in months]
+            + [Keys.tier_index(project, m) for m in months]
             + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
         )
 

@@ -22,7 +22,7 @@ from ..budgets.firing import day_field, spend_field
 from ..budgets.model import Budget, counters_for, daily_for
 from ..ingest.batches import PendingEvent, PricedBatch
 from ..ingest.pricing import price_events, tier_keys_needed
-from ..ledger.eventlog import LoggedEvent, decode_log_entry, read_log
+from ..ledger.eventlog import LoggedEvent, decode_log, decode_log_entry, read_log_entries
 from ..ledger.folding import CellSums, settle, sums_of_log
 from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash
 from ..ledger.rollups import live_rollups
@@ -78,9 +78,10 @@ class _Replay:
         self.sums = CellSums()
         self.events = self.batches = self.cost_total = self.quantity_total = 0
 
-    def add_batch(self, rows: list[LoggedEvent], entry_id: str = "") -> None:
-        """Price one logged batch (log entry `entry_id`) again, in order, and add what it
-        makes."""
+    def add_batch(self, rows: list[LoggedEvent], entry_id: str = "", blob: bytes = b"") -> None:
+        """Price one logged batch (log entry `entry_id`, as stored: `blob`) again, in order,
+        and add what it makes. The log's indexes come from the entry as stored (the export
+        reads the log, its rate versions as first priced), the totals from its new prices."""
         project, catalog = self.project, self.catalog
         assert catalog is not None  # a log with entries and no catalog is refused first
         batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
@@ -98,7 +99,10 @@ class _Replay:
         self.tiers.update(priced.tier_after)
         entry = decode_log_entry(priced.log_entry())
         assert entry is not None
-        self.sums.add(sums_of_log([entry], [entry_id] if entry_id else []))
+        self.sums.add(sums_of_log([entry]))
+        stored = decode_log_entry(blob) if blob else None
+        if stored is not None:
+            self.sums.add_index(entry_id, stored)
         self._add_budget_counters(priced)
         self.events += len(batch)
         self.batches += 1
@@ -147,8 +151,8 @@ async def _replay_log(
     if last and catalog is None:
         raise RebuildError("the project's rate card no longer exists")
     replay = _Replay(project, catalog, budgets, settings.attribution_tags)
-    async for entry_id, rows in read_log(store, project, last):
-        replay.add_batch(rows, entry_id)
+    async for entry_id, blob in read_log_entries(store, project, last):
+        replay.add_batch(decode_log(blob), entry_id, blob)
     return replay
 
 

@@ -6,6 +6,7 @@ writes is the one the folds wrote."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from trainledger.export.focus import Cell
@@ -13,6 +14,7 @@ from trainledger.export.pricing import LogPricing
 from trainledger.export.stream import FocusExport, _window_us, prepare_export, rows_of_batch
 from trainledger.ledger.eventlog import read_log
 from trainledger.ledger.folding import settle
+from trainledger.ledger.ranges import RangeStats
 from trainledger.ratecards.catalog import RateCards
 from trainledger.rebuild.service import rebuild_project
 from trainledger.storage.keys import Keys
@@ -72,28 +74,43 @@ def _windows(rng: random.Random) -> list[tuple[datetime | None, datetime | None]
 
 
 async def _index(store: Stores, project: str = "llm") -> dict[str, dict[bytes, bytes]]:
+    """The log index of every day and the tier index of every month."""
     days = sorted(await store.ledger.daily_costs(project))
-    return dict(zip(days, await store.ledger.log_index(project, days), strict=True))
+    months = sorted({d[:6] for d in days})
+    return {
+        **dict(zip(days, await store.ledger.log_index(project, days), strict=True)),
+        **dict(zip(months, await store.ledger.tier_index(project, months), strict=True)),
+    }
 
 
 async def test_a_ranged_export_equals_the_whole_log_read(store: Stores) -> None:
     rng = random.Random(26)
-    batches = _batches(rng, 24)
-    for i, batch in enumerate(batches):
+    batches = _batches(rng, 27)
+    for i, batch in enumerate(batches[:24]):
         await ingest(store, batch)
         if i % 5 == 0:
             await settle(store, "llm")
-    # The last batches stay unfolded: the read takes them from the log's tail.
-    assert (await store.ledger.log_index_state("llm"))[0]
     windows = _windows(rng)
-    for folded in (False, True):
-        if folded:  # everything folded: no tail, whole months cut after the window's entries
-            await settle(store, "llm")
-        for start, end in windows:
-            export = await prepare_export(store, RateCards(store), "llm")
-            got = [row async for row in export.rows(start, end)]
-            assert got == await _reference(export, start, end), (start, end, folded)
-            assert export.stats.indexed == (start is not None or end is not None)
+    # Folded (prepare_export folds first): the tier counters before each entry come from
+    # the tier index.
+    for start, end in windows:
+        export = await prepare_export(store, RateCards(store), "llm")
+        got = [row async for row in export.rows(start, end)]
+        assert got == await _reference(export, start, end), (start, end)
+        assert export.stats.indexed == (start is not None or end is not None)
+    # Batches not folded yet: read from the log's tail, the months before them replayed.
+    for batch in batches[24:]:
+        await ingest(store, batch)
+    for w, (start, end) in enumerate(windows):
+        export = replace(
+            await prepare_export(store, RateCards(store), "llm"),
+            stats=RangeStats(),
+        )
+        for batch in _batches(rng, 2):
+            await ingest(store, [{**e, "id": f"late{w}-{e['id']}"} for e in batch])
+        export = replace(export, last_entry=await store.ledger.last_log_entry("llm"))
+        got = [row async for row in export.rows(start, end)]
+        assert got == await _reference(export, start, end), (start, end)
 
 
 async def test_a_window_reads_only_the_entries_of_its_hours(store: Stores) -> None:
@@ -119,7 +136,8 @@ async def test_the_index_a_rebuild_writes_is_the_folds_one(store: Stores) -> Non
         await ingest(store, batch)
         await settle(store, "llm")
     folded = await _index(store)
-    assert folded and sum(len(v) for v in folded.values()) >= 15
+    assert sum(len(v) for k, v in folded.items() if len(k) == 8) >= 15  # an hour per entry at least
+    assert sum(len(v) for k, v in folded.items() if len(k) == 6) >= 15  # a SKU per entry at least
     await rebuild_project(store, RateCards(store), "llm")
     assert await _index(store) == folded
 
