@@ -15,7 +15,8 @@ the median is shown in milliseconds, with the growth per 10x of history beside e
   by it and still read the whole log: shown for scale.
 
 Also printed: a fresh 5,000-event batch's ingest at each size (the fold's added index work
-is measured by `--fold`), and Valkey memory per stored event, the log index beside the log.
+is printed beside it: one entry summed without and with its index fields), and Valkey memory
+per stored event, the log and tier indexes beside the log.
 Times are this machine's, under whatever else runs on it; the ratios are the point.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -64,7 +66,7 @@ async def _median_ms(fn: Callable[[], Awaitable[Any]], reps: int) -> float:
     return statistics.median(times)
 
 
-async def _measure(url: str, events: int, reps: int) -> dict[str, float]:
+async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, float]:
     store = Stores.from_url(url)
     cards = RateCards(store)
     project = WORKLOAD.project
@@ -87,8 +89,11 @@ async def _measure(url: str, events: int, reps: int) -> dict[str, float]:
             export = await prepare_export(store, cards, project)
             return len([r async for r in export.rows(*window)])
 
-        assert await export_before() == await export_after()
-        out["export one day, before"] = await _median_ms(export_before, reps)
+        rows = await export_after()
+        out["(rows of that day's export)"] = float(rows)
+        if before:
+            assert await export_before() == rows
+            out["export one day, before"] = await _median_ms(export_before, reps)
         out["export one day, after"] = await _median_ms(export_after, reps)
 
         budget = new_budget(
@@ -121,9 +126,10 @@ async def _measure(url: str, events: int, reps: int) -> dict[str, float]:
             assert counted is not None
             return counted[1]
 
-        before_spend, after_spend = await budget_before(), await budget_after()
-        assert before_spend == after_spend, (before_spend, after_spend)
-        out["create_budget counters, before"] = await _median_ms(budget_before, reps)
+        if before:
+            before_spend, after_spend = await budget_before(), await budget_after()
+            assert before_spend == after_spend, (before_spend, after_spend)
+            out["create_budget counters, before"] = await _median_ms(budget_before, reps)
         out["create_budget counters, after"] = await _median_ms(budget_after, reps)
 
         now = datetime.now(UTC)
@@ -142,8 +148,9 @@ async def _measure(url: str, events: int, reps: int) -> dict[str, float]:
             by_day = await spend_by_day(store, budget, bounds.start, bounds.end)
             return burn_down_of_days(bounds.start, bounds.end, now, by_day)
 
-        assert await burn_before() == await burn_after()
-        out["budget panel burn-down, before"] = await _median_ms(burn_before, reps)
+        if before:
+            assert await burn_before() == await burn_after()
+            out["budget panel burn-down, before"] = await _median_ms(burn_before, reps)
         out["budget panel burn-down, after"] = await _median_ms(burn_after, reps)
 
         async def waste() -> object:
@@ -190,8 +197,11 @@ async def _fold_cost(url: str, reps: int) -> tuple[float, float]:
     return statistics.median(without), statistics.median(with_index)
 
 
-def _growth(values: list[float | None]) -> str:
-    ratios = [f"{b / a:.1f}x" if a and b else "-" for a, b in itertools.pairwise(values)]
+def _growth(sizes: list[int], values: list[float | None]) -> str:
+    """The growth per 10x of history between successive sizes: (b / a) ** (1 / log10(nb / na))."""
+    ratios = []
+    for (na, a), (nb, b) in itertools.pairwise(zip(sizes, values, strict=True)):
+        ratios.append(f"{(b / a) ** (1 / math.log10(nb / na)):.1f}x" if a and b else "-")
     return " / ".join(ratios)
 
 
@@ -199,20 +209,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--no-before", action="store_true", help="skip the reference (pre-change) reads"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     table: dict[str, list[float | None]] = {}
-    memory: list[tuple[int, float, float]] = []
+    memory: list[tuple[int, float, float]] = []  # events, log and indexes bytes per event
     fold: tuple[float, float] | None = None
     for n in sizes:
         t0 = time.perf_counter()
         ds = dataset.get_dataset(n, WORKLOAD)
         print(f"# {n:,} events loaded in {time.perf_counter() - t0:.1f} s", flush=True)
-        figures = asyncio.run(_measure(ds.url, n, args.reps))
+        figures = asyncio.run(_measure(ds.url, n, args.reps, not args.no_before))
         for name, value in figures.items():
             table.setdefault(name, []).append(value)
         parts = dataset.structure_bytes(ds.url, WORKLOAD.project)
-        memory.append((n, parts.get("log", 0) / n, parts.get("logix", 0) / n))
+        memory.append(
+            (n, parts.get("log", 0) / n, (parts.get("logix", 0) + parts.get("tierix", 0)) / n)
+        )
         if fold is None:
             fold = asyncio.run(_fold_cost(ds.url, args.reps))
         dataset.close_all()
@@ -221,10 +236,10 @@ def main() -> None:
     print("|---|" + "---:|" * len(sizes) + "---|")
     for name, values in table.items():
         cells = " | ".join(f"{v:,.1f}" if v is not None else "-" for v in values)
-        print(f"| {name} | {cells} | {_growth(values)} |")
+        print(f"| {name} | {cells} | {_growth(sizes, values)} |")
     print()
     for n, log_b, index_b in memory:
-        print(f"{n:,} events: log {log_b:.1f} B/event, log index {index_b:.2f} B/event")
+        print(f"{n:,} events: log {log_b:.1f} B/event, log and tier indexes {index_b:.2f} B/event")
     if fold is not None:
         print(
             f"fold of one 5,000-event entry: {fold[0]:.2f} ms without the index fields, "

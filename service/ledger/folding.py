@@ -127,7 +127,9 @@ def entry_tier_quantities(entry_id: str, entry: CodedLog) -> dict[tuple[str, str
     sums: dict[tuple[str, int], int] = {}
     if months is None:
         by_code = [0] * len(entry.rates)
-        for code, quantity in zip(entry.rate_codes, entry.quantity_micro, strict=True):
+        # zip without strict: the columns are one length by construction, and this loop is
+        # the fold's only per-event Python (~0.1 µs an event).
+        for code, quantity in zip(entry.rate_codes, entry.quantity_micro):  # noqa: B905
             by_code[code] += quantity
         sums = {(first, code): q for code, q in enumerate(by_code)}
     else:
