@@ -20,6 +20,7 @@ from trainledger.stores import Stores
 
 from tests.conftest import TEST_CARD, event, sync_client
 from tests.integration.export.test_focus import ingest
+from tests.integration.export.test_ranged_export import _reference
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 DAYS, BATCHES, SIZE = 60, 240, 40  # 9,600 events, 4 batches a day
@@ -68,6 +69,32 @@ async def test_a_days_export_fetches_that_days_entries(big: Stores) -> None:
     assert export.stats.entries == 4  # the day's four batches, of 240
     assert await _calls(big, "xrange") - before == 4  # one per entry, no page of the log
     assert peak < 2 << 20  # the day's rows (160) and their CSV cells, not the log's
+
+
+async def test_with_graduated_prices_too(big: Stores) -> None:
+    """A graduated price's counters come from the tier index: still the day's entries only."""
+    await ingest(big, [event("tier-0", "1", time=START.isoformat())], card=TEST_CARD)
+    for b in range(BATCHES // 4):  # a storage batch a day, on the graduated SKU
+        when = START + timedelta(days=b, hours=3)
+        await ingest(
+            big,
+            [
+                event(
+                    f"s{b}-{i}",
+                    "40",
+                    "storage.hot.gb_day",
+                    time=(when + timedelta(seconds=i)).isoformat(),
+                )
+                for i in range(SIZE)
+            ],
+            card=None,
+        )
+    day = (START + timedelta(days=30), START + timedelta(days=31))
+    export = await prepare_export(big, RateCards(big), "llm")
+    rows = [row async for row in export.rows(*day)]
+    assert len(rows) >= 5 * SIZE  # 160 compute events, 40 storage ones (some split by tier)
+    assert export.stats.indexed and export.stats.entries == 5  # of 301
+    assert rows == await _reference(export, *day)  # priced as replaying the whole log does
 
 
 async def test_budget_reads_read_no_log(big: Stores) -> None:
