@@ -11,8 +11,9 @@ the median is shown in milliseconds, with the growth per 10x of history beside e
   `daily_for`, `burn_down_points`), kept here as the reference;
 * "after" rows call the service's code as it is now (`FocusExport.rows` over the log index,
   `budgets.spend.counters_now` and `spend_by_day` over the kept totals);
-* the waste and cost-effect reports (`waste_report`, `cost_effect_report`) are unchanged
-  by it and still read the whole log: shown for scale.
+* the cost-effect report: before, `cost_effect` over every logged event; after,
+  `cost_effect_report` (the finest totals a day at a time);
+* the waste report (`waste_report`) is unchanged and still reads the whole log: for scale.
 
 Also printed: a fresh 5,000-event batch's ingest at each size (the fold's added index work
 is printed beside it: one entry summed without and with its index fields), and Valkey memory
@@ -38,14 +39,15 @@ from trainledger.budgets.firing import day_field, spend_field
 from trainledger.budgets.model import BudgetIn, counters_for, daily_for, new_budget, shown_period
 from trainledger.budgets.spend import counters_now, spend_by_day
 from trainledger.dashboard.series import burn_down_of_days, burn_down_points
-from trainledger.evaluations.effect import ReportFilter
-from trainledger.evaluations.service import cost_effect_report
+from trainledger.evaluations.effect import ReportFilter, cost_effect
+from trainledger.evaluations.service import cost_effect_report, evaluation_settings, list_results
 from trainledger.events.decoding import MSGPACK, decode_events
 from trainledger.export.pricing import LogPricing
 from trainledger.export.stream import _window_us, prepare_export, rows_of_batch
 from trainledger.ingest.service import Ingestor
 from trainledger.ledger.eventlog import decode_log_entry, read_log
 from trainledger.ledger.folding import settle, sums_of_log
+from trainledger.projects.service import project_catalog
 from trainledger.ratecards.catalog import RateCards
 from trainledger.stores import Stores
 from trainledger.waste.service import waste_report
@@ -156,11 +158,34 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
         async def waste() -> object:
             return await waste_report(store, cards, project, None, None)
 
-        async def effect() -> object:
-            return await cost_effect_report(store, cards, project, ReportFilter())
+        async def effect() -> bytes:
+            return msgspec.json.encode(
+                await cost_effect_report(store, cards, project, ReportFilter())
+            )
+
+        async def effect_before() -> bytes:
+            _, catalog = await project_catalog(store, cards, project)
+            assert catalog is not None
+            accelerators = {
+                code
+                for i in range(len(catalog.history.versions))
+                for code, sku in catalog.history.priced(i).items()
+                if sku.power_watts is not None
+            }
+            last = await store.ledger.last_log_entry(project)
+            events = [row async for _, rows in read_log(store, project, last) for row in rows]
+            settings = await evaluation_settings(store, project)
+            results = await list_results(store, project)
+            report = cost_effect(
+                project, catalog.currency, settings, events, accelerators, results, ReportFilter()
+            )
+            return msgspec.json.encode(report)
 
         out["waste report (unchanged)"] = await _median_ms(waste, max(1, reps // 2))
-        out["cost-effect report (unchanged)"] = await _median_ms(effect, max(1, reps // 2))
+        if before:
+            assert await effect_before() == await effect()
+            out["cost-effect report, before"] = await _median_ms(effect_before, max(1, reps // 2))
+        out["cost-effect report, after"] = await _median_ms(effect, max(1, reps // 2))
 
         factory = EventFactory(WORKLOAD, tag="zz")
         ingestor = Ingestor(store, cards, dedup_window_days=WORKLOAD.days + 2)
