@@ -198,6 +198,9 @@ async def cost_effect_report(
 
 
 _DAY_US = 86_400_000_000
+# A day is read from the log rather than its totals when it has fewer events than this many
+# times its totals fields (decoding an event and parsing a field cost about the same).
+SPARSE_EVENTS_PER_FIELD = 1.0
 
 
 async def _spend_from_totals(
@@ -215,7 +218,7 @@ async def _spend_from_totals(
     log from before its index)."""
     if filters.tags:
         return None
-    daily, _ = await settled_state(store, project)
+    daily, complete = await settled_state(store, project)
     last = await store.ledger.last_log_entry(project)
     indexed, _ = await store.ledger.log_index_state(project)
     if not indexed:
@@ -231,6 +234,18 @@ async def _spend_from_totals(
             exact.add(_micros(row.rework_since) // _DAY_US)
     whole = [d for d in sorted(daily) if _day_us(d) // _DAY_US not in exact]
     whole = [d for d in whole if filters.keeps_time(_day_us(d))]
+    if complete and whole:
+        # A day with fewer events than totals fields is read from the log instead: each
+        # read then costs the lesser of the day's events and its cells.
+        sizes = await store.ledger.totals_sizes(project, whole)
+        counts = await store.ledger.totals_fields(project, "all", [(d, [b"n|"]) for d in whole])
+        sparse = {
+            d
+            for d, size, (n,) in zip(whole, sizes, counts, strict=True)
+            if int(n or 0) < size * SPARSE_EVENTS_PER_FIELD
+        }
+        exact |= {_day_us(d) // _DAY_US for d in sparse}
+        whole = [d for d in whole if d not in sparse]
     cells = []
     for day, fields in zip(
         whole, await store.ledger.totals_hashes(project, "tot", whole), strict=True

@@ -319,6 +319,13 @@ class LedgerStore:
             out.append(combined_fields(fields, high) if high else fields)
         return out
 
+    async def totals_sizes(self, project: str, days: Sequence[str]) -> list[int]:
+        """The fields of each day's finest totals (HLEN: three per cell)."""
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hlen(Keys.totals(project, day))
+        return [int(n) for n in await pipe.execute()]
+
     async def totals_fields(
         self, project: str, source: str, reads: Sequence[tuple[str, Sequence[bytes]]]
     ) -> list[list[bytes | None]]:

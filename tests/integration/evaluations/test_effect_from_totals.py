@@ -10,6 +10,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import pytest
+from trainledger.evaluations import service
 from trainledger.evaluations.effect import ReportFilter, cost_effect
 from trainledger.evaluations.model import EvaluationSettings, ResultsIn
 from trainledger.evaluations.service import (
@@ -50,7 +52,12 @@ async def _reference(store: Stores, filters: ReportFilter) -> bytes:
     return msgspec.json.encode(report)
 
 
-async def test_the_report_from_totals_is_the_report_from_events(store: Stores) -> None:
+@pytest.mark.parametrize("sparse", [0.0, 1.0], ids=["totals", "by-size"])
+async def test_the_report_from_totals_is_the_report_from_events(
+    store: Stores, sparse: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 0: every whole day from its totals; 1: the service's rule (these small days: the log).
+    monkeypatch.setattr(service, "SPARSE_EVENTS_PER_FIELD", sparse)
     rng = random.Random(19)
     k = 0
     for b in range(25):
