@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from ..storage.replies import as_text
 from .eventlog import LoggedEvent, decode_log, read_log
-from .folding import day_name, entry_order
+from .folding import entry_order
+from .logindex import day_name
 
 if TYPE_CHECKING:
     from ..stores import Stores
