@@ -10,23 +10,21 @@ import msgspec
 
 from costcore.money import format_money
 
-from ..ledger.eventlog import read_log
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
-from .firing import day_field, spend_field, threshold_checks
+from .firing import spend_field, threshold_checks
 from .model import (
     REGRESSION_KIND,
     AlertRecord,
     Budget,
     BudgetIn,
     amount_nano,
-    counters_for,
-    daily_for,
     forecast,
     forecast_limit,
     new_budget,
     shown_period,
 )
+from .spend import counters_now
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -41,7 +39,8 @@ class BudgetConflict(Exception):
 
 
 async def create_budget(store: Stores, data: BudgetIn, currency: str) -> Budget:
-    """Stores a budget and set its counters from everything already accepted in its scope.
+    """Stores a budget and set its counters from everything already accepted in its scope
+    (from the kept totals: `spend.counters_now`).
 
     Thresholds the spend has already passed are recorded as alerts at once (they were crossed,
     before the budget existed to watch them).
@@ -49,20 +48,10 @@ async def create_budget(store: Stores, data: BudgetIn, currency: str) -> Budget:
     budget = new_budget(data)
     await store.budgets.put_budget(budget.project, budget.id, msgspec.json.encode(budget))
     for _ in range(10):
-        last = await store.ledger.last_log_entry(budget.project)
-        spend: dict[str, int] = {}
-        days: dict[str, int] = {}
-        async for _, rows in read_log(store, budget.project, last):
-            batch = [
-                (row.event(budget.project), row.epoch_us, row.category, row.cost_nano)
-                for row in rows
-            ]
-            for (_, period), (_, _, delta) in counters_for([budget], batch).items():
-                field = spend_field(budget.id, period)
-                spend[field] = spend.get(field, 0) + delta
-            for (_, day), delta in daily_for([budget], batch).items():
-                field = day_field(budget.id, day)
-                days[field] = days.get(field, 0) + delta
+        counted = await counters_now(store, budget)
+        if counted is None:  # a batch came while the totals were read
+            continue
+        last, spend, days = counted
         checks = []
         for field in spend:
             period = field.split("|", 1)[1]

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from ..ledger.folding import settle
-from ..ledger.rollups import ROLLUP_VERSION
+from ..ledger.folding import settled_state
 from ..ledger.store import dims_of, tags_of
 from .plan import BIG_SOURCES, ReadPlan, plan_reads
 from .query import CostQuery, in_range, iso_day, kept_by_filters, period_label, validate
@@ -77,14 +76,9 @@ class PageReads:
 
 
 async def read_state(store: Stores, project: str) -> tuple[dict[str, int], bool]:
-    """The days with totals (yyyymmdd -> cost) and whether the roll-ups hold every event."""
-    # Every read of the totals starts here: fold the batches still queued, so the answer
-    # holds every batch accepted before the request.
-    await settle(store, project)
-    daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
-    if covered != accepted:  # maybe a batch landed between the two reads: look once more
-        daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
-    return daily, covered == accepted
+    """The days with totals (yyyymmdd -> cost) and whether the roll-ups hold every event,
+    every batch accepted before the request folded in (`ledger.folding.settled_state`)."""
+    return await settled_state(store, project)
 
 
 async def grouped(store: Stores, query: CostQuery) -> Sums:

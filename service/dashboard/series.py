@@ -48,22 +48,32 @@ def burn_down_points(
     now: datetime,
     priced: Iterable[tuple[EventIn, str, int]],
 ) -> list[tuple[datetime, str]]:
-    """Cumulative spend of `budget` over its period `start`..`end`, one point per UTC day.
-
-    `priced` is (event, category, cost in nano) for every accepted event (the project's log);
-    an event counts when the budget's own scope rule (`budgets.matches`) keeps it and its time
-    is in the period — the same rule that moves the budget's counter. Each day's point is at
-    the day's end (now, for today). Events already posted for later than now (the service
-    accepts up to a day ahead) count in the last point, as they count in the counter.
-    """
-    if now <= start:
-        return []
+    """`burn_down_of_days` of the spend per day of `priced`: (event, category, cost in nano)
+    of every accepted event. An event counts when the budget's own scope rule
+    (`budgets.matches`) keeps it and its time is in the period — the same rule that moves the
+    budget's counter (the dashboard reads the days from the totals: `budgets.spend`)."""
     by_day: dict[date, int] = {}
     for event, category, cost in priced:
         when = event.time.astimezone(UTC)
         if start <= when < end and matches(budget, event, category):
             day = when.date()
             by_day[day] = by_day.get(day, 0) + cost
+    return burn_down_of_days(start, end, now, by_day)
+
+
+def burn_down_of_days(
+    start: datetime, end: datetime, now: datetime, by_day: dict[date, int]
+) -> list[tuple[datetime, str]]:
+    """Cumulative spend of a budget over its period `start`..`end`, one point per UTC day,
+    from its spend per day in the period (`by_day`).
+
+    Each day's point is at the day's end (now, for today). Events already posted for later
+    than now (the service accepts up to a day ahead) count in the last point, as they count in
+    the counter.
+    """
+    if now <= start:
+        return []
+    by_day = dict(by_day)
     stop = min(now, end)
     last_day = (stop - timedelta(microseconds=1)).date()
     times: list[datetime] = []

@@ -7,19 +7,18 @@ from typing import TYPE_CHECKING
 
 from ..budgets.model import Budget, shown_period
 from ..budgets.service import budget_status, list_budgets
+from ..budgets.spend import spend_by_day
 from ..costs.query import QueryError
 from ..costs.report import cost_report
 from ..costs.summary import cost_summary
 from ..evaluations.effect import ReportFilter
 from ..evaluations.service import cost_effect_report
-from ..events.model import EventIn
-from ..ledger.eventlog import read_log
 from ..plans.service import list_plans, plan_status
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
 from ..waste.service import waste_report
 from .page import BudgetPanel, DashboardData, PlanPanel
-from .series import burn_down_points
+from .series import burn_down_of_days
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -132,15 +131,13 @@ async def _budget_panels(
     panels: list[BudgetPanel] = []
     if not budgets:
         return panels
-    # The burn-down needs spend per day within each budget's scope: the log holds every
-    # accepted event with its cost, and `budgets.matches` is the rule the counters use.
-    priced: list[tuple[EventIn, str, int]] = []
-    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
-        priced.extend((row.event(project), row.category, row.cost_nano) for row in rows)
+    # The burn-down needs spend per day within each budget's scope: the totals hold it
+    # (`budgets.spend`), read for the period's days only.
     for budget in budgets:
         at = _shown_at(budget, now, page_end)
         status = await budget_status(store, budget, currency, at)
         assert status.period_start is not None and status.period_end is not None
-        points = burn_down_points(budget, status.period_start, status.period_end, at, priced)
+        by_day = await spend_by_day(store, budget, status.period_start, status.period_end)
+        points = burn_down_of_days(status.period_start, status.period_end, at, by_day)
         panels.append(BudgetPanel(status, points))
     return panels

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..auth.model import Principal
 from ..events.model import time_window_problem
 from ..ledger.eventlog import LoggedEvent, read_log
+from ..ledger.folding import settled_state
+from ..ledger.ranges import read_log_range
+from ..ledger.store import dims_of
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from .capacity import AUDIT_KEPT, DEFAULT_MAX_RESULTS
-from .effect import CostEffectReport, ReportFilter, cost_effect
+from .effect import Cell, CostEffectReport, ReportFilter, _micros, cost_effect, spend_of_cells
 from .model import (
     AuditPage,
     EvaluationResult,
@@ -324,22 +328,101 @@ async def update_evaluation_settings(
 async def cost_effect_report(
     store: Stores, rate_cards: RateCards, project: str, filters: ReportFilter
 ) -> CostEffectReport:
-    """The report over the whole event log and every result (the rules: `effect.py`)."""
+    """The report over every accepted event and every result (the rules: `effect.py`): the
+    events summed from the kept totals where whole days do (`_spend_from_totals`)."""
     settings, catalog = await project_catalog(store, rate_cards, project)
     accelerators: set[str] = set()
     if catalog is not None:
         for index in range(len(catalog.history.versions)):
             priced = catalog.history.priced(index)
             accelerators |= {code for code, sku in priced.items() if sku.power_watts is not None}
+    settings_now = await evaluation_settings(store, project)
+    results = await list_results(store, project)
+    spend = await _spend_from_totals(store, project, settings_now, results, accelerators, filters)
     events: list[LoggedEvent] = []
-    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
-        events.extend(rows)
+    if spend is None:  # tags filter, or a log from before its index: every event
+        async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
+            events.extend(rows)
     return cost_effect(
         project,
         settings.ledger_currency(catalog.currency if catalog else None),
-        await evaluation_settings(store, project),
+        settings_now,
         events,
         accelerators,
-        await list_results(store, project),
+        results,
         filters,
+        spend,
     )
+
+
+_DAY_US = 86_400_000_000
+# A day is read from the log rather than its totals when it has fewer events than this many
+# times its totals fields (decoding an event and parsing a field cost about the same).
+SPARSE_EVENTS_PER_FIELD = 1.0
+
+
+async def _spend_from_totals(
+    store: Stores,
+    project: str,
+    settings: EvaluationSettings,
+    results: list[EvaluationResult],
+    accelerators: set[str],
+    filters: ReportFilter,
+) -> Mapping[str, Any] | None:
+    """The spend per experiment of the report from the kept totals, whole days at a time,
+    and from the log (its index) for the days where a time the report reads falls inside:
+    a day the range starts or ends within, and each regressed experiment's restart day.
+    None when only the log can tell (a tags filter: the totals hold only attributed tags; a
+    log from before its index)."""
+    if filters.tags:
+        return None
+    daily, complete = await settled_state(store, project)
+    last = await store.ledger.last_log_entry(project)
+    indexed, _ = await store.ledger.log_index_state(project)
+    if not indexed:
+        return None
+    exact: set[int] = set()
+    for edge in (filters.time_from, filters.time_to):
+        if edge is not None and _micros(edge) % _DAY_US:
+            exact.add(_micros(edge) // _DAY_US)
+    # Where the rework exposure restarts depends on the results alone (effect.py).
+    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
+    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
+        if row.rework_since is not None:
+            exact.add(_micros(row.rework_since) // _DAY_US)
+    whole = [d for d in sorted(daily) if _day_us(d) // _DAY_US not in exact]
+    whole = [d for d in whole if filters.keeps_time(_day_us(d))]
+    if complete and whole:
+        # A day with fewer events than totals fields is read from the log instead: each
+        # read then costs the lesser of the day's events and its cells.
+        sizes = await store.ledger.totals_sizes(project, whole)
+        counts = await store.ledger.totals_fields(project, "all", [(d, [b"n|"]) for d in whole])
+        sparse = {
+            d
+            for d, size, (n,) in zip(whole, sizes, counts, strict=True)
+            if int(n or 0) < size * SPARSE_EVENTS_PER_FIELD
+        }
+        exact |= {_day_us(d) // _DAY_US for d in sparse}
+        whole = [d for d in whole if d not in sparse]
+    cells = []
+    for day, fields in zip(
+        whole, await store.ledger.totals_hashes(project, "tot", whole), strict=True
+    ):
+        sums: dict[bytes, list[int]] = {}
+        for raw, value in fields.items():
+            sums.setdefault(raw[2:], [0, 0, 0])["cqn".index(chr(raw[0]))] += int(value)
+        for dims_raw, (cost, quantity, count) in sums.items():
+            stage, experiment, category, sku, owner = dims_of(dims_raw.decode())[:5]
+            cells.append(
+                Cell(_day_us(day), stage, experiment, category, sku, owner, cost, quantity, count)
+            )
+    events: list[LoggedEvent] = []
+    for day_number in sorted(exact):
+        lo, hi = day_number * _DAY_US, (day_number + 1) * _DAY_US
+        async for _, rows in read_log_range(store, project, last, lo, hi):
+            events.extend(row for row in rows if lo <= row.epoch_us < hi)
+    return spend_of_cells(cells, events, accelerators, filters)
+
+
+def _day_us(day: str) -> int:
+    return _micros(datetime.strptime(day, "%Y%m%d").replace(tzinfo=UTC))

@@ -103,6 +103,18 @@ class LogPricing:
             )
         return history.versions[vi], sku
 
+    def counts(self, version: int, sku: str) -> bool:
+        """Whether events of this rate-card version and SKU move a tier counter (`segments`)."""
+        vi = self._index.get(version)
+        if self.catalog is None or vi is None:
+            return False
+        priced = self.catalog.history.priced(vi).get(sku)
+        return priced is not None and bool(priced.tiers)
+
+    def set_counters(self, cumulative: dict[tuple[str, str], int]) -> None:
+        """Take the counters (month, SKU) -> quantity as they stand before the next event."""
+        self._cumulative.update(cumulative)
+
     def segments(self, row: LoggedEvent, sku: PricedSku) -> list[Segment]:
         """The event's priced parts; advances the tier counter exactly as ingestion did."""
         if not sku.tiers:

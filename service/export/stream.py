@@ -1,5 +1,10 @@
 """Streaming the FOCUS export: the log read page by page, each event's rows in the window,
 written as CSV in chunks (focus.py maps an event onto the FOCUS columns).
+
+A window's export reads only the log entries holding its events (the log index,
+service/ledger/ranges.py); a graduated price's counters before each of them come from the
+tier index (`ranges.TierPrefix`), or, for a log the indexes do not cover, from replaying the
+entries of the window's months.
 """
 
 from __future__ import annotations
@@ -7,11 +12,13 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..ledger.eventlog import LoggedEvent, read_log
+from ..ledger.eventlog import LoggedEvent
+from ..ledger.folding import settle
+from ..ledger.ranges import RangeStats, read_log_range, tier_prefix
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .csvsafe import neutralise
@@ -65,6 +72,16 @@ def rows_of_batch(
                 yield focus_row(ctx, row, version, sku, seg)
 
 
+def _has_tiers(catalog: PricingCatalog | None) -> bool:
+    """Whether any version of the card has a graduated price (its counters run per month)."""
+    if catalog is None:
+        return False
+    history = catalog.history
+    return any(
+        sku.tiers for i in range(len(history.versions)) for sku in history.priced(i).values()
+    )
+
+
 @dataclass
 class FocusExport:
     """One export of a project, its rate card and log position read before streaming."""
@@ -73,6 +90,7 @@ class FocusExport:
     context: RowContext
     catalog: PricingCatalog | None
     last_entry: str  # the log entry the export stops at: later batches are not included
+    stats: RangeStats = field(default_factory=RangeStats)  # what the read of the log did
 
     def rows(
         self, start: datetime | None = None, end: datetime | None = None
@@ -81,7 +99,23 @@ class FocusExport:
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
         pricing = LogPricing(self.catalog)
-        async for _, batch in read_log(self.store, self.context.project, self.last_entry):
+        project, last = self.context.project, self.last_entry
+        prefix = None
+        tiered = _has_tiers(self.catalog)
+        if tiered and (start_us is not None or end_us is not None):
+            prefix = await tier_prefix(self.store, project, last, start_us, end_us, pricing.counts)
+        batches = read_log_range(
+            self.store,
+            project,
+            last,
+            start_us,
+            end_us,
+            whole_months=tiered and prefix is None,
+            stats=self.stats,
+        )
+        async for entry_id, batch in batches:
+            if prefix is not None:  # the counters as the entries before this one left them
+                pricing.set_counters(prefix.before(entry_id))
             for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
                 yield cells
 
@@ -113,6 +147,8 @@ async def prepare_export(store: Stores, rate_cards: RateCards, project: str) -> 
     settings, catalog = await project_catalog(store, rate_cards, project)
     card = settings.rate_card
     last = await store.ledger.last_log_entry(project)
+    # Folded up to there, the log's indexes cover what the export reads (ledger/ranges.py).
+    await settle(store, project)
     if last and catalog is None:
         raise ExportError(f"the project's rate card {card!r} no longer exists")
     return FocusExport(store, RowContext(project, card), catalog, last)

@@ -12,7 +12,7 @@ from costcore import ScanResult
 
 from ..events.model import AcceptedEvent
 from ..ledger.eventlog import LoggedEvent, encode_log
-from ..ledger.folding import day_name
+from ..ledger.logindex import day_name
 from .store import seen_shard
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ from typing import Any
 from costcore import dictionary_encode, pair_codes, price_batch, remap_codes
 from costcore.result import STATUS_PRICED
 
-from ..ledger.folding import day_name
+from ..ledger.logindex import day_name
 from ..ledger.store import attributed_tags
 from ..projects.model import DEFAULT_ATTRIBUTION_TAGS
 from ..ratecards.catalog import PricingCatalog

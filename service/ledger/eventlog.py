@@ -205,10 +205,10 @@ def decode_log(blob: bytes) -> list[LoggedEvent]:
     return rows
 
 
-async def read_log(
+async def read_log_entries(
     store: Stores, project: str, last: str
-) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
-    """Every logged batch of the project up to entry `last`, in the order it was applied."""
+) -> AsyncIterator[tuple[str, bytes]]:
+    """Every log entry (id, blob) of the project up to entry `last`, in the order applied."""
     after = "-"
     while last:
         page = await store.ledger.log_entries(project, after=after, count=200)
@@ -216,6 +216,14 @@ async def read_log(
             return
         for entry_id, blob in page:
             after = entry_id
-            yield entry_id, decode_log(blob)
+            yield entry_id, blob
             if entry_id == last:
                 return
+
+
+async def read_log(
+    store: Stores, project: str, last: str
+) -> AsyncIterator[tuple[str, list[LoggedEvent]]]:
+    """Every logged batch of the project up to entry `last`, in the order it was applied."""
+    async for entry_id, blob in read_log_entries(store, project, last):
+        yield entry_id, decode_log(blob)

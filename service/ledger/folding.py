@@ -22,11 +22,10 @@ fold applies them, and a fold that lost the race writes nothing.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Generator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from costcore import CodedEntry, CodedGroups, coded_sums_for
@@ -34,8 +33,9 @@ from costcore import CodedEntry, CodedGroups, coded_sums_for
 from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
-from .hashes import DAILY, HOURLY, TOTALS, SumsHash
-from .rollups import rollup_increments
+from .hashes import DAILY, HOURLY, LOG_INDEX, TIER_INDEX, TOTALS, SumsHash
+from .logindex import day_name, entry_hours, entry_tier_quantities
+from .rollups import ROLLUP_VERSION, rollup_increments
 from .store import joined_dims
 
 if TYPE_CHECKING:
@@ -60,12 +60,6 @@ FOLD_MAX_CELLS = 32768
 # an increment past int64 between them (service/storage/limbs.py, docs/exact-money.md).
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@functools.lru_cache(maxsize=4096)
-def day_name(days_since_epoch: int) -> str:
-    """yyyymmdd of a day counted from 1970-01-01."""
-    return (_EPOCH + timedelta(days=days_since_epoch)).strftime("%Y%m%d")
 
 
 _MEMO_LIMIT = 200_000
@@ -95,18 +89,22 @@ def _hour_cell_of(key: tuple[int, str, str, str]) -> tuple[str, str]:
 
 class CellSums:
     """Cost (nano), quantity (micro) and events per totals cell, and cost and events per
-    hourly cell.
+    hourly cell, and the log index's fields of the entries summed.
 
     `cells` maps (yyyymmdd, dims) to [cost, quantity, events]: dims as the totals fields spell
     them (service/storage/keys.py); `hourly` maps (yyyymmdd, ``c|HH|...`` field) to [cost, events]
-    (the events go to the ``n|HH|...`` field).
+    (the events go to the ``n|HH|...`` field); `entries` maps (yyyymmdd, ``HH|<entry id>``) to
+    the events of that entry in that hour (`entry_hours`); `tiers` maps (yyyymm,
+    ``<entry id>|<version>|<sku>``) to a quantity (`entry_tier_quantities`).
     """
 
-    __slots__ = ("cells", "events", "hourly")
+    __slots__ = ("cells", "entries", "events", "hourly", "tiers")
 
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], list[int]] = {}
         self.hourly: dict[tuple[str, str], list[int]] = {}
+        self.entries: dict[tuple[str, str], int] = {}
+        self.tiers: dict[tuple[str, str], int] = {}
         self.events = 0
 
     def __bool__(self) -> bool:
@@ -115,6 +113,12 @@ class CellSums:
     def add(self, other: CellSums) -> None:
         """Add another batch's sums."""
         self.events += other.events
+        index = self.entries
+        for key, count in other.entries.items():
+            index[key] = index.get(key, 0) + count
+        tiers = self.tiers
+        for key, quantity in other.tiers.items():
+            tiers[key] = tiers.get(key, 0) + quantity
         into = self.cells
         for key, (cost, quantity, count) in other.cells.items():
             have = into.get(key)
@@ -132,6 +136,15 @@ class CellSums:
             else:
                 have_hour[0] += cost
                 have_hour[1] += count
+
+    def add_index(self, entry_id: str, entry: CodedLog) -> None:
+        """Add the log index's and the tier index's fields of log entry `entry_id`."""
+        index = self.entries
+        for key, count in entry_hours(entry_id, entry.epoch_us).items():
+            index[key] = index.get(key, 0) + count
+        tiers = self.tiers
+        for key, quantity in entry_tier_quantities(entry_id, entry).items():
+            tiers[key] = tiers.get(key, 0) + quantity
 
     def add_groups(self, groups: CodedGroups, labels: _Labels) -> None:
         """Add events summed by `costcore.group_coded`, whose codes `labels` spell out."""
@@ -214,6 +227,18 @@ class CellSums:
                 out.append((key, field, cost))
             if count:
                 out.append((key, "n" + field[1:], count))
+        index_key: dict[str, SumsHash] = {}
+        for (day, field), count in self.entries.items():
+            key = index_key.get(day)
+            if key is None:
+                key = index_key[day] = SumsHash(LOG_INDEX, day)
+            out.append((key, field, count))
+        tier_key: dict[str, SumsHash] = {}
+        for (month, field), quantity in self.tiers.items():
+            key = tier_key.get(month)
+            if key is None:
+                key = tier_key[month] = SumsHash(TIER_INDEX, month)
+            out.append((key, field, quantity))
         out += rollup_increments(cell_keys, costs, quantities, counts)
         return out
 
@@ -242,7 +267,8 @@ def _plan_steps(
         yield
     take = len(entries)
     while True:
-        sums = yield from _sum_steps([e for e in coded[:take] if e is not None])
+        kept = [(entries[i][0], e) for i, e in enumerate(coded[:take]) if e is not None]
+        sums = yield from _sum_steps([e for _, e in kept], [entry_id for entry_id, _ in kept])
         if len(sums.cells) > FOLD_MAX_CELLS and take > 1:
             take //= 2
             continue
@@ -295,12 +321,15 @@ _Labels = tuple[
 ]
 
 
-def sums_of_log(entries: Sequence[CodedLog]) -> CellSums:
-    """The totals of these log entries, summed by cell and hour in one compiled pass."""
-    return _run(_sum_steps(entries))
+def sums_of_log(entries: Sequence[CodedLog], entry_ids: Sequence[str] = ()) -> CellSums:
+    """The totals of these log entries, summed by cell and hour in one compiled pass, and
+    their log index fields when their `entry_ids` (the log's) are given."""
+    return _run(_sum_steps(entries, entry_ids))
 
 
-def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
+def _sum_steps(
+    entries: Sequence[CodedLog], entry_ids: Sequence[str] = ()
+) -> Generator[None, None, CellSums]:
     """`sums_of_log` in steps of one entry."""
     spaces: list[dict[Any, int]] = [{}, {}, {}, {}, {}]
     hour_class: dict[tuple[str, str], int] = {}
@@ -337,10 +366,12 @@ def _sum_steps(entries: Sequence[CodedLog]) -> Generator[None, None, CellSums]:
     )
     sums = CellSums()
     sums.add_groups(groups, labels)
+    for entry_id, e in zip(entry_ids, entries if entry_ids else (), strict=True):
+        sums.add_index(entry_id, e)
     return sums
 
 
-def _entry_order(entry_id: str) -> tuple[int, int]:
+def entry_order(entry_id: str) -> tuple[int, int]:
     """A stream entry id ("ms-seq") as a sortable pair; "" sorts first."""
     if not entry_id:
         return (-1, -1)
@@ -356,9 +387,9 @@ async def settle(store: Stores, project: str) -> int:
         project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES
     )
     folded = 0
-    target = _entry_order(last)
+    target = entry_order(last)
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
-    while entries and _entry_order(cursor) < target:
+    while entries and entry_order(cursor) < target:
         raise_if_cancelled()  # a cancel redis-py dropped (service/cancellation.py)
         count, new_cursor, events, increments = await _log_plan_sliced(entries)
         if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
@@ -368,6 +399,17 @@ async def settle(store: Stores, project: str) -> int:
         )
     raise_if_cancelled()
     return folded
+
+
+async def settled_state(store: Stores, project: str) -> tuple[dict[str, int], bool]:
+    """What every read of the totals starts from: the days with totals (yyyymmdd -> cost) and
+    whether the roll-ups hold every event, after folding the batches still queued (so the
+    answer holds every batch accepted before the request)."""
+    await settle(store, project)
+    daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
+    if covered != accepted:  # maybe a batch landed between the two reads: look once more
+        daily, accepted, covered = await store.ledger.totals_state(project, ROLLUP_VERSION)
+    return daily, covered == accepted
 
 
 class Folder:

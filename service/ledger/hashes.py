@@ -16,6 +16,8 @@ ROLLUP_EVENTS = "rollup_events"  # the events the roll-ups hold (none)
 TIER = "tier"  # graduated-tier counters of a month (yyyymm)
 BUDGET_SPEND = "budget_spend"  # budget spend per period (none)
 BUDGET_DAILY = "budget_daily"  # budget spend per day (none)
+LOG_INDEX = "log_index"  # the log entries holding events of each hour of a day (yyyymmdd)
+TIER_INDEX = "tier_index"  # each log entry's quantity per rate-card version and SKU (yyyymm)
 _ROLLUP = "rollup:"  # + the roll-up's name: one roll-up of a day or month (yyyymmdd, yyyymm)
 
 

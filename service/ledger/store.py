@@ -22,8 +22,10 @@ from .hashes import (
     BUDGET_SPEND,
     DAILY,
     HOURLY,
+    LOG_INDEX,
     ROLLUP_EVENTS,
     TIER,
+    TIER_INDEX,
     TOTALS,
     SumsHash,
     rollup_name,
@@ -75,6 +77,10 @@ def sums_key(project: str, address: SumsHash) -> str:
         return Keys.budget_spend(project)
     if kind == BUDGET_DAILY:
         return Keys.budget_daily(project)
+    if kind == LOG_INDEX:
+        return Keys.log_index(project, period)
+    if kind == TIER_INDEX:
+        return Keys.tier_index(project, period)
     name = rollup_name(kind)
     if name is None:
         raise ValueError(f"no hash of sums is of kind {kind!r}")
@@ -313,6 +319,13 @@ class LedgerStore:
             out.append(combined_fields(fields, high) if high else fields)
         return out
 
+    async def totals_sizes(self, project: str, days: Sequence[str]) -> list[int]:
+        """The fields of each day's finest totals (HLEN: three per cell)."""
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hlen(Keys.totals(project, day))
+        return [int(n) for n in await pipe.execute()]
+
     async def totals_fields(
         self, project: str, source: str, reads: Sequence[tuple[str, Sequence[bytes]]]
     ) -> list[list[bytes | None]]:
@@ -336,6 +349,38 @@ class LedgerStore:
             (as_text(entry_id), as_bytes((fields or {})[b"b"])) for entry_id, fields in raw or []
         ]
 
+    async def log_index_state(self, project: str) -> tuple[bool, str]:
+        """Whether the log index covers every entry up to the fold's cursor (meta ``logix``),
+        and that cursor ("" when the project has no batch yet)."""
+        complete, cursor = await self.client.hmget(Keys.meta(project), ["logix", "fold_cursor"])
+        return as_text(complete or b"") == "1", as_text(cursor or b"")
+
+    async def log_index(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """The log index of each day: ``HH|<entry id>`` -> events (service/ledger/ranges.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for day in days:
+            pipe.hgetall(Keys.log_index(project, day))
+        return list(await pipe.execute())
+
+    async def tier_index(self, project: str, months: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """Each month's ``<entry id>|<version>|<sku>`` -> quantity micro (ranges.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for month in months:
+            pipe.hgetall(Keys.tier_index(project, month))
+        return list(await pipe.execute())
+
+    async def entries_by_id(self, project: str, ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        """The log entries of these ids, in the order given (an id trimmed away is left out)."""
+        pipe = self.client.pipeline(transaction=False)
+        key = Keys.log(project)
+        for entry_id in ids:
+            pipe.xrange(key, min=entry_id, max=entry_id, count=1)
+        out = []
+        for raw in await pipe.execute():
+            for entry_id, fields in raw or []:
+                out.append((as_text(entry_id), as_bytes((fields or {})[b"b"])))
+        return out
+
     async def last_log_entry(self, project: str) -> str:
         raw = await self.client.xrevrange(Keys.log(project), max="+", min="-", count=1)
         return as_text(raw[0][0]) if raw else ""
@@ -356,14 +401,16 @@ class LedgerStore:
         await pipe.execute()
 
     async def live_total_keys(self, project: str) -> list[str]:
-        """Every live key a rebuild replaces: per-day totals, the daily index, tier counters,
-        budget counters."""
+        """Every live key a rebuild replaces: per-day totals, hours and log index, the daily
+        index, tier counters, budget counters."""
         days = await self.daily_costs(project)
         months = sorted({d[:6] for d in days})
         return (
             [Keys.totals(project, d) for d in sorted(days)]
             + [Keys.hourly(project, d) for d in sorted(days)]
+            + [Keys.log_index(project, d) for d in sorted(days)]
             + [Keys.tier(project, m) for m in months]
+            + [Keys.tier_index(project, m) for m in months]
             + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
         )
 

@@ -23,7 +23,7 @@ from ..budgets.firing import day_field, spend_field, threshold_checks
 from ..budgets.model import Budget, counters_for, daily_for
 from ..ingest.batches import PendingEvent, PricedBatch
 from ..ingest.pricing import price_events, tier_keys_needed
-from ..ledger.eventlog import LoggedEvent, decode_log_entry, read_log
+from ..ledger.eventlog import LoggedEvent, decode_log, decode_log_entry, read_log_entries
 from ..ledger.folding import CellSums, settle, sums_of_log
 from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash
 from ..ledger.rollups import live_rollups
@@ -86,8 +86,10 @@ class _Replay:
         self.sums = CellSums()
         self.events = self.batches = self.cost_total = self.quantity_total = 0
 
-    def add_batch(self, rows: list[LoggedEvent]) -> None:
-        """Price one logged batch again, in order, and add what it makes."""
+    def add_batch(self, rows: list[LoggedEvent], entry_id: str = "", blob: bytes = b"") -> None:
+        """Price one logged batch (log entry `entry_id`, as stored: `blob`) again, in order,
+        and add what it makes. The log's indexes come from the entry as stored (the export
+        reads the log, its rate versions as first priced), the totals from its new prices."""
         project, catalog = self.project, self.catalog
         assert catalog is not None  # a log with entries and no catalog is refused first
         batch = [PendingEvent.logged(row, project, i) for i, row in enumerate(rows)]
@@ -106,6 +108,9 @@ class _Replay:
         entry = decode_log_entry(priced.log_entry())
         assert entry is not None
         self.sums.add(sums_of_log([entry]))
+        stored = decode_log_entry(blob) if blob else None
+        if stored is not None:
+            self.sums.add_index(entry_id, stored)
         self._add_budget_counters(priced)
         self.events += len(batch)
         self.batches += 1
@@ -158,8 +163,8 @@ async def _replay_log(
     if last and catalog is None:
         raise RebuildError("the project's rate card no longer exists")
     replay = _Replay(project, catalog, budgets, settings.attribution_tags)
-    async for _, rows in read_log(store, project, last):
-        replay.add_batch(rows)
+    async for entry_id, blob in read_log_entries(store, project, last):
+        replay.add_batch(decode_log(blob), entry_id, blob)
         if on_batch is not None:
             await on_batch(replay.events)
     return replay

@@ -27,6 +27,14 @@ tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions,
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
                                         ``pend_events``)
+tl:P:logix:<yyyymmdd>           hash    ``HH|<log entry id>`` -> events of that entry in that
+                                        hour (the log indexed by event time, written by the
+                                        fold, rebuilt by a rebuild; meta ``logix`` = 1 once it
+                                        covers every entry: service/ledger/ranges.py)
+tl:P:tierix:<yyyymm>            hash    ``<log entry id>|<version>|<sku>`` -> quantity micro of
+                                        that entry's events of that month priced with that
+                                        rate-card version and SKU (the tier counters an export
+                                        replays before an entry; same lifecycle as logix)
 tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
                                         columns)), service/ledger/eventlog.py; the totals
                                         are folded from it
@@ -145,6 +153,14 @@ class Keys:
     @staticmethod
     def rollup_count(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:ru:events"
+
+    @staticmethod
+    def log_index(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:logix:{day}"
+
+    @staticmethod
+    def tier_index(project: str, month: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:tierix:{month}"
 
     @staticmethod
     def log(project: str) -> str:

@@ -235,7 +235,11 @@ local cursor = call('HGET', KEYS[1], 'fold_cursor')
 if not cursor then
   local last = call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
   cursor = '0-0'
-  if #last > 0 then cursor = last[1][1] end
+  if #last > 0 then
+    cursor = last[1][1]
+  else
+    call('HSET', KEYS[1], 'logix', 1)  -- the fold indexes every entry from the first one
+  end
   call('HSET', KEYS[1], 'fold_cursor', cursor)
 end
 local entry
