@@ -27,7 +27,8 @@ from trainledger.stores import Stores
 from tests.conftest import TEST_CARD, event
 from tests.integration.export.test_focus import ingest
 
-START = datetime(2025, 3, 1, tzinfo=UTC)
+# Recent enough for evaluation times (the events' window: 35 days back), at a midnight.
+START = datetime.combine(datetime.now(UTC).date() - timedelta(days=28), datetime.min.time(), UTC)
 SKUS = ["gpu.h100.hour", "storage.hot.gb_day", "network.cross_region.gb"]
 CARD = {
     **TEST_CARD,
