@@ -54,7 +54,10 @@ TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}" + END
 # (`COMBINING_RUN`), which stack over the lines around them.
 FORBIDDEN_TEXT_CLASS = (
     "\\x00-\\x1f\\x7f-\\x9f\\xad\\u061c\\u115f\\u1160\\u180e\\u200b\\u200e\\u200f"
-    "\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\u3164\\ufeff\\uffa0\\U000e0000-\\U000e007f"
+    "\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\u3164\\ufeff\\uffa0"
+    # The tag characters as themselves, not as `\\U000e0000`: that escape is Python's only,
+    # while the characters read alike in Python and in ECMA-262 (JSON Schema's) with `u`.
+    "\U000e0000-\U000e007f"
 )
 COMBINING_RUN = "[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f]{4}"
 SAFE_TEXT_PATTERN = f"^(?!.*{COMBINING_RUN})[^{FORBIDDEN_TEXT_CLASS}]*" + END
