@@ -191,3 +191,14 @@ def test_compose_publishes_the_api_only_and_keeps_valkey_inside() -> None:
     back = set(server["networks"])
     assert all(document["networks"][n].get("internal") for n in back)
     assert document["services"]["trainledger"]["ports"] == ["127.0.0.1:8000:8000"]
+
+
+def test_the_schedulers_guide_shows_the_shipped_slurm_wrapper_as_it_is() -> None:
+    """docs/guides/schedulers.md quotes deploy/slurm/trainledger-hook.sh whole (no copy that
+    drifts), installs that file, and the file exports the PATH it sets."""
+    wrapper = (ROOT / "deploy" / "slurm" / "trainledger-hook.sh").read_text()
+    guide = (ROOT / "docs" / "guides" / "schedulers.md").read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```$", guide, re.MULTILINE | re.DOTALL)
+    assert wrapper in blocks
+    assert "install -m 0755 deploy/slurm/trainledger-hook.sh /etc/slurm/" in guide
+    assert re.search(r"^export PATH$", wrapper, re.MULTILINE)
