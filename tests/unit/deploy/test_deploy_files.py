@@ -36,6 +36,11 @@ def compose() -> dict[str, Any]:
 
 def dockerfile_final_stage() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile's last stage, continuation lines joined."""
+    return dockerfile_stages()[-1]
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Each stage of the Dockerfile (from its FROM), as (INSTRUCTION, arguments)."""
     logical: list[str] = []
     pending = ""
     for raw in (ROOT / "Dockerfile").read_text().splitlines():
@@ -49,7 +54,10 @@ def dockerfile_final_stage() -> list[tuple[str, str]]:
         pending = ""
     instructions = [tuple(line.split(None, 1)) for line in logical]
     starts = [i for i, (name, _) in enumerate(instructions) if name.upper() == "FROM"]
-    return [(name.upper(), args) for name, args in instructions[starts[-1] :]]
+    return [
+        [(name.upper(), args) for name, args in instructions[start:end]]
+        for start, end in zip(starts, [*starts[1:], len(instructions)], strict=True)
+    ]
 
 
 def exec_form(args: str) -> list[str]:
