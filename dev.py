@@ -7,6 +7,7 @@
     python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
     python3 dev.py check      # ruff, mypy, the import rules and the OpenAPI freshness check
     python3 dev.py openapi    # regenerate openapi/openapi.json
+    python3 dev.py lock       # refresh the image's locks, requirements/{image,build}.txt
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
 and again whenever pyproject.toml, setup.py or the kernel source change.
@@ -105,6 +106,34 @@ def openapi(argv: list[str]) -> int:
     )
 
 
+# The image's locks: exact versions with their hashes, from PyPI, for the image's platform.
+UV = "uv==0.13.9"
+LOCK_PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]
+
+
+def lock(argv: list[str]) -> int:
+    """requirements/image.txt from pyproject.toml's dependencies and requirements/build.txt
+    from its build-system requires, each with every file's hash: the Dockerfile installs them
+    with --require-hashes. Refreshing moves to the newest versions pyproject allows."""
+    if not (BIN / "uv").exists():
+        subprocess.check_call([str(BIN / "python"), "-m", "pip", "install", "-q", UV])
+    import tomllib
+
+    build_requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    compile_ = [str(BIN / "uv"), "pip", "compile", "--generate-hashes", *LOCK_PLATFORM]
+    compile_ += ["--index-url", "https://pypi.org/simple", "--quiet", *argv]
+    compile_ += ["--custom-compile-command", "python3 dev.py lock"]
+    (ROOT / "requirements").mkdir(exist_ok=True)
+    runtime = [*compile_, "pyproject.toml", "-o", "requirements/image.txt"]
+    build = [*compile_, "-", "-o", "requirements/build.txt"]
+    return (
+        subprocess.call(runtime, cwd=ROOT)
+        or subprocess.run(
+            build, cwd=ROOT, input="\n".join(build_requires["requires"]) + "\n", text=True
+        ).returncode
+    )
+
+
 COMMANDS = {
     "run": run,
     "demo": demo,
@@ -112,6 +141,7 @@ COMMANDS = {
     "test-unit": test_unit,
     "check": check,
     "openapi": openapi,
+    "lock": lock,
 }
 
 

@@ -23,7 +23,7 @@ from ..config import Settings
 from ..export.csvsafe import neutralise
 from .client import Client, CliError, add_client_options
 from .estimate_tables import print_estimate
-from .figures import count, escaped, none_line
+from .figures import count, escaped, grouped, money, none_line
 from .ui import ui
 
 # Filters `costs --filter KEY=VALUE` passes as query parameters; `tag.<key>=<value>` is a tag.
@@ -183,11 +183,19 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
     if args.csv:
         write_costs_csv(report, columns, by_sku, sys.stdout)
         return 0
-    currency = report.get("currency") or ""
     if not report["rows"]:
         span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
         none_line(f"no costs in project {report['project']} {span}")
         return 0
+    ui.out.print(costs_table(report, columns, by_sku))
+    span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
+    ui.err.print(f"{count(len(report['rows']), 'row')}, {span}", highlight=False)
+    return 0
+
+
+def costs_table(report: dict[str, Any], columns: list[str], by_sku: bool) -> Table:
+    """The `GET /v1/costs` report as a table for people."""
+    currency = report.get("currency") or ""
     table = Table(
         *columns,
         *([Column("quantity"), "unit"] if by_sku else []),
@@ -204,21 +212,30 @@ def cmd_costs(args: argparse.Namespace, settings: Settings) -> int:
         key = row.get("key") or {}
         cells = [Text(str(key.get(c, ""))) for c in columns]
         if by_sku:
-            cells += [Text(str(row.get("quantity") or "")), Text(str(row.get("unit") or ""))]
-        cells += [Text(str(row.get("events", ""))), Text(str(row.get("cost", "")))]
+            quantity = row.get("quantity")
+            cells += [Text(grouped(quantity) if quantity else ""), Text(str(row.get("unit") or ""))]
+        # For people: grouped, the currency's precision (the header names the currency, so a
+        # row in another one says its own code); --json and --csv keep the exact figures.
+        row_currency = row.get("currency") or currency
+        cells += [
+            Text(_events(row.get("events"))),
+            Text(money(row.get("cost", ""), row_currency, code=row_currency != currency)),
+        ]
         table.add_row(*cells)
     table.add_section()
     blank = [Text("")] * (len(columns) - 1 + (2 if by_sku else 0))
     table.add_row(
         Text("total", style="bold"),
         *blank,
-        Text(str(report.get("total_events", ""))),
-        Text(str(report.get("total_cost", "")), style="bold"),
+        Text(_events(report.get("total_events"))),
+        Text(money(report.get("total_cost", ""), currency, code=False), style="bold"),
     )
-    ui.out.print(table)
-    span = f"from {report.get('from_day') or 'the start'} to {report.get('to_day') or 'now'}"
-    ui.err.print(f"{count(len(report['rows']), 'row')}, {span}", highlight=False)
-    return 0
+    return table
+
+
+def _events(value: object) -> str:
+    """An event count grouped (`12,480`); anything but a whole number as it is."""
+    return f"{value:,}" if isinstance(value, int) else str(value if value is not None else "")
 
 
 def write_costs_csv(

@@ -264,12 +264,17 @@ async def test_costs_json_csv_and_table_agree_with_the_service(
 
     code, out, _ = run(capsys, *args)
     assert code == 0
+    # The table shows money for people (grouped, to the cent); the exact figures are above.
     for row in direct["rows"]:
         assert any(
-            row["key"]["stage"] in line and row["key"]["sku"] in line and row["cost"] in line
+            row["key"]["stage"] in line
+            and row["key"]["sku"] in line
+            and money(row["cost"], "USD", code=False) in line
             for line in out.splitlines()
         )
-    assert any("total" in line and direct["total_cost"] in line for line in out.splitlines())
+    shown = money(direct["total_cost"], "USD", code=False)
+    assert shown == "44.92" and direct["total_cost"] not in out
+    assert any("total" in line and shown in line for line in out.splitlines())
 
 
 async def test_costs_filters_top_and_granularity_become_query_parameters(

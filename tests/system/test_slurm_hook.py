@@ -229,3 +229,49 @@ def test_without_sacct_the_hook_reads_scontrol_at_once(tmp_path: Path) -> None:
     missing = hook(env, "4103")  # neither knows it: said, exit 1, nothing spooled
     assert missing.returncode == 1
     assert "sacct" in missing.stderr and "Invalid job id" in missing.stderr
+
+
+WRAPPER = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "trainledger-hook.sh"
+
+
+def test_the_shipped_wrapper_spools_a_job_under_a_bare_environment(tmp_path: Path) -> None:
+    """deploy/slurm/trainledger-hook.sh run as slurmctld runs it: `env -i`, only the job id.
+
+    Its paths are moved into tmp_path (each found exactly once, so the file's shape is what
+    runs); the stand-in sacct is reachable only through the PATH the wrapper sets, so the
+    job's usage reaches the spool only if that PATH reaches the hook."""
+    dump, shift = shifted_fixture(tmp_path)
+    env = stand_ins(tmp_path, shift)
+    bare_bin = tmp_path / "slurm-bin"  # sacct as installed: needs nothing from the environment
+    bare_bin.mkdir()
+    settings = {k: env[k] for k in ("STANDIN_SACCT_DUMP", "STANDIN_STATE")}
+    (bare_bin / "sacct").write_text(
+        f"#!{sys.executable}\nimport os\nos.environ.update({settings!r})\n"
+        + textwrap.dedent(SACCT_STANDIN)
+    )
+    (bare_bin / "sacct").chmod(0o755)
+    (tmp_path / "map.json").write_text(json.dumps(MAPPING))
+    text = WRAPPER.read_text()
+    for installed, here in {
+        "PATH=/usr/bin:/usr/local/bin:/bin": f"PATH={bare_bin}",
+        "/opt/trainledger/bin/trainledger": str(Path(sys.executable).parent / "trainledger"),
+        "/var/spool/trainledger": str(tmp_path / "spool"),
+        "/etc/trainledger/slurm-map.json": str(tmp_path / "map.json"),
+        "/var/log/trainledger/slurm-hook.log": str(tmp_path / "hook.log"),
+    }.items():
+        assert text.count(installed) == 1, installed
+        text = text.replace(installed, here)
+    wrapper = tmp_path / "trainledger-hook.sh"
+    wrapper.write_text(text)
+    wrapper.chmod(0o755)
+
+    run = subprocess.run(
+        ["env", "-i", "SLURM_JOB_ID=4100", str(wrapper)], capture_output=True, timeout=120
+    )
+    log = (tmp_path / "hook.log").read_text()
+    assert run.returncode == 0, log
+    assert "job 4100: 2 events spooled (from sacct)" in log, log
+    bulk = import_sacct(dump.read_text(), MAPPING)
+    assert spooled(tmp_path / "spool") == {
+        e.id: e.quantity for e in bulk.events if e.tags["slurm_job_id"] == "4100"
+    }

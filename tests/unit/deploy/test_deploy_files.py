@@ -36,6 +36,11 @@ def compose() -> dict[str, Any]:
 
 def dockerfile_final_stage() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of the Dockerfile's last stage, continuation lines joined."""
+    return dockerfile_stages()[-1]
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Each stage of the Dockerfile (from its FROM), as (INSTRUCTION, arguments)."""
     logical: list[str] = []
     pending = ""
     for raw in (ROOT / "Dockerfile").read_text().splitlines():
@@ -49,7 +54,10 @@ def dockerfile_final_stage() -> list[tuple[str, str]]:
         pending = ""
     instructions = [tuple(line.split(None, 1)) for line in logical]
     starts = [i for i, (name, _) in enumerate(instructions) if name.upper() == "FROM"]
-    return [(name.upper(), args) for name, args in instructions[starts[-1] :]]
+    return [
+        [(name.upper(), args) for name, args in instructions[start:end]]
+        for start, end in zip(starts, [*starts[1:], len(instructions)], strict=True)
+    ]
 
 
 def exec_form(args: str) -> list[str]:
@@ -191,3 +199,14 @@ def test_compose_publishes_the_api_only_and_keeps_valkey_inside() -> None:
     back = set(server["networks"])
     assert all(document["networks"][n].get("internal") for n in back)
     assert document["services"]["trainledger"]["ports"] == ["127.0.0.1:8000:8000"]
+
+
+def test_the_schedulers_guide_shows_the_shipped_slurm_wrapper_as_it_is() -> None:
+    """docs/guides/schedulers.md quotes deploy/slurm/trainledger-hook.sh whole (no copy that
+    drifts), installs that file, and the file exports the PATH it sets."""
+    wrapper = (ROOT / "deploy" / "slurm" / "trainledger-hook.sh").read_text()
+    guide = (ROOT / "docs" / "guides" / "schedulers.md").read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```$", guide, re.MULTILINE | re.DOTALL)
+    assert wrapper in blocks
+    assert "install -m 0755 deploy/slurm/trainledger-hook.sh /etc/slurm/" in guide
+    assert re.search(r"^export PATH$", wrapper, re.MULTILINE)
