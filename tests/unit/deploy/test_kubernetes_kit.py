@@ -9,7 +9,10 @@ server's strict field validation is (an object schema that lists its properties 
 The parts are then held against the code: the probes are the service's health routes (from the
 OpenAPI spec), every variable set is one service/config.py reads and parses, a secret goes by a
 file where a `*_FILE` form exists, the PrometheusRule is the rule file and the dashboard
-ConfigMap the dashboard; docs/operations/kubernetes.md makes every Secret the kit expects.
+ConfigMap the dashboard. The docs' own commands (docs/operations/kubernetes.md) are run as far as
+no cluster is needed: the `python3 -c` lines that make the secret files, and `kubectl create`
+with `--dry-run=client`; the Secrets they make hold every key the kit reads, with values the
+service accepts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -288,6 +292,14 @@ def test_the_bundled_valkey_keeps_its_data_and_is_what_the_service_reaches(
     service = one(docs, "Service", host)
     assert service["spec"]["selector"] == valkey["spec"]["template"]["metadata"]["labels"]
     assert int(port) in {p["port"] for p in service["spec"]["ports"]}
+    # Only trainledger's pods may connect (the URL has no password).
+    policy = one(docs, "NetworkPolicy", "trainledger-valkey")
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    pod_labels = one(docs, "Deployment", "trainledger")["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert [p["port"] for p in rule["ports"]] == [int(port)]
 
 
 def test_the_external_variant_has_no_store_and_expects_the_url_secret(
@@ -298,28 +310,77 @@ def test_the_external_variant_has_no_store_and_expects_the_url_secret(
     assert "trainledger-redis" in secret_files(docs)
 
 
+def doc_commands() -> list[str]:
+    """The shell commands of the docs' `sh` blocks, continuation lines joined."""
+    blocks = re.findall(r"```sh\n(.*?)```", DOC.read_text(), re.DOTALL)
+    text = "\n".join(blocks).replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def doc_secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Obj]:
+    """Secret name -> the Secret the docs' own commands make, run with `--dry-run=client`:
+    the file-making `python3 -c` lines as written, the `kubectl create` lines offline. What
+    needs a cluster (exec, rollout, port-forward, apply) is not run; the read token that
+    `kubectl exec ... token create` would print is a stand-in token here."""
+    work = tmp_path_factory.mktemp("docs")
+    made: dict[str, Obj] = {}
+    for command in doc_commands():
+        if command.startswith("python3 -c"):
+            subprocess.run(["bash", "-c", command], cwd=work, check=True, timeout=30)
+        elif command.startswith("kubectl exec") or " exec " in command:
+            target = command.rsplit(">", 1)[1].strip()
+            (work / target).write_text("tl_" + "s" * 43 + "\n")
+        elif re.match(r"kubectl( -n \S+)? create ", command):
+            args = [*shlex.split(command)[1:], "--dry-run=client", "-o", "yaml"]
+            done = subprocess.run(
+                [kubectl(), *args], cwd=work, capture_output=True, text=True, timeout=30
+            )
+            assert done.returncode == 0, f"{command}: {done.stderr}"
+            obj = yaml.safe_load(done.stdout)
+            validate(obj)
+            if obj["kind"] == "Secret":
+                made[obj["metadata"]["name"]] = obj
+    return made
+
+
+def secret_value(secret: Obj, key: str) -> str:
+    return base64.b64decode(secret["data"][key]).decode().strip()
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_docs_make_every_secret_the_kit_expects(
-    rendered: dict[tuple[str, bool], list[Obj]], overlay: str
+def test_the_docs_commands_make_every_secret_the_kit_expects(
+    rendered: dict[tuple[str, bool], list[Obj]], doc_secrets: dict[str, Obj], overlay: str
 ) -> None:
     docs = rendered[(overlay, True)]
-    made = {s["metadata"]["name"] for s in objects(docs, "Secret")}
+    generated = {s["metadata"]["name"] for s in objects(docs, "Secret")}
     needed = secret_files(docs)
     monitor = one(docs, "ServiceMonitor")
     credentials = monitor["spec"]["endpoints"][0]["authorization"]["credentials"]
     needed.setdefault(credentials["name"], set()).add(credentials["key"])
-    text = DOC.read_text()
     for name, keys in needed.items():
-        if name in made:
+        if name in generated:
             continue
-        commands = re.findall(
-            rf"kubectl -n trainledger create secret generic {re.escape(name)}\b((?:.*\\\n)*.*)",
-            text,
-        )
-        assert commands, f"{DOC.name} does not say how to make the Secret {name}"
-        given = set(re.findall(r"--from-(?:file|literal)=([\w.-]+)=", "".join(commands)))
-        assert keys <= given, f"Secret {name}: the kit reads {sorted(keys)}, docs make {given}"
-    assert f"kubectl apply -k deploy/kubernetes/overlays/{overlay}" in text
+        assert name in doc_secrets, f"{DOC.name} does not say how to make the Secret {name}"
+        secret = doc_secrets[name]
+        assert secret["metadata"]["namespace"] == "trainledger"
+        assert keys <= set(secret["data"]), f"Secret {name}: the kit reads {sorted(keys)}"
+    commands = doc_commands()
+    assert f"kubectl apply -k deploy/kubernetes/overlays/{overlay}" in commands
+    if overlay == "external-redis":
+        made_first = commands.index("kubectl apply -k deploy/kubernetes/overlays/external-redis")
+        assert any("secret generic trainledger-redis" in c for c in commands[:made_first])
+
+
+def test_the_docs_secrets_hold_values_the_service_accepts(doc_secrets: dict[str, Obj]) -> None:
+    """The file the Deployment mounts for each `*_FILE` variable, checked as the service
+    checks it at start: the admin token's form, the secret key's Fernet keys, the URL."""
+    from trainledger.auth.model import supplied_token_problem
+
+    service = doc_secrets["trainledger"]
+    assert supplied_token_problem(secret_value(service, "admin_token")) is None
+    read_variables({"TRAINLEDGER_SECRET_KEY": secret_value(service, "secret_key")})
+    read_variables({"TRAINLEDGER_REDIS_URL": secret_value(doc_secrets["trainledger-redis"], "url")})
 
 
 def test_the_monitoring_component_ships_the_rules_and_the_dashboard(
