@@ -404,3 +404,16 @@ def test_the_monitoring_component_ships_the_rules_and_the_dashboard(
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_the_pod_import_cronjob_reaches_the_kits_service(
+    rendered: dict[tuple[str, bool], list[Obj]],
+) -> None:
+    cron = [d for d in yaml.safe_load_all((KIT / "import-pods.yaml").read_text()) if d]
+    (job,) = [d for d in cron if d["kind"] == "CronJob"]
+    (importer,) = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    url = {e["name"]: e.get("value") for e in importer["env"]}["TRAINLEDGER_URL"]
+    docs = rendered[("valkey", False)]
+    service = one(docs, "Service", "trainledger")
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert url == f"http://{name}.{namespace}.svc:{service['spec']['ports'][0]['port']}"
