@@ -320,13 +320,13 @@ def doc_commands() -> list[str]:
 @pytest.fixture(scope="module")
 def doc_secrets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Obj]:
     """Secret name -> the Secret the docs' own commands make, run with `--dry-run=client`:
-    the file-making `python3 -c` lines as written, the `kubectl create` lines offline. What
-    needs a cluster (exec, rollout, port-forward, apply) is not run; the read token that
-    `kubectl exec ... token create` would print is a stand-in token here."""
+    the file-making `mkdir` and `python3 -c` lines as written, the `kubectl create` lines
+    offline. What needs a cluster (exec, rollout, port-forward, apply) is not run; the read
+    token that `kubectl exec ... token create` would print is a stand-in token here."""
     work = tmp_path_factory.mktemp("docs")
     made: dict[str, Obj] = {}
     for command in doc_commands():
-        if command.startswith("python3 -c"):
+        if command.startswith(("python3 -c", "mkdir ")):
             subprocess.run(["bash", "-c", command], cwd=work, check=True, timeout=30)
         elif command.startswith("kubectl exec") or " exec " in command:
             target = command.rsplit(">", 1)[1].strip()
