@@ -20,7 +20,7 @@ from tests.conftest import Api, event
 from tests.promql import metric_names
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-DASHBOARD = DEPLOY / "grafana" / "trainledger-spend.json"
+DASHBOARD = DEPLOY / "kubernetes" / "components" / "monitoring" / "trainledger-spend.json"
 RULES = DEPLOY / "prometheus" / "trainledger-rules.yaml"
 
 
