@@ -5,7 +5,9 @@ A version effective before events already priced would price the next event at i
 leave the earlier identical ones at the old one: the figures (and the budget alerts on them)
 would mix two prices until someone rebuilt. So the `PUT` looks first: the projects priced by
 the card that hold events in the version's span (from its `effective_from` to the next
-version's, to the hour: the hourly totals are the finest index by time) are named, and the
+version's, to the hour: the hourly totals are the finest index by time) of a SKU whose
+pricing the version changes (a version that only adds a SKU, or edits a description,
+changes no figure) are named, and the
 version is refused unless the body has `reprice: true`; then it is stored and each such
 project gets a repricing job (a rebuild of the project, which settles its budget alerts once).
 Each such project's budget alert decisions are held from before the version is stored until
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..ledger.folding import settle
 from ..projects.service import project_settings
-from ..ratecards.model import RateCardIn, RateCardVersion
+from ..ratecards.model import RateCardIn, RateCardVersion, Sku
 from ..ratecards.service import SharedCardForbidden, add_version, check_version
 from .model import HOLD_MS, AffectedProject, Job, JobParams
 from .service import new_job_id, queue_job
@@ -64,8 +66,35 @@ def _hour_in_span(day: str, hour: int, span: tuple[datetime, datetime | None]) -
     return begin + timedelta(hours=1) > start and (end is None or begin < end)
 
 
+def _pricing(sku: Sku) -> tuple[object, ...]:
+    """What of a SKU prices an event (its description and source do not)."""
+    return (sku.category, sku.unit, sku.unit_price, sku.fixed, sku.tiers, sku.power_watts)
+
+
+def changed_skus(
+    versions: list[RateCardVersion], card: RateCardIn, start: datetime
+) -> set[str] | None:
+    """The SKU codes whose pricing the new version changes against the version that priced
+    its span until now (the latest starting at or before `start`); None for all of them (a
+    new currency, or no earlier version)."""
+    earlier = [v for v in versions if v.effective_from <= start]
+    if not earlier:
+        return None
+    old = max(earlier, key=lambda v: (v.effective_from, v.version))
+    if old.currency != card.currency:
+        return None
+    before = {s.code: _pricing(s) for s in old.skus}
+    after = {s.code: _pricing(s) for s in card.skus}
+    return {c for c in before.keys() | after.keys() if before.get(c) != after.get(c)}
+
+
+def _sku_of(raw_field: bytes) -> str:
+    # `n|stage\x1fexperiment\x1fcategory\x1fsku\x1f...` (docs/internals/key-layout.md)
+    return raw_field.split(b"\x1f", 4)[3].decode()
+
+
 async def _affected_days(
-    store: Stores, project: str, span: tuple[datetime, datetime | None]
+    store: Stores, project: str, span: tuple[datetime, datetime | None], skus: set[str] | None
 ) -> AffectedProject | None:
     await settle(store, project)  # batches still queued for the fold count too
     start, end = span
@@ -77,23 +106,39 @@ async def _affected_days(
             kind, hour, _ = raw_field.decode().split("|", 2)
             if kind == "n" and _hour_in_span(day, int(hour), span):
                 counts[day] = counts.get(day, 0) + int(raw_value)
+    if skus is not None:  # only the events of a changed SKU: the day's totals know the SKU
+        days = [d for d in sorted(counts) if counts[d]]
+        for day, fields in zip(days, await store.ledger.day_totals(project, days), strict=True):
+            of_changed = sum(
+                int(v) for f, v in fields.items() if f[:2] == b"n|" and _sku_of(f[2:]) in skus
+            )
+            # The hours say how many fall in the span, the day how many are of a changed SKU.
+            counts[day] = min(counts[day], of_changed)
     shown = [f"{d[:4]}-{d[4:6]}-{d[6:]}" for d in sorted(counts) if counts[d]]
     if not shown:
         return None
-    return AffectedProject(project=project, days=shown, events=sum(counts.values()))
+    events = sum(counts[d] for d in counts if counts[d])
+    return AffectedProject(project=project, days=shown, events=events)
 
 
 async def affected_projects(
-    store: Stores, name: str, versions: list[RateCardVersion], start: datetime
+    store: Stores,
+    name: str,
+    versions: list[RateCardVersion],
+    start: datetime,
+    skus: set[str] | None = None,
 ) -> list[AffectedProject]:
-    """The projects priced by card `name` with events a version starting at `start` prices."""
+    """The projects priced by card `name` with events a version starting at `start` prices
+    differently: those of the SKUs `skus` (None: of any SKU)."""
     span = _span(versions, start)
+    if skus is not None and not skus:
+        return []
     out = []
     for project in await store.projects.projects():
         settings = await project_settings(store, project)
         if settings.rate_card != name or settings.accepted == 0:
             continue
-        affected = await _affected_days(store, project, span)
+        affected = await _affected_days(store, project, span, skus)
         if affected is not None:
             out.append(affected)
     return out
@@ -112,7 +157,9 @@ async def put_version(
     RateCardError as `add_version` does, before anything is written."""
     check_version(principal, card)
     start = card.effective_from.astimezone(UTC)
-    affected = await affected_projects(store, name, await rate_cards.versions(name), start)
+    versions = await rate_cards.versions(name)
+    skus = changed_skus(versions, card, start)
+    affected = await affected_projects(store, name, versions, start, skus)
     if affected and not card.reprice:
         raise RepricingNeeded(affected)
     # Held before the version is stored: a batch priced at the new price never decides alerts

@@ -97,6 +97,38 @@ async def test_a_past_dated_version_is_refused_naming_what_it_affects(api: Api) 
         assert r.status_code == 201, r.text
 
 
+async def test_a_past_dated_version_that_changes_no_priced_sku_is_stored_at_once(api: Api) -> None:
+    """Adding a SKU (the getting-started's fix for a rejected event), editing a description or
+    repricing a SKU no event used changes no figure: stored (201), no job; a version that also
+    changes the used SKU's price is refused, naming only its events."""
+    now = datetime.now(UTC)
+    async with api.client() as c:
+        _, effective = await _ledger_at_old_price(c, now)
+        added = card("2.50", effective)
+        added["skus"].append(
+            {"code": "gpu.b300.hour", "category": "compute", "unit": "hour", "unit_price": "9.50"}
+        )
+        added["skus"][0]["description"] = "an H100 hour, list price"
+        added["skus"][1]["unit_price"] = "1.70"  # the reserved SKU: no event of it
+        r = await c.put("/v1/rate-cards/default", json=added)
+        assert r.status_code == 201, r.text
+        assert (await c.get("/v1/jobs", params={"project": "llm"})).json() == {"jobs": []}
+        assert await summary_total(c) == "80.00"
+        r = await c.post("/v1/events", json=[event("b300", "1", sku="gpu.b300.hour")])
+        assert r.status_code == 200 and r.json()["accepted"] == 1, r.text
+        # Now the b300 SKU has an event in the span: changing its price needs a repricing,
+        # which names that one event (not the eight H100 events, whose price stays).
+        added["skus"][-1]["unit_price"] = "9.00"
+        r = await c.put("/v1/rate-cards/default", json=added)
+        assert r.status_code == 409, r.text
+        day = now.strftime("%Y-%m-%d")
+        assert r.json()["affected"] == [{"project": "llm", "days": [day], "events": 1}], r.text
+        # A new currency changes every figure: all the span's events.
+        r = await c.put("/v1/rate-cards/default", json=dict(added, currency="EUR"))
+        assert r.status_code == 409, r.text
+        assert r.json()["affected"][0]["events"] == 5, r.text
+
+
 async def test_a_repriced_version_settles_totals_and_alerts_exactly_once(api: Api) -> None:
     now = datetime.now(UTC)
     async with api.client() as c:
