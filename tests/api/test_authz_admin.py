@@ -231,7 +231,9 @@ def test_the_cli_refuses_to_revoke_the_last_unscoped_admin(clean_redis: str) -> 
     client = sync_client(clean_redis)
     try:
         cmd_token(
-            argparse.Namespace(token_command="create", role="admin", project=None, name="cli"),
+            argparse.Namespace(
+                token_command="create", role="admin", project=None, name="cli", offline=False
+            ),
             settings,
         )
         (only,) = [i.decode() for i in client.hkeys(Keys.token_index())]
@@ -239,7 +241,9 @@ def test_the_cli_refuses_to_revoke_the_last_unscoped_admin(clean_redis: str) -> 
         assert cmd_token(revoke, settings) == 1
         assert client.hexists(Keys.token_index(), only)
         cmd_token(
-            argparse.Namespace(token_command="create", role="admin", project=None, name="cli 2"),
+            argparse.Namespace(
+                token_command="create", role="admin", project=None, name="cli 2", offline=False
+            ),
             settings,
         )
         assert cmd_token(revoke, settings) == 0
