@@ -42,15 +42,15 @@ def requests(n: int) -> tuple[str, str, object | None]:
         ("GET", f"/v1/costs/summary?project={PROJECT}", None),
         ("GET", f"/ui/{PROJECT}", None),
         ("GET", "/metrics", None),
-        ("GET", "/v1/budgets", None),
+        ("GET", f"/v1/budgets?project={PROJECT}", None),
         ("GET", "/v1/webhooks", None),
-        ("GET", "/v1/webhooks/deliveries", None),
+        ("GET", f"/v1/webhooks/deliveries?project={PROJECT}", None),
         ("GET", "/v1/projects", None),
         ("GET", f"/v1/projects/{PROJECT}", None),
         ("GET", "/v1/tokens", None),
-        ("GET", "/v1/alerts", None),
+        ("GET", f"/v1/alerts?project={PROJECT}", None),
         ("GET", "/v1/rate-cards", None),
-        ("GET", "/v1/jobs", None),
+        ("GET", f"/v1/jobs?project={PROJECT}", None),
         ("GET", f"/v1/export/focus?project={PROJECT}", None),
         ("GET", "/readyz", None),
         ("GET", "/healthz", None),
@@ -64,6 +64,7 @@ class Soak:
         self.statuses: Counter[str] = Counter()
         self.closed: list[str] = []  # requests that ended without an HTTP answer
         self.bad: list[str] = []  # answers that break a rule
+        self.refused: Counter[str] = Counter()  # 4xx by endpoint (the soak's own mistakes)
         self.cut: list[str] = []  # streams cut after their head (the client can tell)
 
     async def client(self, base_url: str, token: str, stop: asyncio.Event, seed: int) -> None:
@@ -90,6 +91,8 @@ class Soak:
                     self.statuses[type(exc).__name__] += 1
                 else:
                     self.statuses[str(r.status_code)] += 1
+                    if 400 <= r.status_code < 500:
+                        self.refused[f"{r.status_code} {method} {path.split('?')[0]}"] += 1
                     if r.status_code >= 500 and r.status_code != 503:
                         self.bad.append(
                             f"{method} {path} [{phase}]: {r.status_code} {r.text[:200]}"
@@ -137,6 +140,7 @@ async def main(seconds: float, kills: int, clients: int, workers: int) -> int:
     print(f"answers: {dict(soak.statuses)}")
     for line in soak.closed[:50]:
         print(f"  closed: {line}")
+    print(f"refused: {dict(soak.refused)}")
     for line in soak.cut[:20]:
         print(f"  cut (detected): {line}")
     for line in soak.bad[:50]:
