@@ -1,10 +1,12 @@
 """Soak command: a real `trainledger serve` whose Valkey is SIGKILLed and restarted under load.
 
-    .venv/bin/python -m tests.soak_outage --seconds 60 --kills 4 --clients 24
+    .venv/bin/python -m tests.soak_outage --seconds 60 --kills 4 --clients 24 [--workers 2]
+    .venv/bin/python -m tests.soak_outage --embedded   # serve's own Valkey, which it restarts
 
 Concurrent clients call many endpoints (events, costs, the summary, the UI, metrics,
 budgets, webhooks, the FOCUS export, projects, tokens...) in a loop while the Valkey the
-service uses is SIGKILLed and restarted on its append-only file, again and again. Every
+service uses is SIGKILLed and restarted on its append-only file (with `--embedded`, serve's
+own Valkey is SIGKILLed and serve's supervisor restarts it), again and again. Every
 request must end with an HTTP answer: any status but a 5xx other than 503, every 503 with
 Retry-After. A request that ended without one (httpx.RemoteProtocolError, ReadError...) is
 printed with its endpoint and the phase (Valkey up or down). Exits 1 if any rule broke.
@@ -16,8 +18,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -28,6 +32,7 @@ import httpx
 from trainledger.storage.embedded import EmbeddedValkey
 
 from tests.conftest import make_admin_token
+from tests.system.test_embedded import Serve, the_valkey_of
 from tests.system.test_faults import Service, fault_event, put_card
 
 PROJECT = "soak1"
@@ -102,18 +107,24 @@ class Soak:
                 await asyncio.sleep(0.005)
 
 
-async def main(seconds: float, kills: int, clients: int, workers: int) -> int:
+async def main(seconds: float, kills: int, clients: int, workers: int, embedded: bool) -> int:
     for name in ("httpx", "trainledger.access"):
         logging.getLogger(name).setLevel(logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="tl-soak-"))
-    valkey = EmbeddedValkey(tmp / "valkey")
-    url = valkey.start()
-    current: EmbeddedValkey | None = valkey
-    svc = Service(url, tmp / "data", tmp / "serve.log", workers=workers)
     soak = Soak()
-    try:
+    current: EmbeddedValkey | None = None
+    svc: Service | Serve
+    if embedded:  # `serve`'s own Valkey, which its supervisor restarts after a SIGKILL
+        svc = Serve(tmp / "d", tmp / "serve.log", "--workers", str(workers))
+        await asyncio.to_thread(svc.start)
+        token = (tmp / "d" / "admin-token").read_text().strip()
+    else:  # an external Valkey, which the soak restarts on its append-only file
+        current = EmbeddedValkey(tmp / "valkey")
+        url = current.start()
+        svc = Service(url, tmp / "data", tmp / "serve.log", workers=workers)
         token = await make_admin_token(url)
         await asyncio.to_thread(svc.start)
+    try:
         await put_card(svc.base_url, token)
         stop = asyncio.Event()
         tasks = [
@@ -122,27 +133,31 @@ async def main(seconds: float, kills: int, clients: int, workers: int) -> int:
         period = seconds / max(kills, 1)
         for _ in range(kills):
             await asyncio.sleep(period / 2)
-            assert current is not None
-            current.kill()
             soak.down = True
+            if embedded:
+                os.kill(the_valkey_of(tmp / "d"), signal.SIGKILL)
+            else:
+                assert current is not None
+                current.kill()
             await asyncio.sleep(period / 2)
-            current = EmbeddedValkey(tmp / "valkey")
-            assert current.start() == url
+            if not embedded:
+                current = EmbeddedValkey(tmp / "valkey")
+                assert current.start() == url
             soak.down = False
         await asyncio.sleep(2)
         stop.set()
         await asyncio.gather(*tasks)
     finally:
-        await asyncio.to_thread(svc.stop)
+        await asyncio.to_thread(svc.cleanup if isinstance(svc, Serve) else svc.stop)
         if current is not None:
             current.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"answers: {dict(soak.statuses)}")
-    for line in soak.closed[:50]:
-        print(f"  closed: {line}")
     print(f"refused: {dict(soak.refused)}")
     for line in soak.cut[:20]:
         print(f"  cut (detected): {line}")
+    for line in soak.closed[:50]:
+        print(f"  closed: {line}")
     for line in soak.bad[:50]:
         print(f"  bad: {line}")
     print(f"{len(soak.closed)} closed connections, {len(soak.bad)} broken rules")
@@ -155,5 +170,8 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=4)
     parser.add_argument("--clients", type=int, default=24)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--embedded", action="store_true", help="kill serve's own Valkey (it restarts it)"
+    )
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.seconds, args.kills, args.clients, args.workers)))
+    sys.exit(asyncio.run(main(args.seconds, args.kills, args.clients, args.workers, args.embedded)))
