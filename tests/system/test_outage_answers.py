@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import trainledger.export.stream as export_stream
+from trainledger.export.focus import HEADER
 from trainledger.storage.embedded import EmbeddedValkey
 
 from tests.api.test_budgets import this_month
@@ -71,3 +72,48 @@ async def test_an_export_whose_valkey_dies_before_its_first_read_answers_503(
             assert r.headers["content-type"].startswith("application/problem+json")
     finally:
         server.stop()
+
+
+async def test_an_export_cut_after_its_first_bytes_is_an_incomplete_body_the_client_sees(
+    valkey: EmbeddedValkey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the answer has started, an outage can only cut it: the chunked encoding is left
+    unterminated, so the client gets an error, never a file that looks whole."""
+    url = valkey.start()
+    token = await make_admin_token(url)
+    server = ServerThread(url).start()
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as c:
+            assert (await c.put("/v1/rate-cards/default", json=TEST_CARD)).status_code == 201
+            when = this_month()
+            for b in range(250):  # 250 log entries: more than one page of the log (200)
+                batch = [event(f"e{b}-{i}", "1.5", project="out2", time=when) for i in range(4)]
+                assert (await c.post("/v1/events", json=batch)).status_code == 200
+
+            read_log_range: Callable[..., AsyncIterator[Any]] = export_stream.read_log_range
+
+            async def killed_midway(*args: Any, **kw: Any) -> AsyncIterator[Any]:
+                async for n, item in _numbered(read_log_range(*args, **kw)):
+                    if n == 150:  # ~600 rows: the first chunks (64 KiB each) are sent
+                        valkey.kill()
+                    yield item
+
+            monkeypatch.setattr(export_stream, "read_log_range", killed_midway)
+            received = b""
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+                async with c.stream("GET", "/v1/export/focus", params={"project": "out2"}) as r:
+                    assert r.status_code == 200
+                    async for chunk in r.aiter_bytes():
+                        received += chunk
+            assert received.startswith(HEADER[0].encode())  # the first bytes arrived
+            assert received.count(b"\n") < 1001  # not every row: the stream was cut
+    finally:
+        server.stop()
+
+
+async def _numbered(items: AsyncIterator[Any]) -> AsyncIterator[tuple[int, Any]]:
+    n = 0
+    async for item in items:
+        yield n, item
+        n += 1
