@@ -16,7 +16,7 @@ from ..http.problems import invalid, problem
 from ..http.security import requires
 from .focus import FOCUS_VERSION
 from .pricing import ExportError
-from .stream import export_filename, prepare_export
+from .stream import export_filename, first_chunk_read, prepare_export
 
 # Litestar adds "; charset=utf-8" to a text/* media type: the answer is text/csv; charset=utf-8.
 CSV = "text/csv"
@@ -79,8 +79,9 @@ class ExportController(Controller):
         except ExportError as exc:
             raise problem(409, "Cannot export", str(exc), kind="conflict") from exc
         filename = export_filename(project, start, end)
+        chunks = await first_chunk_read(export.csv_chunks(start, end))
         return Stream(
-            export.csv_chunks(start, end),
+            chunks,
             media_type=CSV,
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )

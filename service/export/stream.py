@@ -141,6 +141,22 @@ class FocusExport:
             yield buffer.getvalue().encode()
 
 
+async def first_chunk_read(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`chunks` with its first chunk already read: the stream's first reads of the log
+    happen before the answer starts, so a store outage there is a 503 problem rather than
+    a 200 cut after its headers (issue 33.7). A failure later can only cut the stream: the
+    chunked encoding is left unterminated, which a client detects."""
+    first = await anext(chunks, None)
+
+    async def chained() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield first
+        async for chunk in chunks:
+            yield chunk
+
+    return chained()
+
+
 async def prepare_export(store: Stores, rate_cards: RateCards, project: str) -> FocusExport:
     """Read what the export needs before the first byte is sent, so that a problem is an
     error answer rather than a truncated file."""
