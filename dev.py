@@ -68,6 +68,12 @@ def demo(argv: list[str]) -> int:
 
 
 def test(argv: list[str]) -> int:
+    # Two pytest workers (pytest-xdist) unless told otherwise: most tests wait on servers,
+    # sockets and subprocesses, so two share 2 cores well; each worker claims its own
+    # database, data dirs and ports (tests/shared_redis.py, tests/conftest.py).
+    told = any(a.startswith(("-n", "--numprocesses")) or a == "no:xdist" for a in argv)
+    if not told:
+        argv = ["-n", os.environ.get("TRAINLEDGER_TEST_WORKERS", "2"), *argv]
     code = subprocess.call([str(BIN / "python"), "-m", "pytest", *argv], cwd=ROOT)
     if code == 5:
         print("pytest collected no tests: that is a failure here", file=sys.stderr)
