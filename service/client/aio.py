@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import httpx
 import msgspec
 
-from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, split_posts
+from .batching import (
+    DEFAULT_MAX_QUEUED,
+    BatcherView,
+    Delivery,
+    EventQueue,
+    OnError,
+    split_posts,
+)
 from .errors import ApiError, BatcherError
 from .models import (
     NDJSON,
@@ -157,7 +164,7 @@ class AsyncClient:
         )
 
 
-class AsyncBatcher:
+class AsyncBatcher(BatcherView):
     """`Batcher` on asyncio, the same contract: `add` never posts (a task sends, as soon as
     `size` are waiting and every `interval` seconds), so it never awaits the network nor
     raises a transport error; with `spool` it writes the event there before it returns (in
@@ -198,31 +205,6 @@ class AsyncBatcher:
     def _start(self) -> None:
         if self._task is None and not self._closing:
             self._task = asyncio.create_task(self._run())
-
-    @property
-    def report(self) -> IngestReport:
-        return self._queue.report
-
-    @property
-    def last_error(self) -> Exception | None:
-        return self._queue.last_error
-
-    @property
-    def refused(self) -> list[RefusedEvent]:
-        return list(self._queue.refused)
-
-    @property
-    def refused_total(self) -> int:
-        return self._queue.refused_total
-
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
-    @property
-    def waiting(self) -> int:
-        """In memory, and in the spool when there is one (see `Batcher.waiting`)."""
-        return len(self._queue) + (self.spool.pending() if self.spool is not None else 0)
 
     async def add(self, event: Event) -> None:
         await self._keep([event])

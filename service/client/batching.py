@@ -12,12 +12,15 @@ import threading
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .errors import ApiError, BatcherFull, ClientError
 from .models import IngestReport
+
+if TYPE_CHECKING:
+    from .spool import Spool
 
 # Memory is the queue when no spool is given: bounded, so an outage of hours makes `add`
 # refuse (BatcherFull) rather than grow the caller's process without end.
@@ -229,6 +232,43 @@ class EventQueue:
                 self.on_error(error)
             except Exception:
                 log.exception("the batcher's on_error callback failed")
+
+
+class BatcherView:
+    """What a caller can watch on either batcher: the answers so far, why the last flush
+    gave up, the events set aside, and what is still waiting."""
+
+    _queue: EventQueue
+    spool: Spool | None
+
+    @property
+    def report(self) -> IngestReport:
+        """The service's answers so far (with a spool: for every event the drains sent)."""
+        return self._queue.report
+
+    @property
+    def last_error(self) -> Exception | None:
+        return self._queue.last_error
+
+    @property
+    def refused(self) -> list[RefusedEvent]:
+        """Events the service refused on their own, kept here when there is no spool."""
+        return list(self._queue.refused)
+
+    @property
+    def refused_total(self) -> int:
+        return self._queue.refused_total
+
+    @property
+    def queued(self) -> int:
+        """Events in memory, not yet answered for."""
+        return len(self._queue)
+
+    @property
+    def waiting(self) -> int:
+        """Events not yet answered for: in memory, and in the spool when there is one (which
+        counts every producer's events in it, and reads its files)."""
+        return len(self._queue) + (self.spool.pending() if self.spool is not None else 0)
 
 
 class RefusedEvents(ClientError):

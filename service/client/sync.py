@@ -15,7 +15,15 @@ import httpx
 import msgspec
 
 from ..events.model import EventIn
-from .batching import DEFAULT_MAX_QUEUED, Delivery, EventQueue, OnError, RefusedEvent, deliver
+from .batching import (
+    DEFAULT_MAX_QUEUED,
+    BatcherView,
+    Delivery,
+    EventQueue,
+    OnError,
+    RefusedEvent,
+    deliver,
+)
 from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
 from .models import (
     NDJSON,
@@ -219,7 +227,7 @@ def unreachable(url: str, error: Exception, attempts: int) -> Exception:
     return error
 
 
-class Batcher:
+class Batcher(BatcherView):
     """Collects events and posts them in batches of `size`, from a background thread: as
     soon as `size` are waiting, and every `interval` seconds. `add` never posts, so it never
     waits for the network and never raises a transport error. `flush()` posts what is
@@ -266,37 +274,6 @@ class Batcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- what the caller sees -------------------------------------------------------------
-
-    @property
-    def report(self) -> IngestReport:
-        """The service's answers so far (with a spool: for every event the drains sent)."""
-        return self._queue.report
-
-    @property
-    def last_error(self) -> Exception | None:
-        return self._queue.last_error
-
-    @property
-    def refused(self) -> list[RefusedEvent]:
-        """Events the service refused on their own, kept here when there is no spool."""
-        return list(self._queue.refused)
-
-    @property
-    def refused_total(self) -> int:
-        return self._queue.refused_total
-
-    @property
-    def queued(self) -> int:
-        """Events in memory, not yet answered for."""
-        return len(self._queue)
-
-    @property
-    def waiting(self) -> int:
-        """Events not yet answered for: in memory, and in the spool when there is one (which
-        counts every producer's events in it, and reads its files)."""
-        return len(self._queue) + (self.spool.pending() if self.spool is not None else 0)
 
     # --- adding ---------------------------------------------------------------------------
 
