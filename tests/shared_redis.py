@@ -4,8 +4,10 @@ The Redis on 127.0.0.1:6379 is shared: other test runs on the same machine and o
 may be using it. A run therefore claims one database for itself: it holds an exclusive
 `flock` on a per-database lock file for as long as the run lives, and it takes a database
 only when that database is empty or was last used by a trainledger test run (the lock file
-exists from then). Two concurrent runs never get the same database, and a database with
-somebody else's keys is never flushed. `TRAINLEDGER_TEST_SYSTEM_REDIS` overrides the choice.
+exists from then), and no other connection has it selected (a server left running by
+an earlier, killed run would still be writing there). Two concurrent
+runs never get the same database, and a database with somebody else's keys is never
+flushed. `TRAINLEDGER_TEST_SYSTEM_REDIS` overrides the choice.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def _reachable(url: str) -> bool:
         return False
 
 
+def _selected_elsewhere(client: redis.Redis, db: int) -> bool:
+    """Whether a connection other than `client`'s own has database `db` selected."""
+    own = client.client_id()
+    return any(
+        int(entry.get("db", -1)) == db and int(entry["id"]) != own for entry in client.client_list()
+    )
+
+
 def claim_database(base_url: str = BASE_URL, databases: range = range(15, 0, -1)) -> str | None:
     """The URL of a database this run now owns, or None when no server or no free database."""
     override = os.environ.get("TRAINLEDGER_TEST_SYSTEM_REDIS")
@@ -57,9 +67,10 @@ def claim_database(base_url: str = BASE_URL, databases: range = range(15, 0, -1)
         client = redis.Redis.from_url(url, socket_timeout=0.5)
         try:
             empty = client.dbsize() == 0
+            in_use = _selected_elsewhere(client, db)
         finally:
             client.close()
-        if empty or used_by_us_before:
+        if (empty or used_by_us_before) and not in_use:
             handle.seek(0)
             handle.truncate()
             handle.write(f"pid {os.getpid()}\n")

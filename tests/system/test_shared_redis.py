@@ -72,3 +72,26 @@ def test_a_database_holding_somebody_elses_keys_is_not_taken(
     finally:
         client.delete(key)
         client.close()
+
+
+def test_a_database_an_orphaned_server_still_uses_is_not_taken(
+    reachable: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRAINLEDGER_TEST_SYSTEM_REDIS", raising=False)
+    # A run was killed; its lock is free but a server it started still has the database
+    # selected (here: a connection kept open after the claim is given up).
+    url = shared_redis.claim_database()
+    if url is None:
+        pytest.skip("no database of the system Redis is free")
+    db = int(url.rsplit("/", 1)[-1])
+    orphan = redis.Redis.from_url(url)
+    orphan.ping()
+    handle = shared_redis._held.pop()
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
+    try:
+        assert shared_redis.claim_database(databases=range(db, db - 1, -1)) is None
+        orphan.close()
+        assert shared_redis.claim_database(databases=range(db, db - 1, -1)) == url
+    finally:
+        orphan.close()
