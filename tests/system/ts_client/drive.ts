@@ -1,7 +1,7 @@
-// Driven by tests/system/test_generated_client.py: the types come from `openapi-typescript
+// Driven by tests/system/test_generated_ts_client.py: the types come from `openapi-typescript
 // openapi/openapi.json -o schema.d.ts` (stock options), the calls go through openapi-fetch.
-// It puts a rate card, posts events as JSON (a batch, and one the ledger rejects) and as a
-// CloudEvent, reads the costs, and prints what it got as one JSON line.
+// It puts a rate card, posts events as JSON (a batch, and one the ledger rejects), as a
+// CloudEvent and as NDJSON, reads the costs, and prints what it got as one JSON line.
 import createClient from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 
@@ -62,6 +62,14 @@ const cloud = await client.POST("/v1/events", {
 });
 if (cloud.data === undefined) throw new Error(`POST CloudEvent: ${JSON.stringify(cloud.error)}`);
 
+// NDJSON is text the caller writes: sent as it is, under its own content type.
+const ndjson = await client.POST("/v1/events", {
+  body: JSON.stringify(usage("ts-nd-1", "1")) + "\n",
+  headers: { "Content-Type": "application/x-ndjson" },
+  bodySerializer: (body) => body,
+});
+if (ndjson.data === undefined) throw new Error(`POST NDJSON: ${JSON.stringify(ndjson.error)}`);
+
 const costs = await client.GET("/v1/costs", {
   params: { query: { project: "llm", group_by: "experiment" } },
 });
@@ -80,6 +88,7 @@ process.stdout.write(
           : null,
     },
     cloud: { status: cloud.response.status, accepted: cloud.data.accepted },
+    ndjson: { status: ndjson.response.status, accepted: ndjson.data.accepted },
     total_cost: costs.data.total_cost,
     total_events: costs.data.total_events,
     rows: costs.data.rows.map((row) => [row.key.experiment, row.cost]),
