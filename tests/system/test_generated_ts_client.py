@@ -32,7 +32,7 @@ def _tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
         if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: CI machines have node and npm")
+            pytest.fail(f"{name} is missing: .ci/run installs it (apt-get install nodejs npm)")
         pytest.skip(f"{name} is not installed")
     return found
 
