@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..storage.connection import Connection
 from ..storage.keys import Keys
@@ -46,7 +47,9 @@ class ProjectStore:
     async def top_spenders(self, count: int) -> list[tuple[str, float]]:
         """The `count` projects ranked highest by spend to date (the ranking's float), highest
         first, in one command."""
-        raw = await self.client.zrevrange(Keys.spend_rank(), 0, count - 1, withscores=True)
+        raw: list[Any] = await self.client.zrevrange(
+            Keys.spend_rank(), 0, count - 1, withscores=True
+        )
         return [(as_text(name), float(score)) for name, score in raw]
 
     async def spend_ranks(self, projects: Sequence[str]) -> list[float]:

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
     from ..auth.model import Principal
-
     from ..stores import Stores
 
 log = logging.getLogger("trainledger.metrics")
