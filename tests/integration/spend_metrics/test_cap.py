@@ -12,7 +12,7 @@ from typing import Any
 
 from trainledger.ledger.folding import settle
 from trainledger.ratecards.catalog import RateCards
-from trainledger.spend_metrics.service import read_snapshot
+from trainledger.spend_metrics.service import SpendGauges, read_snapshot
 from trainledger.spend_metrics.settings import SpendConfig
 from trainledger.stores import Stores
 
@@ -114,6 +114,17 @@ async def test_a_token_is_ranked_within_its_own_list_only(store: Stores) -> None
     assert snapshot.omitted == 2  # p00000 and p00003: the unknown name is not counted
     everything = await read_snapshot(store, RateCards(store), SpendConfig(), now=NOW, scope=mine)
     assert {p.project for p in everything.projects} == {names[0], names[3], names[7], names[9]}
+
+
+async def test_each_token_scope_keeps_its_own_figures(store: Stores) -> None:
+    names = await make_projects(store, 6)
+    gauges = SpendGauges(SpendConfig(ttl_seconds=3600, deadline_seconds=30, projects=2))
+    everything, _ = await gauges.figures(store, RateCards(store))
+    mine, _ = await gauges.figures(store, RateCards(store), frozenset(names[:2]))
+    assert everything is not None and [p.project for p in everything.projects] == names[4:]
+    assert mine is not None and [p.project for p in mine.projects] == names[:2]
+    again, _ = await gauges.figures(store, RateCards(store))
+    assert again is everything  # within the TTL: kept for its scope
 
 
 async def test_the_ranking_a_fold_moves_is_the_one_a_rebuild_sets(api: Api, store: Stores) -> None:
