@@ -230,6 +230,11 @@ class LedgerStore:
         (raw,) = await self._hashes([Keys.daily(project)])
         return {as_text(k): int(v) for k, v in raw.items()}
 
+    async def spends_to_date(self, projects: Sequence[str]) -> list[int]:
+        """Each project's exact spend to date (nano): its daily index summed, in one pipeline."""
+        hashes = await self._hashes([Keys.daily(p) for p in projects])
+        return [sum(int(v) for v in fields.values()) for fields in hashes]
+
     async def hour_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
         return await self._hashes([Keys.hourly(project, day) for day in days])
 

@@ -58,3 +58,14 @@ class ProjectStore:
             return []
         scores = await self.client.zmscore(Keys.spend_rank(), list(projects))
         return [float(s) if s is not None else 0.0 for s in scores]
+
+    async def spend_rank_seeded(self) -> bool:
+        return bool(await self.client.exists(Keys.spend_rank_seeded()))
+
+    async def seed_spend_rank(self, costs: dict[str, int]) -> None:
+        """Raise each project's ranking to its spend to date `costs` (nano) where it is lower
+        (ZADD GT: a fold's ZINCRBY since the totals were read is kept), and mark it seeded."""
+        if costs:
+            ranks = {project: float(cost) for project, cost in costs.items()}
+            await self.client.zadd(Keys.spend_rank(), ranks, gt=True)  # type: ignore[arg-type]
+        await self.client.set(Keys.spend_rank_seeded(), "1")

@@ -144,20 +144,32 @@ async def shown_projects(store: Stores, cap: int, scope: Scope) -> tuple[list[st
     """The projects of `scope` a scrape shows, sorted, and how many more it could see.
 
     At most `cap`: when the scope holds more, the `cap` largest by spend to date (the ranking
-    each fold keeps: keys.py `spend_rank`). Two commands whatever the number of projects, and
-    never a project outside `scope`."""
+    each fold keeps: keys.py `spend_rank`). Three commands whatever the number of projects
+    (after the ranking's one-time seed, `_seeded`), and never a project outside `scope`."""
     if scope is None:
         count = await store.projects.project_count()
         if count <= cap:
             return await store.projects.projects(), 0
+        await _seeded(store)
         top = [name for name, _ in await store.projects.top_spenders(cap)]
         return sorted(top), count - len(top)
     known = await store.projects.known_projects(sorted(scope))
     if len(known) <= cap:
         return known, 0
+    await _seeded(store)
     ranks = await store.projects.spend_ranks(known)
     ranked = sorted(zip(ranks, known, strict=True), key=lambda rn: (-rn[0], rn[1]))
     return sorted(name for _, name in ranked[:cap]), len(known) - cap
+
+
+async def _seeded(store: Stores) -> None:
+    """Seed the ranking once from every project's daily index, for data folded before the
+    ranking existed: one read of every project, the first time a scrape needs the ranking."""
+    if await store.projects.spend_rank_seeded():
+        return
+    projects = await store.projects.projects()
+    costs = await store.ledger.spends_to_date(projects) if projects else []
+    await store.projects.seed_spend_rank(dict(zip(projects, costs, strict=True)))
 
 
 async def read_snapshot(

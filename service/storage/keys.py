@@ -87,6 +87,8 @@ tl:spendrank                    zset    project -> its spend to date (nano, as a
                                         ranking, not a figure) for the /metrics cap on
                                         projects shown; ZINCRBY after each fold, set by a
                                         rebuild (service/spend_metrics)
+tl:spendrank:seeded             string  set once the ranking was seeded from every project's
+                                        daily index (data folded before the ranking existed)
 tl:webhooks                     hash    webhook id -> JSON (filters; url and secret sealed,
                                         service/storage/sealing.py)
 tl:sealing                      hash    ``check`` -> a known text sealed with the secret key
@@ -291,6 +293,10 @@ class Keys:
     @staticmethod
     def spend_rank() -> str:
         return f"{NAMESPACE}:spendrank"
+
+    @staticmethod
+    def spend_rank_seeded() -> str:
+        return f"{NAMESPACE}:spendrank:seeded"
 
     @staticmethod
     def token(digest: str) -> str:

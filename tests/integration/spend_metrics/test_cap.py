@@ -62,11 +62,13 @@ def counted(store: Stores) -> Iterator[Work]:
 
 
 async def make_projects(store: Stores, count: int) -> list[str]:
-    """`count` projects with settings (a currency) and a spend ranking of `i` nano each."""
+    """`count` projects with settings (a currency) and a spend ranking of `i` nano each (the
+    ranking marked seeded, as the first scrape over the cap leaves it)."""
     names = [f"p{i:05d}" for i in range(count)]
     for i, name in enumerate(names):
         await store.projects.set_project_fields(name, {"currency": "USD"})
         await store.ledger.set_spend_rank(name, i)
+    await store.projects.seed_spend_rank({})
     return names
 
 
@@ -83,9 +85,10 @@ async def test_a_scrape_reads_the_same_whatever_the_number_of_projects(store: St
     await make_projects(store, 100)  # the first 10 again, and 90 more
     at_100 = await scrape_work(store, config, None)
     assert at_100 == at_10
-    # Two commands pick the projects (SCARD, ZREVRANGE); then a few pipelines of the 4 only.
-    assert at_10.round_trips <= 6
-    assert at_10.commands <= 2 + 4 * 6
+    # Three commands pick the projects (SCARD, EXISTS, ZREVRANGE); then a few pipelines of
+    # the 4 only.
+    assert at_10.round_trips <= 7
+    assert at_10.commands <= 3 + 4 * 6
 
 
 async def test_a_scoped_token_reads_the_same_whatever_its_list(store: Stores) -> None:
@@ -151,3 +154,21 @@ async def test_the_ranking_a_fold_moves_is_the_one_a_rebuild_sets(api: Api, stor
             r = await c.post(f"/v1/projects/{project}/rebuild")
             assert r.status_code == 200, r.text
     assert await ranking() == incremental
+
+
+async def test_data_folded_before_the_ranking_is_ranked_once_seeded(
+    api: Api, store: Stores
+) -> None:
+    await put_card(api)
+    await post(api, [event(f"a{i}", "4") for i in range(5)])  # llm: 20 h x 2.50 = 50.00
+    await post(api, [event(f"b{i}", "1", project="small") for i in range(2)])  # 5.00
+    for project in ("llm", "small"):
+        await settle(store, project)
+    client: Any = store.connection.client
+    await client.delete("tl:spendrank")  # as a deployment upgraded with its data already folded
+    await post(api, [event("b-late", "1", project="small")])  # one fold after the upgrade
+    await settle(store, "small")
+    snapshot = await read_snapshot(store, RateCards(store), SpendConfig(projects=1), now=NOW)
+    assert [p.project for p in snapshot.projects] == ["llm"] and snapshot.omitted == 1
+    raw = await client.zrange("tl:spendrank", 0, -1, withscores=True)
+    assert {n.decode(): s for n, s in raw} == {"llm": 50e9, "small": 7.5e9}
