@@ -67,5 +67,5 @@ class ProjectStore:
         (ZADD GT: a fold's ZINCRBY since the totals were read is kept), and mark it seeded."""
         if costs:
             ranks = {project: float(cost) for project, cost in costs.items()}
-            await self.client.zadd(Keys.spend_rank(), ranks, gt=True)  # type: ignore[arg-type]
+            await self.client.zadd(Keys.spend_rank(), ranks, gt=True)
         await self.client.set(Keys.spend_rank_seeded(), "1")
