@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from cryptography.fernet import Fernet
 from platformdirs import user_data_dir
 
-from .spend_metrics.settings import TOP_RANGE, SpendConfig, parse_dimensions
+from .spend_metrics.settings import PROJECTS_RANGE, TOP_RANGE, SpendConfig, parse_dimensions
 from .storage.urls import redact
 from .webhooks.config import DeliveryConfig
 
@@ -139,6 +139,13 @@ def _spend_top(raw: str) -> int:
     return value
 
 
+def _spend_projects(raw: str) -> int:
+    value = int(raw)
+    if not PROJECTS_RANGE[0] <= value <= PROJECTS_RANGE[1]:
+        raise ValueError
+    return value
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
@@ -230,6 +237,15 @@ VARIABLES: tuple[Variable, ...] = (
         Kind(f"a whole number from {TOP_RANGE[0]} to {TOP_RANGE[1]}", _spend_top, "1"),
         "20",
     ),
+    Variable(
+        "TRAINLEDGER_METRICS_SPEND_PROJECTS",
+        Kind(
+            f"a whole number from {PROJECTS_RANGE[0]} to {PROJECTS_RANGE[1]}",
+            _spend_projects,
+            "0",
+        ),
+        "500",
+    ),
     Variable("TRAINLEDGER_METRICS_SPEND_TTL_SECONDS", _integer(0), "10"),
     Variable("TRAINLEDGER_METRICS_SPEND_DEADLINE_MS", _integer(1), "2000"),
 )
@@ -285,6 +301,7 @@ def _spend_config(values: Mapping[str, Any]) -> SpendConfig:
         values.get("TRAINLEDGER_METRICS_SPEND_TOP", SpendConfig.top),
         float(values.get("TRAINLEDGER_METRICS_SPEND_TTL_SECONDS", SpendConfig.ttl_seconds)),
         deadline_ms / 1000 if deadline_ms is not None else SpendConfig.deadline_seconds,
+        values.get("TRAINLEDGER_METRICS_SPEND_PROJECTS", SpendConfig.projects),
     )
 
 

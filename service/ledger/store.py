@@ -202,7 +202,15 @@ class LedgerStore:
         """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
         and move the cursor there. False (nothing written) when another fold moved it first."""
         keys, payload = await _encoded(project, [cursor, new_cursor], events, increments)
-        return bool(await self.conn.run_script(self._fold_log, keys, [payload]))
+        if not await self.conn.run_script(self._fold_log, keys, [payload]):
+            return False
+        # The /metrics ranking of projects by spend (keys.py `spend_rank`): the fold's cost is
+        # the sum of its daily-index increments. A separate command (the key is global, the
+        # fold's are the project's slot): a crash between them leaves the ranking short, which
+        # only moves the cut of projects shown; a rebuild sets it from the exact total.
+        cost = sum(delta for address, _, delta in increments if address.kind == DAILY)
+        await self.client.zincrby(Keys.spend_rank(), cost, project)
+        return True
 
     # --- totals -------------------------------------------------------------------------
 
@@ -221,6 +229,11 @@ class LedgerStore:
     async def daily_costs(self, project: str) -> dict[str, int]:
         (raw,) = await self._hashes([Keys.daily(project)])
         return {as_text(k): int(v) for k, v in raw.items()}
+
+    async def spends_to_date(self, projects: Sequence[str]) -> list[int]:
+        """Each project's exact spend to date (nano): its daily index summed, in one pipeline."""
+        hashes = await self._hashes([Keys.daily(p) for p in projects])
+        return [sum(int(v) for v in fields.values()) for fields in hashes]
 
     async def hour_totals(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
         return await self._hashes([Keys.hourly(project, day) for day in days])
@@ -437,7 +450,15 @@ class LedgerStore:
         replace = [k for k, v in by_key.items() if v]
         drop = [k for k in live if k not in by_key]
         await self.write_staging(project, {k: by_key[k] for k in replace})
-        return await self.swap_rebuild(project, last_seen_entry, replace, drop, bounds)
+        if not await self.swap_rebuild(project, last_seen_entry, replace, drop, bounds):
+            return False
+        await self.set_spend_rank(project, sum(hashes.get(SumsHash(DAILY), {}).values()))
+        return True
+
+    async def set_spend_rank(self, project: str, cost: int) -> None:
+        """The project's place in the /metrics ranking: its exact spend to date `cost` (nano)
+        as the nearest float."""
+        await self.client.zadd(Keys.spend_rank(), {project: float(cost)})
 
     async def swap_rebuild(
         self,

@@ -13,7 +13,9 @@ Series and their cardinality:
   per project: the `top - 1` largest, the rest summed into `_other`, so a family's sum over a
   project is still the project's spend;
 * `trainledger_spend_to_date{project, currency}`: one per project;
-* `trainledger_budget_*{project, currency, budget, name, period}`: one per budget.
+* `trainledger_budget_*{project, currency, budget, name, period}`: one per budget;
+* all of them for at most `SpendConfig.projects` projects per scrape (the largest by spend to
+  date), the number left out in `trainledger_spend_projects_omitted`.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class Snapshot:
     projects: list[ProjectSpend]
     taken_at: float  # seconds since the epoch, when the read started
     read_seconds: float
+    omitted: int = 0  # projects the scrape could see beyond the cap (SpendConfig.projects)
 
 
 def _family(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
@@ -135,7 +138,21 @@ def spend_families(
     )
     seconds.add_metric([], snapshot.read_seconds)
     shown = [p for p in snapshot.projects if visible(p.project)]
-    return [*families, taken, seconds, *_spend(shown, config), *_budgets(shown)]
+    count = _family(
+        "trainledger_spend_projects_shown",
+        f"Projects whose spend series this scrape shows (at most {config.projects}: those with"
+        " the largest spend to date)",
+        [],
+    )
+    count.add_metric([], float(len(shown)))
+    omitted = _family(
+        "trainledger_spend_projects_omitted",
+        "Projects this token may read whose series are not shown (past the cap)",
+        [],
+    )
+    omitted.add_metric([], float(snapshot.omitted))
+    families += [taken, seconds, count, omitted]
+    return [*families, *_spend(shown, config), *_budgets(shown)]
 
 
 def _spend(projects: Sequence[ProjectSpend], config: SpendConfig) -> list[Metric]:

@@ -27,6 +27,7 @@ class MetricsController(Controller):
         self, request: Request[Any, Any, Any], services: NamedDependency[Services]
     ) -> Response[bytes]:
         principal = await scrape_principal(request)
-        visible = None if principal is None else principal.can_access
-        page = await exposition(services.spend_gauges, services.store, services.rate_cards, visible)
+        page = await exposition(
+            services.spend_gauges, services.store, services.rate_cards, principal
+        )
         return Response(page, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,8 +1,12 @@
-"""The spend gauges' use case: read every project's totals and budgets in a few pipelines,
-keep the figures a short while, and write them for a scrape without holding it up.
+"""The spend gauges' use case: pick the projects a scrape shows (at most
+`SpendConfig.projects`: those with the largest spend to date, by the ranking each fold keeps),
+read their totals and budgets in a few pipelines, keep the figures a short while per token
+scope, and write them for a scrape without holding it up.
 
 Nothing here runs on the ingest path: the figures are read when a scrape asks (at most once
-per `SpendConfig.ttl_seconds`), from the totals as folded and the budget counters.
+per `SpendConfig.ttl_seconds` and scope), from the totals as folded and the budget counters.
+The work of a read is bounded by the cap, not by the number of projects
+(docs/reference/metrics.md, "How many projects a scrape shows").
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +45,7 @@ from .settings import SpendConfig
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
+    from ..auth.model import Principal
     from ..stores import Stores
 
 log = logging.getLogger("trainledger.metrics")
@@ -131,13 +136,54 @@ async def _currency(store: Stores, rate_cards: RateCards, project: str, state: K
     return await project_currency(store, rate_cards, project)  # no event priced yet
 
 
+# The projects a scrape may see: None for a token of every project, else the token's list.
+Scope = frozenset[str] | None
+
+
+async def shown_projects(store: Stores, cap: int, scope: Scope) -> tuple[list[str], int]:
+    """The projects of `scope` a scrape shows, sorted, and how many more it could see.
+
+    At most `cap`: when the scope holds more, the `cap` largest by spend to date (the ranking
+    each fold keeps: keys.py `spend_rank`). Three commands whatever the number of projects
+    (after the ranking's one-time seed, `_seeded`), and never a project outside `scope`."""
+    if scope is None:
+        count = await store.projects.project_count()
+        if count <= cap:
+            return await store.projects.projects(), 0
+        await _seeded(store)
+        top = [name for name, _ in await store.projects.top_spenders(cap)]
+        return sorted(top), count - len(top)
+    known = await store.projects.known_projects(sorted(scope))
+    if len(known) <= cap:
+        return known, 0
+    await _seeded(store)
+    ranks = await store.projects.spend_ranks(known)
+    ranked = sorted(zip(ranks, known, strict=True), key=lambda rn: (-rn[0], rn[1]))
+    return sorted(name for _, name in ranked[:cap]), len(known) - cap
+
+
+async def _seeded(store: Stores) -> None:
+    """Seed the ranking once from every project's daily index, for data folded before the
+    ranking existed: one read of every project, the first time a scrape needs the ranking."""
+    if await store.projects.spend_rank_seeded():
+        return
+    projects = await store.projects.projects()
+    costs = await store.ledger.spends_to_date(projects) if projects else []
+    await store.projects.seed_spend_rank(dict(zip(projects, costs, strict=True)))
+
+
 async def read_snapshot(
-    store: Stores, rate_cards: RateCards, config: SpendConfig, now: datetime | None = None
+    store: Stores,
+    rate_cards: RateCards,
+    config: SpendConfig,
+    now: datetime | None = None,
+    scope: Scope = None,
 ) -> Snapshot:
-    """Every project's spend figures, read in a few pipelines whatever the number of projects."""
+    """The spend figures of the projects `shown_projects` picks, read in a few pipelines of at
+    most `config.projects` projects each, whatever the number of projects."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
-    projects = await store.projects.projects()
+    projects, omitted = await shown_projects(store, config.projects, scope)
     states, budgets = await asyncio.gather(
         store.ledger.kept_states(projects, ROLLUP_VERSION), _budget_figures(store, projects, now)
     )
@@ -152,15 +198,16 @@ async def read_snapshot(
             spend.by_experiment[experiment] = spend.by_experiment.get(experiment, 0) + cost
             spend.by_owner[owner] = spend.by_owner.get(owner, 0) + cost
         spends.append(spend)
-    return Snapshot(spends, now.timestamp(), time.monotonic() - started)
+    return Snapshot(spends, now.timestamp(), time.monotonic() - started, omitted)
 
 
-class SpendGauges:
-    """The last figures read, and at most one read in flight (scrapes that come while it runs
-    wait for the same one)."""
+class _Reads:
+    """The last figures read of one scope, and at most one read in flight (scrapes that come
+    while it runs wait for the same one)."""
 
-    def __init__(self, config: SpendConfig) -> None:
+    def __init__(self, config: SpendConfig, scope: Scope) -> None:
         self.config = config
+        self.scope = scope
         self.snapshot: Snapshot | None = None
         self._read_at = float("-inf")  # monotonic time of the figures kept
         # The read in flight and when it started (monotonic).
@@ -173,9 +220,6 @@ class SpendGauges:
         return self._reading is not None and not self._reading[0].done()
 
     async def figures(self, store: Stores, rate_cards: RateCards) -> tuple[Snapshot | None, bool]:
-        """The figures to show and whether they are fresh: a read within the TTL, or one
-        that finished within the deadline. Otherwise the last figures, marked not ok (the
-        read goes on in the background for the next scrape)."""
         now = time.monotonic()
         if self.snapshot is not None and now - self._read_at < self.config.ttl_seconds:
             return self.snapshot, self._ok
@@ -194,7 +238,7 @@ class SpendGauges:
     async def _read(self, store: Stores, rate_cards: RateCards) -> None:
         mine = asyncio.current_task()
         try:
-            snapshot = await read_snapshot(store, rate_cards, self.config)
+            snapshot = await read_snapshot(store, rate_cards, self.config, scope=self.scope)
         except Exception as exc:  # Redis away: the scrape says so (read_ok 0)
             log.warning("reading the spend figures failed: %r", exc)
             self._ok = False
@@ -204,6 +248,36 @@ class SpendGauges:
                 self._reading = None
         if self.snapshot is None or snapshot.taken_at >= self.snapshot.taken_at:
             self.snapshot, self._read_at, self._ok = snapshot, time.monotonic(), True
+
+
+# Token scopes whose figures are kept at once (a scrape of another drops the oldest kept).
+_SCOPES_KEPT = 32
+
+
+class SpendGauges:
+    """The figures of each token scope that scraped lately (a scope picks its own top
+    projects, so figures are kept per scope, not filtered from one read of every project)."""
+
+    def __init__(self, config: SpendConfig) -> None:
+        self.config = config
+        self._scopes: dict[Scope, _Reads] = {}
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read is in flight."""
+        return any(r.reading for r in self._scopes.values())
+
+    async def figures(
+        self, store: Stores, rate_cards: RateCards, scope: Scope = None
+    ) -> tuple[Snapshot | None, bool]:
+        """The figures to show `scope` and whether they are fresh: a read within the TTL, or
+        one that finished within the deadline. Otherwise the last figures, marked not ok (the
+        read goes on in the background for the next scrape)."""
+        reads = self._scopes.pop(scope, None) or _Reads(self.config, scope)
+        self._scopes[scope] = reads  # the most recent last
+        while len(self._scopes) > _SCOPES_KEPT:
+            del self._scopes[next(iter(self._scopes))]
+        return await reads.figures(store, rate_cards)
 
 
 class _Figures(Collector):
@@ -228,14 +302,15 @@ async def exposition(
     gauges: SpendGauges,
     store: Stores,
     rate_cards: RateCards,
-    visible: Callable[[str], bool] | None,
+    principal: Principal | None,
 ) -> bytes:
-    """The /metrics page: the process metrics, and with `visible` (a scrape with a token that
-    may read) the spend gauges of the projects it accepts."""
+    """The /metrics page: the process metrics, and with `principal` (a scrape with a token
+    that may read) the spend gauges of its projects (at most `SpendConfig.projects`)."""
     page = process_metrics()
-    if visible is None:
+    if principal is None:
         return page
-    snapshot, ok = await gauges.figures(store, rate_cards)
+    visible = principal.can_access
+    snapshot, ok = await gauges.figures(store, rate_cards, principal.projects)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Figures(spend_families(snapshot, gauges.config, visible, ok)))
     return page + generate_latest(registry)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 # keeps them with the stage, so together they would read the finest totals of the month).
 OPTIONAL_DIMENSIONS: tuple[str, ...] = ("category", "experiment", "owner")
 TOP_RANGE = (2, 1000)
+PROJECTS_RANGE = (1, 10_000)
 
 
 def parse_dimensions(text: str) -> tuple[str, ...]:
@@ -31,6 +32,9 @@ class SpendConfig:
     top: int = 20  # series per project of each experiment/owner family
     ttl_seconds: float = 10.0  # a scrape within this of the last read answers from it
     deadline_seconds: float = 2.0  # a scrape waits this long for a read, then answers without
+    # Projects a scrape shows at most: those with the largest spend to date. It bounds the
+    # read and the series whatever the number of projects (docs/reference/metrics.md).
+    projects: int = 500
 
     def stage_dims(self) -> tuple[str, ...]:
         return ("stage", "category") if "category" in self.dimensions else ("stage",)

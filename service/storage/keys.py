@@ -83,6 +83,12 @@ tl:ratecard:<name>              hash    version number -> JSON of that version (
                                         the number of versions, is the card's revision: a
                                         cached card is stale when it moved)
 tl:projects                     set     project names that have data or settings
+tl:spendrank                    zset    project -> its spend to date (nano, as a float: a
+                                        ranking, not a figure) for the /metrics cap on
+                                        projects shown; ZINCRBY after each fold, set by a
+                                        rebuild (service/spend_metrics)
+tl:spendrank:seeded             string  set once the ranking was seeded from every project's
+                                        daily index (data folded before the ranking existed)
 tl:webhooks                     hash    webhook id -> JSON (filters; url and secret sealed,
                                         service/storage/sealing.py)
 tl:sealing                      hash    ``check`` -> a known text sealed with the secret key
@@ -283,6 +289,14 @@ class Keys:
     @staticmethod
     def projects() -> str:
         return f"{NAMESPACE}:projects"
+
+    @staticmethod
+    def spend_rank() -> str:
+        return f"{NAMESPACE}:spendrank"
+
+    @staticmethod
+    def spend_rank_seeded() -> str:
+        return f"{NAMESPACE}:spendrank:seeded"
 
     @staticmethod
     def token(digest: str) -> str:

@@ -108,9 +108,12 @@ def test_families_show_only_visible_projects_and_the_read_state() -> None:
         ProjectSpend("a", "USD", 5, {("pretrain",): 5}, budgets=[budget]),
         ProjectSpend("b", "EUR", 7, {("eval",): 7}),
     ]
-    families = spend_families(Snapshot(projects, 1.0, 0.1), SpendConfig(), "a".__eq__, False)
+    snapshot = Snapshot(projects, 1.0, 0.1, omitted=3)
+    families = spend_families(snapshot, SpendConfig(), "a".__eq__, False)
     by_name = {f.name: f for f in families}
     assert by_name["trainledger_spend_read_ok"].samples[0].value == 0.0
+    assert by_name["trainledger_spend_projects_shown"].samples[0].value == 1.0
+    assert by_name["trainledger_spend_projects_omitted"].samples[0].value == 3.0
     assert [s.labels["project"] for s in by_name["trainledger_spend_to_date"].samples] == ["a"]
     (use,) = by_name["trainledger_budget_use_ratio"].samples
     assert use.value == float(Fraction(10_614, 40_000)) == 0.26535

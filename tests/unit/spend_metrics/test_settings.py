@@ -18,7 +18,10 @@ def test_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINLEDGER_METRICS_SPEND_TOP", "50")
     monkeypatch.setenv("TRAINLEDGER_METRICS_SPEND_TTL_SECONDS", "0")
     monkeypatch.setenv("TRAINLEDGER_METRICS_SPEND_DEADLINE_MS", "500")
-    assert Settings.from_env().metrics_spend == SpendConfig(("category", "experiment"), 50, 0, 0.5)
+    monkeypatch.setenv("TRAINLEDGER_METRICS_SPEND_PROJECTS", "40")
+    assert Settings.from_env().metrics_spend == SpendConfig(
+        ("category", "experiment"), 50, 0, 0.5, 40
+    )
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,8 @@ def test_values(monkeypatch: pytest.MonkeyPatch) -> None:
         ("TOP", "many", "'many' is not allowed: a whole number from 2 to 1000"),
         ("TTL_SECONDS", "-1", "'-1' is not allowed: a whole number, at least 0"),
         ("DEADLINE_MS", "0", "'0' is not allowed: a whole number, at least 1"),
+        ("PROJECTS", "0", "'0' is not allowed: a whole number from 1 to 10000"),
+        ("PROJECTS", "10001", "'10001' is not allowed: a whole number from 1 to 10000"),
     ],
 )
 def test_a_bad_value_names_its_variable(
