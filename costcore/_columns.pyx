@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled `scan_events`: the contract is `costcore.columns` (see its docstring); the plain
-Python reference there is checked equal to this by tests/test_costcore.py."""
+Python reference there is checked equal to this by tests/unit/costcore/test_columns.py."""
 
 from array import array
 
