@@ -33,9 +33,14 @@ def _compiled_sources() -> list[Path]:
     return sorted((ROOT / "costcore").glob("*.pyx"))
 
 
+def _cython_includes() -> list[Path]:
+    """What the modules compile in besides their .pyx (`include "x.pxi"`, `cimport` of a .pxd)."""
+    return sorted([*(ROOT / "costcore").glob("*.pxi"), *(ROOT / "costcore").glob("*.pxd")])
+
+
 def _fingerprint() -> str:
     h = hashlib.sha256()
-    for path in [*(ROOT / name for name in INPUTS), *_compiled_sources()]:
+    for path in [*(ROOT / name for name in INPUTS), *_compiled_sources(), *_cython_includes()]:
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -152,6 +152,122 @@ cdef int _rates_ok(
     return 1
 
 
+cdef int _events_ok(
+    const long long[::1] qty,
+    const int[::1] rrow,
+    const int[::1] grp,
+    const int[::1] tslot,
+    const int[::1] t_count,
+    const long long[::1] cum,
+    Py_ssize_t ngroups,
+) noexcept nogil:
+    """BAD_TIER_CUM or BAD_EVENT at the first tier counter or event that breaks the
+    conditions of costcore._contract's check_tier_cum or check_events, else OK."""
+    cdef Py_ssize_t n = qty.shape[0], n_rows = t_count.shape[0], n_slots = cum.shape[0]
+    cdef Py_ssize_t i, row, key, slot
+    for i in range(n_slots):
+        if cum[i] < 0:
+            return BAD_TIER_CUM
+    for i in range(n):
+        row = rrow[i]
+        key = grp[i]
+        slot = tslot[i]
+        if qty[i] < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
+            return BAD_EVENT
+        if t_count[row] > 0:
+            if slot < 0 or slot >= n_slots:
+                return BAD_EVENT
+        elif slot != -1:
+            return BAD_EVENT
+    return OK
+
+
+cdef inline u128 _tiered_amount(
+    long long c, long long end, const long long* upto, const long long* price, Py_ssize_t count
+) noexcept nogil:
+    """What moving a tier counter from c to end costs (micro-units x nano-units per unit):
+    each tier's part of [c, end) at its price; tier k spans [upto[k - 1], upto[k]), the
+    first from 0."""
+    cdef u128 amount = 0
+    cdef long long lower = 0, upper, lo, hi
+    cdef Py_ssize_t k
+    for k in range(count):
+        upper = upto[k]
+        if upper > c:
+            lo = c if c > lower else lower
+            hi = end if end < upper else upper
+            if hi > lo:
+                amount += <u128>(hi - lo) * <u128>price[k]
+        if upper >= end:
+            break
+        lower = upper
+    return amount
+
+
+cdef int _price_events(
+    const long long[::1] qty,
+    const int[::1] rrow,
+    const int[::1] grp,
+    const int[::1] tslot,
+    const long long[::1] unit_price,
+    const int[::1] t_start,
+    const int[::1] t_count,
+    const long long[::1] t_upto,
+    const long long[::1] t_price,
+    long long[::1] cum,
+    long long[::1] cost_out,
+    signed char[::1] status_out,
+    long long[::1] gcost,
+    long long[::1] gqty,
+    long long[::1] gev,
+    long long* accepted,
+) noexcept nogil:
+    """The pricing loop over validated events: each one's cost (or status 1: past int64),
+    its group's sums and its tier counter. OK, or MUTATED when an index read for memory
+    access has changed since validation (the GIL is released: another thread could have
+    modified the caller's arrays)."""
+    cdef Py_ssize_t n = qty.shape[0], n_rows = unit_price.shape[0]
+    cdef Py_ssize_t ngroups = gev.shape[0], n_slots = cum.shape[0]
+    cdef Py_ssize_t i, slot, row, key
+    cdef long long q, c, end, cost
+    cdef long long priced = 0  # a local, not *accepted: the compiler keeps it in a register
+    cdef u128 amount
+    for i in range(n):
+        q = qty[i]
+        row = rrow[i]
+        key = grp[i]
+        if q < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
+            return MUTATED
+        if t_count[row] == 0:
+            slot = -1
+            amount = <u128>q * <u128>unit_price[row]
+        else:
+            slot = tslot[i]
+            if slot < 0 or slot >= n_slots:
+                return MUTATED
+            c = cum[slot]
+            if c < 0:
+                return MUTATED
+            if tl_add_overflow(c, q, &end):
+                status_out[i] = 1
+                continue
+            amount = _tiered_amount(
+                c, end, &t_upto[t_start[row]], &t_price[t_start[row]], t_count[row]
+            )
+        if tl_round_div_1e6(amount, &cost):
+            status_out[i] = 1
+            continue
+        cost_out[i] = cost
+        tl_add_u128(&gcost[2 * key], <unsigned long long>cost)
+        tl_add_u128(&gqty[2 * key], <unsigned long long>q)
+        gev[key] += 1
+        priced += 1
+        if slot >= 0:
+            cum[slot] = end
+    accepted[0] = priced
+    return OK
+
+
 def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_groups):
     """Price a batch of usage events (see ``costcore.reference`` for the contract)."""
     batch = prepare_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_groups)
@@ -178,7 +294,6 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
     cdef Py_ssize_t ngroups = batch.n_groups
 
     cdef Py_ssize_t n = qty.shape[0]
-    cdef Py_ssize_t n_rows = unit_price.shape[0]
     cdef Py_ssize_t n_slots = cum.shape[0]
 
     cdef array.array cost_a = array.clone(_Q, n, True)
@@ -193,88 +308,20 @@ def price_batch(quantity_micro, rate_row, group, tier_slot, rates, tier_cum, n_g
     cdef long long[::1] gqty = gqty_a
     cdef long long[::1] gev = gev_a
 
-    cdef Py_ssize_t i, k, k_end, slot, row, key
-    cdef long long q, c, end, lower, upper, lo, hi, cost
     cdef long long accepted = 0
-    cdef u128 amount
     cdef int err = OK
 
     with nogil:
-        # ---- validation passes (no output or tier_cum is touched before they all pass) ----
+        # Validation passes: no output or tier_cum is touched before they all pass.
         if not _rates_ok(unit_price, t_start, t_count, t_upto, t_price):
             err = BAD_RATES
+        else:
+            err = _events_ok(qty, rrow, grp, tslot, t_count, cum, ngroups)
         if err == OK:
-            for i in range(n_slots):
-                if cum[i] < 0:
-                    err = BAD_TIER_CUM
-                    break
-        if err == OK:
-            for i in range(n):
-                row = rrow[i]
-                key = grp[i]
-                slot = tslot[i]
-                if qty[i] < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
-                    err = BAD_EVENT
-                    break
-                if t_count[row] > 0:
-                    if slot < 0 or slot >= n_slots:
-                        err = BAD_EVENT
-                        break
-                elif slot != -1:
-                    err = BAD_EVENT
-                    break
-
-        # ---- pricing loop ----
-        if err == OK:
-            for i in range(n):
-                q = qty[i]
-                row = rrow[i]
-                key = grp[i]
-                # Re-check indices used for memory access: the GIL is released, so another
-                # thread could have modified the caller's arrays since validation.
-                if q < 0 or row < 0 or row >= n_rows or key < 0 or key >= ngroups:
-                    err = MUTATED
-                    break
-                if t_count[row] == 0:
-                    slot = -1
-                    amount = <u128>q * <u128>unit_price[row]
-                else:
-                    slot = tslot[i]
-                    if slot < 0 or slot >= n_slots:
-                        err = MUTATED
-                        break
-                    c = cum[slot]
-                    if c < 0:
-                        err = MUTATED
-                        break
-                    if tl_add_overflow(c, q, &end):
-                        status_out[i] = 1
-                        continue
-                    amount = 0
-                    lower = 0
-                    k = t_start[row]
-                    k_end = k + t_count[row]
-                    while k < k_end:
-                        upper = t_upto[k]
-                        if upper > c:
-                            lo = c if c > lower else lower
-                            hi = end if end < upper else upper
-                            if hi > lo:
-                                amount += <u128>(hi - lo) * <u128>t_price[k]
-                        if upper >= end:
-                            break
-                        lower = upper
-                        k += 1
-                if tl_round_div_1e6(amount, &cost):
-                    status_out[i] = 1
-                    continue
-                cost_out[i] = cost
-                tl_add_u128(&gcost[2 * key], <unsigned long long>cost)
-                tl_add_u128(&gqty[2 * key], <unsigned long long>q)
-                gev[key] += 1
-                accepted += 1
-                if slot >= 0:
-                    cum[slot] = end
+            err = _price_events(
+                qty, rrow, grp, tslot, unit_price, t_start, t_count, t_upto, t_price, cum,
+                cost_out, status_out, gcost, gqty, gev, &accepted,
+            )
 
     if err == BAD_RATES or err == BAD_TIER_CUM or err == BAD_EVENT:
         # Let the shared Python checks produce the exact error message the reference raises.

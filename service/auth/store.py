@@ -66,6 +66,3 @@ class TokenStore:
         once, and the rate limiter fails open; service/http/ratelimit.py): `run_script`."""
         key = Keys.rate_window(token_id, second)
         return int(await self.conn.run_script(self._rate_window, [key], [count]))
-
-    async def token_count(self) -> int:
-        return int(await self.client.hlen(Keys.token_index()))

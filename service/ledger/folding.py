@@ -297,15 +297,9 @@ async def _run_sliced(steps: Generator[None, None, _T]) -> _T:
         return cast(_T, done.value)
 
 
-def _log_plan(entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
-    """(entries summed, the last one's id, events, increments) for a fold of the first
-    entries (see `_plan_steps`), at once."""
-    take, sums = _run(_plan_steps(entries))
-    return take, entries[take - 1][0], sums.events, sums.increments()
-
-
 async def _log_plan_sliced(entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
-    """`_log_plan`, sliced between the event loop's other tasks."""
+    """(entries summed, the last one's id, events, increments) for a fold of the first
+    entries (see `_plan_steps`), sliced between the event loop's other tasks."""
     take, sums = await _run_sliced(_plan_steps(entries))
     if len(sums.cells) > _THREAD_ABOVE_CELLS:
         increments = await asyncio.to_thread(sums.increments)
