@@ -16,6 +16,8 @@ from typing import ParamSpec, TypeVar
 
 import msgspec
 
+from ..errors import Invalid
+
 __all__ = [
     "HOURS_PLACES",
     "MONEY_PLACES",
@@ -48,11 +50,11 @@ _R = TypeVar("_R")
 _S = TypeVar("_S", bound=msgspec.Struct)
 
 
-class AnalysisError(ValueError):
+class AnalysisError(Invalid, ValueError):
     """A request the schema accepts but the analysis cannot; `field` is the JSON path."""
 
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 

@@ -3,17 +3,12 @@ domain-mix may read their figures from a project's ledger and results: `measured
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 from litestar import Controller, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from ..http.deps import Services
-from ..http.problems import invalid
 from ..http.security import requires
-from .arithmetic import AnalysisError
 from .checkpoint_interval import (
     CheckpointIntervalIn,
     CheckpointIntervalOut,
@@ -27,26 +22,6 @@ from .storage_lifecycle import (
     StorageLifecycleOut,
     analyse_storage_lifecycle,
 )
-
-In = TypeVar("In")
-Out = TypeVar("Out")
-
-
-def _answer(analyse: Callable[[In], Out], data: In) -> Out:
-    """Run an analysis; a request it cannot answer is a 422 naming the field."""
-    try:
-        return analyse(data)
-    except AnalysisError as exc:
-        raise invalid(exc.field, exc.reason) from exc
-
-
-async def _measured_answer(answer: Awaitable[Out]) -> Out:
-    """`_answer` for an analysis that may read its figures from the project the body names
-    (the guard checked it)."""
-    try:
-        return await answer
-    except AnalysisError as exc:
-        raise invalid(exc.field, exc.reason) from exc
 
 
 class AnalysisController(Controller):
@@ -89,9 +64,7 @@ class AnalysisController(Controller):
     async def data_strategy(
         self, data: JSONBody[DataStrategyIn], services: NamedDependency[Services]
     ) -> DataStrategyOut:
-        return await _measured_answer(
-            data_strategy_answer(services.store, services.rate_cards, data)
-        )
+        return await data_strategy_answer(services.store, services.rate_cards, data)
 
     @post(
         "/domain-mix",
@@ -175,7 +148,7 @@ class AnalysisController(Controller):
     async def domain_mix(
         self, data: JSONBody[DomainMixIn], services: NamedDependency[Services]
     ) -> DomainMixOut:
-        return await _measured_answer(domain_mix_answer(services.store, services.rate_cards, data))
+        return await domain_mix_answer(services.store, services.rate_cards, data)
 
     @post(
         "/checkpoint-interval",
@@ -206,7 +179,7 @@ class AnalysisController(Controller):
     async def checkpoint_interval(
         self, data: JSONBody[CheckpointIntervalIn]
     ) -> CheckpointIntervalOut:
-        return _answer(analyse_checkpoint_interval, data)
+        return analyse_checkpoint_interval(data)
 
     @post(
         "/storage-lifecycle",
@@ -254,4 +227,4 @@ class AnalysisController(Controller):
         },
     )
     async def storage_lifecycle(self, data: JSONBody[StorageLifecycleIn]) -> StorageLifecycleOut:
-        return _answer(analyse_storage_lifecycle, data)
+        return analyse_storage_lifecycle(data)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..auth.store import LastUnscopedAdmin
+from ..errors import Forbidden, Invalid, NotFound
 from ..events.model import PROJECT_PATTERN
 from .model import Principal, TokenIn, TokenView, digest, mint, principal_from_record, view_of
 
@@ -30,16 +31,15 @@ _PROJECT_RE = re.compile(PROJECT_PATTERN)
 _cache: dict[str, tuple[float, Principal | None]] = {}
 
 
-class UnfitTokenRequest(Exception):
+class UnfitTokenRequest(Invalid):
     """The request names something that cannot be (422)."""
 
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(field, reason)
-        self.field = field
-        self.reason = reason
+        self.args = (field, reason)
 
 
-class TokenForbidden(Exception):
+class TokenForbidden(Forbidden):
     """The caller's token may not mint that token (403)."""
 
     def __init__(self, detail: str, field: str) -> None:
@@ -47,13 +47,22 @@ class TokenForbidden(Exception):
         self.detail = detail
         self.field = field
 
+    def problem_detail(self) -> str:
+        return self.detail
 
-class TokenNotFound(Exception):
+    def problem_members(self) -> dict[str, Any]:
+        return {"field": self.field}
+
+
+class TokenNotFound(NotFound):
     """No such token, or one outside the caller's projects (answered alike)."""
 
     def __init__(self, token_id: str) -> None:
         super().__init__(token_id)
         self.token_id = token_id
+
+    def problem_detail(self) -> str:
+        return f"no token with id {self.token_id!r}"
 
 
 async def resolve_principal(store: Stores, token: str, ttl: float) -> Principal | None:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..errors import Conflict
 from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.keys import Keys
 from ..storage.replies import as_text, str_mapping
 
 
-class LastUnscopedAdmin(Exception):
+class LastUnscopedAdmin(Conflict):
     """Revoking this token would leave no admin token for every project."""
+
+    kind = "last-admin"
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(token_id)
+        self.token_id = token_id
+
+    def problem_detail(self) -> str:
+        return (
+            f"token {self.token_id!r} is the last admin token for every project; mint another "
+            "before revoking it"
+        )
+
+    def problem_members(self) -> dict[str, Any]:
+        return {"field": "token_id"}
 
 
 def _unscoped_admin(record: dict[str, str]) -> bool:

@@ -43,6 +43,7 @@ import msgspec
 
 from costcore.money import format_money, parse_money, round_half_even_div
 
+from ..errors import Invalid
 from ..events.model import (
     SAFE_TEXT_PATTERN,
     Label,
@@ -126,9 +127,9 @@ class Budget(msgspec.Struct, kw_only=True, omit_defaults=True):
     earned: str | None = None
 
 
-class BudgetError(ValueError):
+class BudgetError(Invalid, ValueError):
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 

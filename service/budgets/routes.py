@@ -9,13 +9,10 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid, problem
 from ..http.security import requires
-from .model import AlertKind, Budget, BudgetError, BudgetIn
+from .model import AlertKind, Budget, BudgetIn
 from .service import (
     AlertView,
-    BudgetConflict,
-    BudgetNotFound,
     BudgetStatus,
     create_project_budget,
     delete_budget,
@@ -23,12 +20,6 @@ from .service import (
     list_budgets,
     project_budget_status,
 )
-
-
-def _not_found(exc: BudgetNotFound) -> Exception:
-    return problem(
-        404, "Not found", f"no budget {exc.budget_id!r} in {exc.project!r}", kind="not-found"
-    )
 
 
 class BudgetController(Controller):
@@ -56,12 +47,7 @@ class BudgetController(Controller):
         services: NamedDependency[Services],
     ) -> Budget:
         # The guard checked the body's project (`service.http.security`).
-        try:
-            return await create_project_budget(services.store, services.rate_cards, data)
-        except BudgetError as exc:
-            raise invalid(exc.field, exc.reason) from exc
-        except BudgetConflict as exc:
-            raise problem(503, "Busy", str(exc), kind="busy", headers={"Retry-After": "1"}) from exc
+        return await create_project_budget(services.store, services.rate_cards, data)
 
     @get(
         "/",
@@ -88,12 +74,7 @@ class BudgetController(Controller):
     async def status(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> BudgetStatus:
-        try:
-            return await project_budget_status(
-                services.store, services.rate_cards, project, budget_id
-            )
-        except BudgetNotFound as exc:
-            raise _not_found(exc) from exc
+        return await project_budget_status(services.store, services.rate_cards, project, budget_id)
 
     @delete(
         "/{budget_id:str}",
@@ -106,10 +87,7 @@ class BudgetController(Controller):
     async def remove(
         self, budget_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> None:
-        try:
-            await delete_budget(services.store, project, budget_id)
-        except BudgetNotFound as exc:
-            raise _not_found(exc) from exc
+        await delete_budget(services.store, project, budget_id)
 
 
 class AlertController(Controller):

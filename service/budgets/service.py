@@ -10,6 +10,7 @@ import msgspec
 
 from costcore.money import format_money
 
+from ..errors import NotFound, Unavailable
 from ..projects.service import project_currency
 from ..ratecards.catalog import RateCards
 from .firing import spend_field, threshold_checks
@@ -34,8 +35,8 @@ _budget_decoder = msgspec.json.Decoder(Budget)
 _alert_decoder = msgspec.json.Decoder(AlertRecord)
 
 
-class BudgetConflict(Exception):
-    pass
+class BudgetConflict(Unavailable):
+    """Too much contention on the budget's counters: a 503 to retry."""
 
 
 async def create_budget(store: Stores, data: BudgetIn, currency: str) -> Budget:
@@ -190,11 +191,14 @@ async def list_alerts(
     return views
 
 
-class BudgetNotFound(Exception):
+class BudgetNotFound(NotFound):
     def __init__(self, project: str, budget_id: str) -> None:
         super().__init__(project, budget_id)
         self.project = project
         self.budget_id = budget_id
+
+    def problem_detail(self) -> str:
+        return f"no budget {self.budget_id!r} in {self.project!r}"
 
 
 async def create_project_budget(store: Stores, rate_cards: RateCards, data: BudgetIn) -> Budget:

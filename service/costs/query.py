@@ -11,14 +11,18 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Literal
 
+from ..errors import Invalid
+
 DIMENSIONS: tuple[str, ...] = ("day", "stage", "experiment", "category", "sku", "owner", "fixed")
 HOURLY_DIMENSIONS: tuple[str, ...] = ("stage", "category", "fixed")
 Granularity = Literal["hour", "day", "week", "month"]
 
 
-class QueryError(ValueError):
+class QueryError(Invalid, ValueError):
+    status = 400
+
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 

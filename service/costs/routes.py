@@ -12,7 +12,7 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
-from .query import DIMENSIONS, QueryError
+from .query import DIMENSIONS
 from .report import CostReport
 from .service import project_costs
 from .summary import CostSummary, cost_summary
@@ -96,24 +96,21 @@ class CostsController(Controller):
             )
             if v is not None
         }
-        try:
-            return await project_costs(
-                services.store,
-                services.rate_cards,
-                project,
-                from_day,
-                to_day,
-                dims,
-                offset,
-                limit,
-                granularity=granularity,
-                filters=filters,
-                tag_filters=_parse_tags(tag),
-                sort=sort,
-                top=top,
-            )
-        except QueryError as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
+        return await project_costs(
+            services.store,
+            services.rate_cards,
+            project,
+            from_day,
+            to_day,
+            dims,
+            offset,
+            limit,
+            granularity=granularity,
+            filters=filters,
+            tag_filters=_parse_tags(tag),
+            sort=sort,
+            top=top,
+        )
 
     @get(
         "/summary",
@@ -132,7 +129,4 @@ class CostsController(Controller):
         from_day: FromDay = None,
         to_day: ToDay = None,
     ) -> CostSummary:
-        try:
-            return await cost_summary(services.store, project, from_day, to_day)
-        except QueryError as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
+        return await cost_summary(services.store, project, from_day, to_day)

@@ -42,7 +42,7 @@ from ..http.ratelimit import TokenRateLimitMiddleware
 from ..http.security import requires, unauthorized
 from ..projects.service import visible_projects
 from .page import render_dashboard, render_picker
-from .service import DashboardQueryError, dashboard_data
+from .service import dashboard_data
 
 COOKIE = "trainledger_ui"
 COOKIE_MAX_AGE = 12 * 3600  # a dashboard session; sign in again with ?token= after that
@@ -157,12 +157,9 @@ class DashboardController(Controller):
         redirect = _sign_in(request)
         if redirect is not None:
             return redirect
-        try:
-            data = await dashboard_data(
-                services.store, services.rate_cards, project, from_day, to_day, datetime.now(UTC)
-            )
-        except DashboardQueryError as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
+        data = await dashboard_data(
+            services.store, services.rate_cards, project, from_day, to_day, datetime.now(UTC)
+        )
         return _html(render_dashboard(data))
 
 

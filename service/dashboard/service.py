@@ -11,6 +11,7 @@ from ..budgets.spend import spend_by_day
 from ..costs.query import QueryError
 from ..costs.report import cost_report
 from ..costs.summary import cost_summary
+from ..errors import Invalid
 from ..evaluations.effect import ReportFilter
 from ..evaluations.service import cost_effect_report
 from ..plans.service import list_plans, plan_status
@@ -29,13 +30,14 @@ TOP_EXPERIMENTS = 10
 MAX_PLANS = 10
 
 
-class DashboardQueryError(ValueError):
+class DashboardQueryError(Invalid, ValueError):
     """The page cannot be drawn for these parameters (a 400 naming the parameter)."""
 
+    status = 400
+
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
+        super().__init__(field, reason)
+        self.args = (reason,)
 
 
 def day_range(from_day: date | None, to_day: date | None, today: date) -> tuple[date, date]:

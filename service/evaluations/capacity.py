@@ -29,8 +29,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
+from typing import Any
 
 import msgspec
+
+from ..errors import Conflict
 
 DEFAULT_MAX_RESULTS = 100_000
 AUDIT_KEPT = 10_000  # the corrections and deletions a project's audit stream keeps
@@ -49,8 +52,11 @@ class StoreAnswer(IntEnum):
     OVER_LIMIT = 1  # then the results stored and the new ones in the batch; nothing written
 
 
-class ResultsLimitReached(Exception):
+class ResultsLimitReached(Conflict):
     """The batch's new results would take the project past its limit: nothing was stored."""
+
+    title = "Too many evaluation results"
+    kind = "evaluation-results-limit"
 
     def __init__(self, limit: int, stored: int, new: int) -> None:
         super().__init__(
@@ -60,6 +66,12 @@ class ResultsLimitReached(Exception):
         self.limit = limit
         self.stored = stored
         self.new = new
+
+    def problem_errors(self) -> list[dict[str, str]] | None:
+        return [{"field": "results", "reason": str(self)}]
+
+    def problem_members(self) -> dict[str, Any]:
+        return {"limit": self.limit, "stored": self.stored, "new": self.new}
 
 
 def store_batch(

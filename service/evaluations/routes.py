@@ -15,17 +15,13 @@ from ..events.model import LABEL_PATTERN
 from ..export.cost_effect import cost_effect_csv, cost_effect_filename
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid, problem
 from ..http.security import requires
-from .capacity import CURSOR_PATTERN, ResultsLimitReached
+from .capacity import CURSOR_PATTERN
 from .effect import CostEffectReport
 from .listing import DEFAULT_PAGE, MAX_PAGE, ResultsPage, results_page
 from .model import AuditPage, EvaluationSettings, ResultAudit, ResultsAccepted, ResultsIn
 from .service import (
     Actor,
-    ReportQueryError,
-    ResultInputError,
-    ResultNotFound,
     TimeBounds,
     cost_effect_report,
     delete_result,
@@ -95,28 +91,14 @@ class EvaluationController(Controller):
         # The guard checked the body's project (`service.http.security`).
         settings = services.settings
         bounds = TimeBounds(settings.dedup_window_days, settings.max_future_skew_hours)
-        try:
-            return await report_results(
-                services.store,
-                services.rate_cards,
-                data,
-                limit=settings.max_evaluation_results,
-                bounds=bounds,
-                actor=Actor.of(request.user),
-            )
-        except ResultInputError as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
-        except ResultsLimitReached as exc:
-            raise problem(
-                409,
-                "Too many evaluation results",
-                str(exc),
-                kind="evaluation-results-limit",
-                errors=[{"field": "results", "reason": str(exc)}],
-                limit=exc.limit,
-                stored=exc.stored,
-                new=exc.new,
-            ) from exc
+        return await report_results(
+            services.store,
+            services.rate_cards,
+            data,
+            limit=settings.max_evaluation_results,
+            bounds=bounds,
+            actor=Actor.of(request.user),
+        )
 
     @get(
         "/",
@@ -167,18 +149,7 @@ class EvaluationController(Controller):
         services: NamedDependency[Services],
     ) -> ResultAudit:
         actor = Actor.of(request.user)
-        try:
-            return await delete_result(
-                services.store, services.rate_cards, project, result_id, actor
-            )
-        except ResultNotFound as exc:
-            raise problem(
-                404,
-                "Not found",
-                f"no evaluation result {result_id!r} in project {project!r}",
-                kind="not-found",
-                field="result_id",
-            ) from exc
+        return await delete_result(services.store, services.rate_cards, project, result_id, actor)
 
     @get(
         "/audit",
@@ -273,10 +244,7 @@ class CostEffectController(Controller):
             QueryParameter(name="format", description="csv, or json (default: by Accept)"),
         ] = None,
     ) -> Response[CostEffectReport]:
-        try:
-            filters = report_filter(stage, owner, tag or [], from_day, to_day)
-        except ReportQueryError as exc:
-            raise invalid(exc.field, exc.reason, status=400) from exc
+        filters = report_filter(stage, owner, tag or [], from_day, to_day)
         report = await cost_effect_report(services.store, services.rate_cards, project, filters)
         wanted = answer_format or (
             "csv" if request.accept.best_match([JSON, CSV]) == CSV else "json"

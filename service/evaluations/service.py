@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..auth.model import Principal
+from ..errors import Invalid, NotFound
 from ..events.model import time_window_problem
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..ledger.folding import settled_state
@@ -39,17 +40,28 @@ _audit_decoder = msgspec.json.Decoder(ResultAudit)
 _RETRIES = 20
 
 
-class ResultInputError(ValueError):
+class ResultInputError(Invalid, ValueError):
     """A result of a batch that cannot be taken (its time): nothing of the batch is stored."""
 
+    status = 400
+
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 
 
-class ResultNotFound(LookupError):
-    pass
+class ResultNotFound(NotFound, LookupError):
+    def __init__(self, project: str, result_id: str) -> None:
+        super().__init__(result_id)
+        self.project = project
+        self.result_id = result_id
+
+    def problem_detail(self) -> str:
+        return f"no evaluation result {self.result_id!r} in project {self.project!r}"
+
+    def problem_members(self) -> dict[str, Any]:
+        return {"field": "result_id"}
 
 
 @dataclass(frozen=True)
@@ -72,9 +84,11 @@ class Actor:
         return cls(principal.token_id, principal.name)
 
 
-class ReportQueryError(ValueError):
+class ReportQueryError(Invalid, ValueError):
+    status = 400
+
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 
@@ -236,7 +250,7 @@ async def delete_result(
     for _ in range(_RETRIES):
         (raw,) = await store.evaluations.stored(project, [result_id])
         if raw is None:
-            raise ResultNotFound(result_id)
+            raise ResultNotFound(project, result_id)
         audit = _audit("deleted", _result_decoder.decode(raw), None, when, actor)
         if await store.evaluations.replace_result(project, result_id, raw, None, audit):
             await fire_regression_alerts(store, rate_cards, project)

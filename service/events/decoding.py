@@ -15,6 +15,7 @@ from typing import Any
 import msgpack as msgpack_pairs  # its unpacker hands each map's pairs over
 import msgspec
 
+from ..errors import Invalid, Problem
 from .model import EventIn, SentTexts, WireEvent, text_problem
 
 
@@ -39,26 +40,37 @@ CLOUDEVENT_BATCH = "application/cloudevents-batch+json"
 CONTENT_TYPES = (JSON, NDJSON, MSGPACK, CLOUDEVENT, CLOUDEVENT_BATCH)
 
 
-class UnsupportedContentType(ValueError):
-    pass
+class UnsupportedContentType(Problem, ValueError):
+    """A body of a media type the ingest does not read (415)."""
+
+    status = 415
+    title = "Unsupported media type"
+    kind = "unsupported-media-type"
+
+    def problem_detail(self) -> str:
+        return f"{self} is not accepted; use one of {', '.join(CONTENT_TYPES)}"
 
 
-class TooManyEvents(ValueError):
+class TooManyEvents(Invalid, ValueError):
     """The body holds more events than a batch may: found by counting them, before any is
     decoded (`count_events`)."""
 
+    status = 413
+
     def __init__(self, limit: int) -> None:
-        super().__init__(f"a batch holds at most {limit} events")
+        super().__init__("$", f"a batch holds at most {limit} events")
+        self.args = (self.reason,)
         self.limit = limit
 
 
-class MalformedBody(ValueError):
+class MalformedBody(Invalid, ValueError):
     """The body as a whole cannot be read (not a batch of anything)."""
 
+    status = 400
+
     def __init__(self, reason: str, field: str = "$") -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
+        super().__init__(field, reason)
+        self.args = (reason,)
 
 
 # A struct, not a dataclass: one is made per event of every batch, and msgspec builds it in C

@@ -22,7 +22,6 @@ from ..auth.model import Principal
 from ..http.bodies import read_body
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import OUTCOME_UNKNOWN, invalid, problem
 from ..http.security import authorize, requires
 from ..ingest.body import ingest_body
 from ..ingest.rejected import (
@@ -36,14 +35,10 @@ from ..ingest.rejected import (
 from ..ingest.rejected import (
     drop_rejected as drop_dead_letters,
 )
-from ..ingest.report import ForbiddenProject, IngestConflict, IngestReport
+from ..ingest.report import IngestReport
 from ..ingest.service import CHECK_IN_THREAD_EVENTS
 from ..metrics import count_ingest
 from .decoding import (
-    CONTENT_TYPES,
-    MalformedBody,
-    TooManyEvents,
-    UnsupportedContentType,
     media_type_of,
 )
 
@@ -161,30 +156,6 @@ def _answer(report: IngestReport) -> Response[Any]:
     return _ReportResponse(report, status_code=200)
 
 
-def _refused(exc: Exception) -> Exception:
-    """An ingest's refusal, as its problem answer."""
-    if isinstance(exc, ForbiddenProject):
-        return problem(
-            403,
-            "Forbidden",
-            f"this token may not write to project {exc.project!r} (event {exc.index})",
-            kind="forbidden",
-            errors=[{"field": f"$[{exc.index}].project", "reason": "outside the token's projects"}],
-        )
-    if isinstance(exc, IngestConflict):
-        return problem(
-            503,
-            "Busy",
-            f"too much contention on this project; {OUTCOME_UNKNOWN}",
-            kind="busy",
-            headers={"Retry-After": "1"},
-        )
-    if isinstance(exc, TooManyEvents):
-        return invalid("$", f"a batch holds at most {exc.limit} events", status=413)
-    assert isinstance(exc, MalformedBody)
-    return invalid(exc.field, exc.reason, status=400)
-
-
 async def _reported(report: IngestReport) -> Response[Any]:
     if len(report.rejected) > CHECK_IN_THREAD_EVENTS:  # counted and answered in a thread
         return await anyio.to_thread.run_sync(_reported_now, report)
@@ -223,22 +194,11 @@ class EventsController(Controller):
     async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
         authorize(request, "ingest")
         services: Services = request.app.state.services
-        try:
-            media = media_type_of(request.headers.get("content-type"))
-        except UnsupportedContentType as exc:
-            raise problem(
-                415,
-                "Unsupported media type",
-                f"{exc} is not accepted; use one of {', '.join(CONTENT_TYPES)}",
-                kind="unsupported-media-type",
-            ) from exc
+        media = media_type_of(request.headers.get("content-type"))
         body = await read_body(request, services.settings.max_body_bytes)
-        try:
-            report = await ingest_body(
-                services.ingestor, body, media, request.user, services.settings.max_batch_events
-            )
-        except (ForbiddenProject, IngestConflict, TooManyEvents, MalformedBody) as exc:
-            raise _refused(exc) from exc
+        report = await ingest_body(
+            services.ingestor, body, media, request.user, services.settings.max_batch_events
+        )
         return await _reported(report)
 
     @get(
@@ -285,17 +245,14 @@ class EventsController(Controller):
         request: Request[Principal, str, Any],
         services: NamedDependency[Services],
     ) -> Response[IngestReport]:
-        try:
-            report = await replay_rejected(
-                services.store,
-                services.ingestor,
-                project,
-                data.ids,
-                request.user,
-                services.settings.max_batch_events,
-            )
-        except (ForbiddenProject, IngestConflict) as exc:
-            raise _refused(exc) from exc
+        report = await replay_rejected(
+            services.store,
+            services.ingestor,
+            project,
+            data.ids,
+            request.user,
+            services.settings.max_batch_events,
+        )
         return await _reported(report)
 
     @delete(

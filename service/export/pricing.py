@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from costcore.money import INT64_MAX, round_half_even_div
 
+from ..errors import Conflict
 from ..ledger.eventlog import LoggedEvent
 from ..ratecards.catalog import PricingCatalog
 from ..ratecards.model import PricedSku, RateCardVersion
@@ -17,8 +18,10 @@ from ..ratecards.model import PricedSku, RateCardVersion
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class ExportError(Exception):
+class ExportError(Conflict):
     """The log cannot be exported as it stands (e.g. its rate card is gone)."""
+
+    title = "Cannot export"
 
 
 @dataclass(frozen=True)

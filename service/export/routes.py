@@ -12,10 +12,9 @@ from litestar.response import Stream
 
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid, problem
+from ..http.problems import invalid
 from ..http.security import requires
 from .focus import FOCUS_VERSION
-from .pricing import ExportError
 from .stream import export_filename, first_chunk_read, prepare_export
 
 # Litestar adds "; charset=utf-8" to a text/* media type: the answer is text/csv; charset=utf-8.
@@ -74,10 +73,7 @@ class ExportController(Controller):
         start, end = _utc(from_time), _utc(to_time)
         if start and end and end <= start:
             raise invalid("to", "must be after 'from'", status=400)
-        try:
-            export = await prepare_export(services.store, services.rate_cards, project)
-        except ExportError as exc:
-            raise problem(409, "Cannot export", str(exc), kind="conflict") from exc
+        export = await prepare_export(services.store, services.rate_cards, project)
         filename = export_filename(project, start, end)
         chunks = await first_chunk_read(export.csv_chunks(start, end))
         return Stream(

@@ -29,6 +29,7 @@ from ..config import Settings
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
 from ..dashboard.routes import root as dashboard_root
+from ..errors import Problem
 from ..evaluations.routes import CostEffectController, EvaluationController
 from ..events.routes import EventsController
 from ..export.routes import ExportController
@@ -72,7 +73,13 @@ from .openapi import (
     security_components,
     simplify_nullable_enums,
 )
-from .problems import from_client_error, from_validation, learn_query_names, redis_unavailable
+from .problems import (
+    from_client_error,
+    from_problem,
+    from_validation,
+    learn_query_names,
+    redis_unavailable,
+)
 from .ratelimit import TokenRateLimitMiddleware
 from .security import BearerTokenMiddleware
 
@@ -219,6 +226,8 @@ def _problem_details() -> ProblemDetailsPlugin:
             exception_to_problem_detail_map={
                 ValidationException: from_validation,
                 ClientException: from_client_error,
+                # Every feature error, by its kind (service/errors.py).
+                Problem: from_problem,
                 # Redis away, or a cluster shard failing over: outcome unknown; retry.
                 **dict.fromkeys(STORE_UNAVAILABLE, redis_unavailable),
             },

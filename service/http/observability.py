@@ -40,6 +40,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import Counter, Gauge, Histogram
 
+from ..errors import Problem
 from ..storage.connection import STORE_UNAVAILABLE
 from .bodies import ClientGone
 
@@ -199,6 +200,8 @@ def log_exception(logger: Any, scope: Scope, tb: list[str]) -> None:
     was told to retry); a traceback per request paged operators for it. (Litestar's
     `disable_stack_trace` matches exact classes only, so it missed the subclasses.)"""
     exc = sys.exc_info()[1]
+    if isinstance(exc, Problem):
+        return  # a feature's error, answered by its kind (service/errors.py): expected
     path = scope.get("path", "")
     if isinstance(exc, STORE_UNAVAILABLE):
         logger.warning(

@@ -8,7 +8,10 @@ from typing import Any
 from litestar.exceptions import ClientException, ValidationException
 from litestar.plugins.problem_details import ProblemDetailsException
 
+from ..errors import OUTCOME_UNKNOWN, Problem
 from ..storage.connection import ReplicationTimeout
+
+__all__ = ["OUTCOME_UNKNOWN", "from_problem", "invalid", "problem", "storage_unavailable"]
 
 PROBLEM_BASE = "https://trainledger.dev/problems/"
 
@@ -33,6 +36,20 @@ def problem(
         type_=PROBLEM_BASE + kind,
         headers=headers,
         extra=body or None,
+    )
+
+
+def from_problem(exc: Problem) -> ProblemDetailsException:
+    """The one handler of every feature error (`service.errors`): its kind's status, title
+    and type, its detail, errors, extra members and headers, as an RFC 9457 problem."""
+    return problem(
+        exc.status,
+        exc.title,
+        exc.problem_detail(),
+        kind=exc.kind,
+        errors=exc.problem_errors(),
+        headers=exc.problem_headers(),
+        **exc.problem_members(),
     )
 
 
@@ -90,15 +107,6 @@ def from_client_error(exc: ClientException) -> ProblemDetailsException:
     return problem(
         exc.status_code, phrase, detail, kind=phrase.lower().replace(" ", "-"), headers=exc.headers
     )
-
-
-# What a 503 for a storage failure can honestly say: the request may have been applied in
-# part (a batch spanning several projects is written project by project, on several shards)
-# or in full (the answer was lost), or not at all. Event ids make the retry safe.
-OUTCOME_UNKNOWN = (
-    "the outcome is unknown (all, part or none of the request may have been applied): "
-    "retry it as it was, with the same event ids (a retry never counts an event twice)"
-)
 
 
 def storage_unavailable(reason: str) -> ProblemDetailsException:

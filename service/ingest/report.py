@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from ..errors import OUTCOME_UNKNOWN, Forbidden, Unavailable
+
 
 class RejectedEvent(msgspec.Struct):
     """One rejected event of a body: its index in the body, its id, the reason, and the field at
@@ -27,12 +29,21 @@ class IngestReport(msgspec.Struct):
     cost_by_project: dict[str, str] = {}
 
 
-class ForbiddenProject(Exception):
+class ForbiddenProject(Forbidden):
     def __init__(self, project: str, index: int) -> None:
         super().__init__(project)
         self.project = project
         self.index = index
 
+    def problem_detail(self) -> str:
+        return f"this token may not write to project {self.project!r} (event {self.index})"
 
-class IngestConflict(Exception):
+    def problem_errors(self) -> list[dict[str, str]] | None:
+        return [{"field": f"$[{self.index}].project", "reason": "outside the token's projects"}]
+
+
+class IngestConflict(Unavailable):
     """The batch could not be applied after many attempts (extreme contention)."""
+
+    def problem_detail(self) -> str:
+        return f"too much contention on this project; {OUTCOME_UNKNOWN}"

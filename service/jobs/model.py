@@ -9,10 +9,11 @@ swaps its totals in only at its end, so running it again is safe).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from ..errors import Conflict, NotFound
 from ..ratecards.model import RateCardVersion
 from ..rebuild.service import RebuildReport
 
@@ -92,19 +93,30 @@ class RepricingAccepted(msgspec.Struct):
     jobs: list[Job]
 
 
-class JobNotFound(Exception):
+class JobNotFound(NotFound):
     def __init__(self, project: str, job_id: str) -> None:
         super().__init__(job_id)
         self.project = project
         self.job_id = job_id
 
+    def problem_detail(self) -> str:
+        return f"no job {self.job_id!r} in {self.project!r}"
 
-class JobFinished(Exception):
+
+class JobFinished(Conflict):
     """A cancel asked of a job that already ended."""
+
+    kind = "job-finished"
 
     def __init__(self, job: Job) -> None:
         super().__init__(job.id)
         self.job = job
+
+    def problem_detail(self) -> str:
+        return f"job {self.job.id!r} already ended ({self.job.state})"
+
+    def problem_members(self) -> dict[str, Any]:
+        return {"state": self.job.state}
 
 
 class JobCancelled(Exception):

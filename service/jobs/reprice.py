@@ -17,8 +17,11 @@ its job ends (the ingest script reads the hold): no alert fires on the mixed fig
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from ..errors import Conflict
 from ..ledger.folding import settle
 from ..projects.service import project_settings
 from ..ratecards.model import RateCardIn, RateCardVersion, Sku
@@ -34,12 +37,29 @@ if TYPE_CHECKING:
 __all__ = ["RepricingNeeded", "SharedCardForbidden", "VersionAdded", "put_version"]
 
 
-class RepricingNeeded(Exception):
+class RepricingNeeded(Conflict):
     """The version changes figures already priced, and the card did not ask to `reprice`."""
 
-    def __init__(self, affected: list[AffectedProject]) -> None:
+    title = "Repricing needed"
+    kind = "repricing-needed"
+
+    def __init__(self, affected: list[AffectedProject], effective_from: datetime) -> None:
         super().__init__(", ".join(a.project for a in affected))
         self.affected = affected
+        self.effective_from = effective_from
+
+    def problem_detail(self) -> str:
+        return (
+            f"version effective {self.effective_from.isoformat()} changes figures already "
+            f"priced in {len(self.affected)} project(s): send it with reprice: true to store "
+            "it and reprice them"
+        )
+
+    def problem_members(self) -> dict[str, Any]:
+        return {
+            "field": "effective_from",
+            "affected": [msgspec.to_builtins(a) for a in self.affected],
+        }
 
 
 class VersionAdded:
@@ -161,7 +181,7 @@ async def put_version(
     skus = changed_skus(versions, card, start)
     affected = await affected_projects(store, name, versions, start, skus)
     if affected and not card.reprice:
-        raise RepricingNeeded(affected)
+        raise RepricingNeeded(affected, card.effective_from)
     # Held before the version is stored: a batch priced at the new price never decides alerts
     # on a figure that still holds the old one.
     job_ids = [new_job_id() for _ in affected]

@@ -8,26 +8,11 @@ from litestar.params import PathParameter
 
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import problem
 from ..http.security import requires
-from .model import JOB_ID_PATTERN, Job, JobFinished, JobList, JobNotFound
+from .model import JOB_ID_PATTERN, Job, JobList
 from .service import cancel_job, find_job, project_jobs
 
 JobIdParam = Annotated[str, PathParameter(pattern=JOB_ID_PATTERN, description="job id")]
-
-
-def _not_found(exc: JobNotFound) -> Exception:
-    return problem(404, "Not found", f"no job {exc.job_id!r} in {exc.project!r}", kind="not-found")
-
-
-def _finished(exc: JobFinished) -> Exception:
-    return problem(
-        409,
-        "Conflict",
-        f"job {exc.job.id!r} already ended ({exc.job.state})",
-        kind="job-finished",
-        state=exc.job.state,
-    )
 
 
 CANCEL_DESCRIPTION = (
@@ -66,10 +51,7 @@ class JobController(Controller):
     async def get_job(
         self, job_id: JobIdParam, project: ProjectParam, services: NamedDependency[Services]
     ) -> Job:
-        try:
-            return await find_job(services.store, project, job_id)
-        except JobNotFound as exc:
-            raise _not_found(exc) from exc
+        return await find_job(services.store, project, job_id)
 
     @delete(
         "/{job_id:str}",
@@ -98,9 +80,4 @@ class JobController(Controller):
         return await self._cancel(services, project, job_id)
 
     async def _cancel(self, services: Services, project: str, job_id: str) -> Job:
-        try:
-            return await cancel_job(services.store, services.rate_cards, project, job_id)
-        except JobNotFound as exc:
-            raise _not_found(exc) from exc
-        except JobFinished as exc:
-            raise _finished(exc) from exc
+        return await cancel_job(services.store, services.rate_cards, project, job_id)

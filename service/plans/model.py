@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from ..errors import Invalid
 from ..events.model import ProjectName
 from ..ratecards.model import (
     CURRENCY_PATTERN,
@@ -263,10 +264,10 @@ class PlanEstimate(msgspec.Struct, kw_only=True):
     peak: PeakHeadroom
 
 
-class PlanError(ValueError):
+class PlanError(Invalid, ValueError):
     """A plan that cannot be estimated; ``field`` names the offending JSON path."""
 
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason

@@ -4,14 +4,11 @@ from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from ..budgets.model import BudgetError
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid, problem
 from ..http.security import requires
-from .model import PlanError, PlanEstimate, PlanIn
+from .model import PlanEstimate, PlanIn
 from .service import (
-    PlanNotFound,
     PlanRecord,
     PlanStatus,
     ProgressIn,
@@ -23,10 +20,6 @@ from .service import (
     report_plan_progress,
     status_of_plan,
 )
-
-
-def _not_found(project: str, plan_id: str) -> Exception:
-    return problem(404, "Not found", f"no plan {plan_id!r} in {project!r}", kind="not-found")
 
 
 class PlanController(Controller):
@@ -61,10 +54,7 @@ class PlanController(Controller):
         services: NamedDependency[Services],
     ) -> PlanEstimate:
         # The guard checked the body's project (`service.http.security`).
-        try:
-            return await estimate(services.rate_cards, data)
-        except PlanError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return await estimate(services.rate_cards, data)
 
     @post(
         "/",
@@ -91,10 +81,7 @@ class PlanController(Controller):
         services: NamedDependency[Services],
     ) -> PlanRecord:
         # The guard checked the body's project (`service.http.security`).
-        try:
-            return await register(services.store, services.rate_cards, data)
-        except (PlanError, BudgetError) as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return await register(services.store, services.rate_cards, data)
 
     @get(
         "/",
@@ -118,10 +105,7 @@ class PlanController(Controller):
     async def get_one(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanRecord:
-        try:
-            return await load(services.store, project, plan_id)
-        except PlanNotFound as exc:
-            raise _not_found(project, plan_id) from exc
+        return await load(services.store, project, plan_id)
 
     @get(
         "/{plan_id:str}/status",
@@ -136,10 +120,7 @@ class PlanController(Controller):
     async def status(
         self, plan_id: FromPath[str], project: ProjectParam, services: NamedDependency[Services]
     ) -> PlanStatus:
-        try:
-            return await status_of_plan(services.store, project, plan_id)
-        except PlanNotFound as exc:
-            raise _not_found(project, plan_id) from exc
+        return await status_of_plan(services.store, project, plan_id)
 
     @post(
         "/{plan_id:str}/progress",
@@ -160,9 +141,4 @@ class PlanController(Controller):
         data: JSONBody[ProgressIn],
         services: NamedDependency[Services],
     ) -> ProgressRecord:
-        try:
-            return await report_plan_progress(services.store, project, plan_id, data)
-        except PlanNotFound as exc:
-            raise _not_found(project, plan_id) from exc
-        except PlanError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        return await report_plan_progress(services.store, project, plan_id, data)

@@ -25,6 +25,7 @@ from costcore.money import parse_money
 from ..budgets.model import BudgetIn
 from ..budgets.service import create_budget, list_budgets, set_earned
 from ..costs.report import cost_report
+from ..errors import NotFound
 from ..events.model import DECIMAL_PATTERN
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .estimate import estimate_plan
@@ -101,8 +102,14 @@ class PlanStatus(msgspec.Struct, kw_only=True):
     method: str
 
 
-class PlanNotFound(Exception):
-    pass
+class PlanNotFound(NotFound):
+    def __init__(self, project: str, plan_id: str) -> None:
+        super().__init__(plan_id)
+        self.project = project
+        self.plan_id = plan_id
+
+    def problem_detail(self) -> str:
+        return f"no plan {self.plan_id!r} in {self.project!r}"
 
 
 def _nano(text: str) -> int:
@@ -188,7 +195,7 @@ async def register(store: Stores, rate_cards: RateCards, plan: PlanIn) -> PlanRe
 async def load(store: Stores, project: str, plan_id: str) -> PlanRecord:
     raw = await store.plans.plan(project, plan_id)
     if raw is None:
-        raise PlanNotFound(plan_id)
+        raise PlanNotFound(project, plan_id)
     return msgspec.json.decode(raw, type=PlanRecord)
 
 

@@ -11,16 +11,12 @@ from litestar.params import HeaderParameter, JSONBody, QueryParameter
 from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.params import PathProject
-from ..http.problems import invalid, problem
 from ..http.security import requires
 from ..jobs.model import Job
 from ..jobs.service import queue_rebuild, wants_async
-from ..rebuild.service import RebuildError, RebuildReport, rebuild_project
+from ..rebuild.service import RebuildReport, rebuild_project
 from .model import ProjectIn, ProjectView
 from .service import (
-    CurrencyConflict,
-    NothingToChange,
-    UnknownRateCard,
     change_settings,
     project_view,
     visible_projects,
@@ -73,21 +69,7 @@ class ProjectController(Controller):
     async def put_project(
         self, project: PathProject, data: JSONBody[ProjectIn], services: NamedDependency[Services]
     ) -> ProjectView:
-        try:
-            return await change_settings(services.store, services.rate_cards, project, data)
-        except UnknownRateCard as exc:
-            raise invalid("rate_card", f"no rate card named {exc.name!r}") from exc
-        except CurrencyConflict as exc:
-            raise problem(
-                409,
-                "Conflict",
-                f"project {project!r} keeps its ledger in {exc.currency}; rate card "
-                f"{exc.rate_card!r} is priced in {exc.card_currency}",
-                kind="currency-conflict",
-                field="rate_card",
-            ) from exc
-        except NothingToChange as exc:
-            raise invalid("$", "give rate_card and/or attribution_tags") from exc
+        return await change_settings(services.store, services.rate_cards, project, data)
 
     @post(
         "/{project:str}/rebuild",
@@ -124,8 +106,5 @@ class ProjectController(Controller):
         if run_async or wants_async(prefer):
             job = await queue_rebuild(services.store, project)
             return Response(job, status_code=202, headers={"Location": job.href})
-        try:
-            report = await rebuild_project(services.store, services.rate_cards, project)
-        except RebuildError as exc:
-            raise problem(409, "Cannot rebuild", str(exc), kind="rebuild-failed") from exc
+        report = await rebuild_project(services.store, services.rate_cards, project)
         return Response(report, status_code=200)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..auth.model import Principal
+from ..errors import Conflict, Invalid
 from ..ratecards.catalog import PricingCatalog, RateCards
 from .model import ProjectIn, ProjectSettings, ProjectView, settings_fields
 
@@ -12,24 +13,41 @@ if TYPE_CHECKING:
     from ..stores import Stores
 
 
-class UnknownRateCard(Exception):
+class UnknownRateCard(Invalid):
     def __init__(self, name: str) -> None:
-        super().__init__(name)
+        super().__init__("rate_card", f"no rate card named {name!r}")
+        self.args = (name,)
         self.name = name
 
 
-class CurrencyConflict(Exception):
+class CurrencyConflict(Conflict):
     """The project's ledger is kept in `currency`; the rate card is priced in another."""
 
-    def __init__(self, currency: str, rate_card: str, card_currency: str | None) -> None:
+    kind = "currency-conflict"
+
+    def __init__(
+        self, project: str, currency: str, rate_card: str, card_currency: str | None
+    ) -> None:
         super().__init__(currency, rate_card, card_currency)
+        self.project = project
         self.currency = currency
         self.rate_card = rate_card
         self.card_currency = card_currency
 
+    def problem_detail(self) -> str:
+        return (
+            f"project {self.project!r} keeps its ledger in {self.currency}; rate card "
+            f"{self.rate_card!r} is priced in {self.card_currency}"
+        )
 
-class NothingToChange(Exception):
-    pass
+    def problem_members(self) -> dict[str, Any]:
+        return {"field": "rate_card"}
+
+
+class NothingToChange(Invalid):
+    def __init__(self) -> None:
+        super().__init__("$", "give rate_card and/or attribution_tags")
+        self.args = ()
 
 
 async def project_settings(store: Stores, project: str) -> ProjectSettings:
@@ -74,7 +92,7 @@ async def change_settings(
         settings = await project_settings(store, project)
         if settings.conflicts_with(catalog.currency):
             assert settings.currency is not None
-            raise CurrencyConflict(settings.currency, change.rate_card, catalog.currency)
+            raise CurrencyConflict(project, settings.currency, change.rate_card, catalog.currency)
         card_currency = catalog.currency
     fields = settings_fields(change.rate_card, card_currency, change.attribution_tags)
     if not fields:

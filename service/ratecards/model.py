@@ -17,6 +17,7 @@ import msgspec
 
 from costcore.money import parse_price, parse_quantity
 
+from ..errors import Invalid
 from ..events.model import DECIMAL_PATTERN, UNSAFE_TEXT_REASON, safe_text
 
 CostCategory = Literal["compute", "storage", "network", "data", "logging", "ops", "hidden"]
@@ -116,11 +117,11 @@ class PricedSku(msgspec.Struct, frozen=True):
     power_watts: int | None
 
 
-class RateCardError(ValueError):
+class RateCardError(Invalid, ValueError):
     """A rate card that cannot be accepted; `field` names the offending JSON path."""
 
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 

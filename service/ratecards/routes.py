@@ -11,20 +11,16 @@ from litestar.params import JSONBody, PathParameter
 
 from ..auth.model import Principal
 from ..http.deps import Services
-from ..http.problems import invalid, problem
 from ..http.security import requires
 from ..jobs.model import RepricingAccepted
-from ..jobs.reprice import RepricingNeeded, put_version
+from ..jobs.reprice import put_version
 from .model import (
     NAME_PATTERN,
-    RateCardError,
     RateCardIn,
     RateCardVersion,
     RateCardView,
 )
 from .service import (
-    RateCardNotFound,
-    SharedCardForbidden,
     rate_card_names,
     rate_card_view,
 )
@@ -97,28 +93,7 @@ class RateCardController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> Response[RateCardVersion | RepricingAccepted]:
-        try:
-            added = await put_version(services.store, services.rate_cards, request.user, name, data)
-        except RepricingNeeded as exc:
-            raise problem(
-                409,
-                "Repricing needed",
-                f"version effective {data.effective_from.isoformat()} changes figures already "
-                f"priced in {len(exc.affected)} project(s): send it with reprice: true to store "
-                "it and reprice them",
-                kind="repricing-needed",
-                field="effective_from",
-                affected=[msgspec.to_builtins(a) for a in exc.affected],
-            ) from exc
-        except SharedCardForbidden as exc:
-            raise problem(
-                403,
-                "Forbidden",
-                "rate cards are global: only an admin token for every project may change one",
-                kind="forbidden",
-            ) from exc
-        except RateCardError as exc:
-            raise invalid(exc.field, exc.reason) from exc
+        added = await put_version(services.store, services.rate_cards, request.user, name, data)
         if not added.jobs:
             return Response(added.version, status_code=201)
         accepted = RepricingAccepted(added.version, added.affected, added.jobs)
@@ -134,9 +109,4 @@ class RateCardController(Controller):
         ),
     )
     async def get_card(self, name: CardName, services: NamedDependency[Services]) -> RateCardView:
-        try:
-            return await rate_card_view(services.rate_cards, name)
-        except RateCardNotFound as exc:
-            raise problem(
-                404, "Not found", f"no rate card named {name!r}", kind="not-found"
-            ) from exc
+        return await rate_card_view(services.rate_cards, name)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..auth.model import Principal
+from ..errors import Forbidden, NotFound
 from .catalog import RateCards
 from .model import RateCardIn, RateCardVersion, RateCardView, validate_rate_card
 
@@ -13,14 +14,20 @@ if TYPE_CHECKING:
     from ..stores import Stores
 
 
-class SharedCardForbidden(Exception):
+class SharedCardForbidden(Forbidden):
     """Only an admin token for every project may change a rate card."""
 
+    def problem_detail(self) -> str:
+        return "rate cards are global: only an admin token for every project may change one"
 
-class RateCardNotFound(Exception):
+
+class RateCardNotFound(NotFound):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+    def problem_detail(self) -> str:
+        return f"no rate card named {self.name!r}"
 
 
 async def rate_card_names(store: Stores) -> list[str]:

@@ -21,6 +21,7 @@ from costcore.money import format_money
 
 from ..budgets.firing import day_field, spend_field, threshold_checks
 from ..budgets.model import Budget, counters_for, daily_for
+from ..errors import Conflict
 from ..ingest.batches import PendingEvent, PricedBatch
 from ..ingest.pricing import price_events, tier_keys_needed
 from ..ledger.eventlog import LoggedEvent, decode_log, decode_log_entry, read_log_entries
@@ -57,8 +58,9 @@ class RebuildReport(msgspec.Struct):
 OnBatch = Callable[[int], Awaitable[None]]
 
 
-class RebuildError(Exception):
-    pass
+class RebuildError(Conflict):
+    title = "Cannot rebuild"
+    kind = "rebuild-failed"
 
 
 def _add(counters: dict[str, int], field: str, delta: int) -> None:

@@ -9,7 +9,6 @@ from litestar.params import JSONBody, QueryParameter
 
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid
 from ..http.security import requires
 from .model import ProgressPoint, WastePolicy, WasteReport
 from .service import (
@@ -44,12 +43,7 @@ class ReportController(Controller):
             date | None, QueryParameter(name="to", description="last day (inclusive)")
         ] = None,
     ) -> WasteReport:
-        try:
-            return await waste_report(
-                services.store, services.rate_cards, project, from_day, to_day
-            )
-        except ValueError as exc:
-            raise invalid("from", str(exc), status=400) from exc
+        return await waste_report(services.store, services.rate_cards, project, from_day, to_day)
 
     @get(
         "/waste/policy",

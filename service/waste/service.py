@@ -11,6 +11,7 @@ import msgspec
 
 from costcore.money import BOUND_REASON, decimal_bound_problem
 
+from ..errors import Invalid
 from ..events.model import SAFE_TEXT_PATTERN, Label
 from ..ledger.eventlog import LoggedEvent, read_log
 from ..projects.model import WASTE_POLICY_FIELD
@@ -85,6 +86,12 @@ async def add_progress(store: Stores, project: str, data: ExperimentProgressIn) 
     return point
 
 
+class WasteQueryError(Invalid, ValueError):
+    """A waste report that cannot be made for this window (a 400 naming `from`)."""
+
+    status = 400
+
+
 async def waste_report(
     store: Stores,
     rate_cards: RateCards,
@@ -92,6 +99,22 @@ async def waste_report(
     window_from: date | None,
     window_to: date | None,
     now: datetime | None = None,
+) -> WasteReport:
+    """`find_waste` over the project's log; any `ValueError` on the way is a
+    `WasteQueryError` naming `from` (as the route has always answered it)."""
+    try:
+        return await _waste_report(store, rate_cards, project, window_from, window_to, now)
+    except ValueError as exc:
+        raise WasteQueryError("from", str(exc)) from exc
+
+
+async def _waste_report(
+    store: Stores,
+    rate_cards: RateCards,
+    project: str,
+    window_from: date | None,
+    window_to: date | None,
+    now: datetime | None,
 ) -> WasteReport:
     """Read the whole log (the rules need history before the window) and find the waste."""
     settings, catalog = await project_catalog(store, rate_cards, project)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
+from ..errors import Invalid
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
 from ..storage.sealing import Sealer, Unsealable
 from .formats import AlertMessage, build_request
@@ -139,9 +140,9 @@ class WebhookCreated(WebhookView, kw_only=True, omit_defaults=True):
     secret: str | None = None
 
 
-class WebhookError(ValueError):
+class WebhookError(Invalid, ValueError):
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
+        super().__init__(field, reason)
         self.field = field
         self.reason = reason
 

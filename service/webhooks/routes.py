@@ -12,7 +12,6 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.params import ProjectParam
-from ..http.problems import invalid, problem
 from ..http.security import requires
 from .deliveries import (
     DeliveryPage,
@@ -25,14 +24,11 @@ from .deliveries import (
 from .registry import (
     AlertKindName,
     WebhookCreated,
-    WebhookError,
     WebhookIn,
     WebhookView,
 )
 from .service import (
     SampleDelivery,
-    WebhookForbidden,
-    WebhookNotFound,
     register_webhook,
     remove_webhook,
     send_test_message,
@@ -72,24 +68,13 @@ class WebhookController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> WebhookCreated:
-        try:
-            return await register_webhook(
-                services.store,
-                services.sealer,
-                request.user,
-                data,
-                services.settings.webhook_allowlist,
-            )
-        except WebhookError as exc:
-            raise invalid(exc.field, exc.reason) from exc
-        except WebhookForbidden as exc:
-            raise problem(
-                403,
-                "Forbidden",
-                f"this token may not access project {exc.project!r}",
-                kind="forbidden",
-                field=f"$.projects[{exc.index}]",
-            ) from exc
+        return await register_webhook(
+            services.store,
+            services.sealer,
+            request.user,
+            data,
+            services.settings.webhook_allowlist,
+        )
 
     @get(
         "/",
@@ -119,10 +104,7 @@ class WebhookController(Controller):
         request: Request[Principal, str, State],
         services: NamedDependency[Services],
     ) -> None:
-        try:
-            await remove_webhook(services.store, services.sealer, request.user, webhook_id)
-        except WebhookNotFound as exc:
-            raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found") from exc
+        await remove_webhook(services.store, services.sealer, request.user, webhook_id)
 
     @post(
         "/{webhook_id:str}/test",
@@ -154,18 +136,15 @@ class WebhookController(Controller):
             ),
         ] = "threshold",
     ) -> SampleDelivery:
-        try:
-            return await send_test_message(
-                services.store,
-                services.sealer,
-                request.user,
-                webhook_id,
-                kind=kind,
-                public_url=services.settings.public_url,
-                allowlist=services.settings.webhook_allowlist,
-            )
-        except WebhookNotFound as exc:
-            raise problem(404, "Not found", f"no webhook {webhook_id!r}", kind="not-found") from exc
+        return await send_test_message(
+            services.store,
+            services.sealer,
+            request.user,
+            webhook_id,
+            kind=kind,
+            public_url=services.settings.public_url,
+            allowlist=services.settings.webhook_allowlist,
+        )
 
     @get(
         "/deliveries",

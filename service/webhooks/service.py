@@ -6,12 +6,13 @@ from __future__ import annotations
 import ssl
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
 
 from ..auth.model import Principal
+from ..errors import Forbidden, NotFound
 from ..storage.sealing import Sealer
 from .config import DeliveryConfig
 from .formats import build_request
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from ..stores import Stores
 
 
-class WebhookForbidden(Exception):
+class WebhookForbidden(Forbidden):
     """The token may not watch `project` (the `index`th of the request's projects)."""
 
     def __init__(self, project: str, index: int) -> None:
@@ -47,11 +48,20 @@ class WebhookForbidden(Exception):
         self.project = project
         self.index = index
 
+    def problem_detail(self) -> str:
+        return f"this token may not access project {self.project!r}"
 
-class WebhookNotFound(Exception):
+    def problem_members(self) -> dict[str, Any]:
+        return {"field": f"$.projects[{self.index}]"}
+
+
+class WebhookNotFound(NotFound):
     def __init__(self, webhook_id: str) -> None:
         super().__init__(webhook_id)
         self.webhook_id = webhook_id
+
+    def problem_detail(self) -> str:
+        return f"no webhook {self.webhook_id!r}"
 
 
 def visible(principal: Principal, webhook: WebhookRecord) -> bool:

@@ -121,7 +121,7 @@ async def test_a_past_dated_version_that_changes_no_priced_sku_is_stored_at_once
         added["skus"][-1]["unit_price"] = "9.00"
         r = await c.put("/v1/rate-cards/default", json=added)
         assert r.status_code == 409, r.text
-        day = now.strftime("%Y-%m-%d")
+        day = (now - timedelta(hours=1)).strftime("%Y-%m-%d")  # the event's default time
         assert r.json()["affected"] == [{"project": "llm", "days": [day], "events": 1}], r.text
         # A new currency changes every figure: all the span's events.
         r = await c.put("/v1/rate-cards/default", json=dict(added, currency="EUR"))
