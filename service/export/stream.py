@@ -21,6 +21,7 @@ from ..ledger.folding import settle
 from ..ledger.ranges import RangeStats, read_log_range, tier_prefix
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
+from .aggregate import Granularity, Part, aggregated_rows
 from .csvsafe import neutralise
 from .focus import HEADER, NUMERIC_COLUMNS, Cell, RowContext, focus_row
 from .pricing import ExportError, LogPricing
@@ -43,14 +44,13 @@ def _window_us(when: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def rows_of_batch(
-    ctx: RowContext,
+def parts_of_batch(
     pricing: LogPricing,
     batch: Sequence[LoggedEvent],
     start_us: int | None,
     end_us: int | None,
-) -> Iterator[list[Cell]]:
-    """Rows of one logged batch whose event time is in ``[start, end)``.
+) -> Iterator[Part]:
+    """The priced parts of one logged batch's events whose time is in ``[start, end)``.
 
     Events outside the window still advance the tier counters: they shaped the prices.
     """
@@ -69,7 +69,19 @@ def rows_of_batch(
         parts = pricing.segments(row, sku)
         if inside:
             for seg in parts:
-                yield focus_row(ctx, row, version, sku, seg)
+                yield row, version, sku, seg
+
+
+def rows_of_batch(
+    ctx: RowContext,
+    pricing: LogPricing,
+    batch: Sequence[LoggedEvent],
+    start_us: int | None,
+    end_us: int | None,
+) -> Iterator[list[Cell]]:
+    """Rows of one logged batch whose event time is in ``[start, end)``."""
+    for row, version, sku, seg in parts_of_batch(pricing, batch, start_us, end_us):
+        yield focus_row(ctx, row, version, sku, seg)
 
 
 def _has_tiers(catalog: PricingCatalog | None) -> bool:
@@ -98,6 +110,11 @@ class FocusExport:
         return self._rows(_window_us(start), _window_us(end))
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
+        async for row, version, sku, seg in self.parts(start_us, end_us):
+            yield focus_row(self.context, row, version, sku, seg)
+
+    async def parts(self, start_us: int | None, end_us: int | None) -> AsyncIterator[Part]:
+        """The priced parts of the events in ``[start_us, end_us)``, in the log's order."""
         pricing = LogPricing(self.catalog)
         project, last = self.context.project, self.last_entry
         prefix = None
@@ -116,20 +133,34 @@ class FocusExport:
         async for entry_id, batch in batches:
             if prefix is not None:  # the counters as the entries before this one left them
                 pricing.set_counters(prefix.before(entry_id))
-            for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
-                yield cells
+            for part in parts_of_batch(pricing, batch, start_us, end_us):
+                yield part
 
     async def csv_chunks(
         self,
         start: datetime | None = None,
         end: datetime | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        granularity: Granularity = "event",
     ) -> AsyncIterator[bytes]:
-        """The CSV (header first) in chunks of about ``chunk_bytes`` (UTF-8)."""
+        """The CSV (header first) in chunks of about ``chunk_bytes`` (UTF-8): one row per
+        event (and tier), or per charge period with ``granularity`` "hour" or "day"."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\r\n")
         writer.writerow(HEADER)
-        async for cells in self.rows(start, end):
+        if granularity == "event":
+            rows = self.rows(start, end)
+        else:
+            rows = aggregated_rows(
+                self.store,
+                self.context,
+                self.last_entry,
+                self.parts,
+                _window_us(start),
+                _window_us(end),
+                granularity,
+            )
+        async for cells in rows:
             for i in _TEXT_POSITIONS:
                 cells[i] = neutralise(cells[i])
             writer.writerow(cells)

@@ -191,3 +191,37 @@ async def tier_prefix(
             if oldest <= order <= stop and counts(int(version), sku):
                 fields.append((order, month, sku, int(value)))
     return TierPrefix(fields)
+
+
+_DAYS_PER_READ = 31  # days of the log index read per round trip by `event_hours`
+
+
+async def event_hours(
+    store: Stores, project: str, last: str, start_us: int | None, end_us: int | None
+) -> AsyncIterator[int]:
+    """The hours (since 1970, ascending) in [start_us, end_us) that may hold an event of the
+    log up to entry `last`: those the log index names when it covers the log up to `last`,
+    else every hour of the range (an open end stops at the first or last day the totals
+    hold). The index is read a month of days at a time, so this holds one month's fields."""
+    span = await _hour_span(store, project, start_us, end_us, False)
+    if span is None or not last:
+        return
+    first, final = span
+    complete, cursor = await store.ledger.log_index_state(project)
+    if not complete or entry_order(cursor) < entry_order(last):
+        for hour in range(first, final + 1):
+            yield hour
+        return
+    stop = entry_order(last)
+    for day0 in range(first // 24, final // 24 + 1, _DAYS_PER_READ):
+        days = list(range(day0, min(day0 + _DAYS_PER_READ, final // 24 + 1)))
+        indexes = await store.ledger.log_index(project, [day_name(d) for d in days])
+        for day, fields in zip(days, indexes, strict=True):
+            hours: set[int] = set()
+            for raw in fields:
+                hh, _, entry_id = as_text(raw).partition("|")
+                hour = day * 24 + int(hh)
+                if first <= hour <= final and entry_order(entry_id) <= stop:
+                    hours.add(hour)
+            for hour in sorted(hours):
+                yield hour
