@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -209,14 +209,25 @@ async def test_aggregated_export_passes_the_focus_validator(
     assert passed >= VALUE_RULES, sorted(VALUE_RULES - passed)
 
 
+def _moved(text: str, hour: datetime) -> str:
+    """`text` with 2025-03-10T10, T11 and T12 moved to `hour` and the two hours after it."""
+    for k in range(3):
+        new = (hour + timedelta(hours=k)).strftime("%Y-%m-%dT%H")
+        text = text.replace(f"2025-03-10T{10 + k}", new)
+    return text
+
+
 async def test_http_granularity(api: Api) -> None:
+    # The service accepts only recent events: the scenario three hours ago.
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     await put_card(api)
-    report = await post(api, HOURS)
+    report = await post(api, [dict(e, time=_moved(str(e["time"]), hour)) for e in HOURS])
     assert report["accepted"] == len(HOURS)
+    hourly = [tuple(_moved(cell, hour) for cell in row) for row in HOURLY]
     async with api.client() as c:
         r = await c.get("/v1/export/focus", params={"project": "llm", "granularity": "hour"})
         assert r.status_code == 200, r.text
-        assert [tuple(row[k] for k in KEYS) for row in parse(r.text)] == HOURLY
+        assert [tuple(row[k] for k in KEYS) for row in parse(r.text)] == hourly
         r = await c.get("/v1/export/focus", params={"project": "llm", "granularity": "event"})
         assert r.status_code == 200, r.text
         assert len(parse(r.text)) == 9
