@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -17,6 +18,7 @@ from trainledger.export.aggregate import Granularity
 from trainledger.export.focus import APPLICABILITY_CRITERIA
 from trainledger.export.stream import prepare_export
 from trainledger.ratecards.catalog import RateCards
+from trainledger.storage.keys import Keys
 from trainledger.stores import Stores
 
 from tests.api.test_ingest import post, put_card
@@ -32,6 +34,7 @@ from tests.integration.export.test_focus import (
     parse,
     run_validator,
 )
+from tests.integration.export.test_ranged_export import _batches, _windows
 
 __all__ = ["focus_validator"]  # the fixture, imported for the validator test
 
@@ -236,3 +239,79 @@ async def test_http_granularity(api: Api) -> None:
             assert r.status_code == 400, (bad, r.text)
             assert r.headers["content-type"].startswith("application/problem+json"), r.text
             assert [e["field"] for e in r.json()["errors"]] == ["granularity"], r.text
+
+
+# --- against the per-event export, randomized ------------------------------------------------
+
+# The cells a merge sums or drops; every other cell of a group is its events' own.
+MERGED = set(SUMMED) | {
+    "PricingQuantity",
+    "PricingCurrencyEffectiveCost",
+    "ChargeDescription",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "x_EventId",
+    "x_EventTime",
+}
+SUMS = ("BilledCost", "ListCost", "ConsumedQuantity")
+
+
+def _period(event_time: str, granularity: str) -> str:
+    return event_time[:13] + ":00:00Z" if granularity == "hour" else event_time[:10] + "T00:00:00Z"
+
+
+Key = tuple[object, ...]
+Sums = tuple[Decimal, ...]
+
+
+def _kept(r: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in r.items() if k not in MERGED)
+
+
+def _merged_by_hand(rows: list[dict[str, str]], granularity: str) -> dict[Key, Sums]:
+    """The per-event rows grouped as the aggregated export should group them."""
+    out: dict[Key, list[Decimal]] = {}
+    for r in rows:
+        key = (_period(r["x_EventTime"], granularity), *_kept(r))
+        sums = out.setdefault(key, [Decimal(0)] * len(SUMS))
+        for i, column in enumerate(SUMS):
+            sums[i] += Decimal(r[column])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _as_exported(rows: list[dict[str, str]]) -> dict[Key, Sums]:
+    out: dict[Key, Sums] = {}
+    for r in rows:
+        key = (r["ChargePeriodStart"], *_kept(r))
+        assert key not in out, f"two rows of one group: {key}"  # merged fully
+        assert (r["x_EventId"], r["x_EventTime"]) == ("", "")
+        assert r["PricingQuantity"] == r["ConsumedQuantity"]
+        assert r["EffectiveCost"] == r["BilledCost"] == r["PricingCurrencyEffectiveCost"]
+        assert Decimal(r["ListCost"]) == Decimal(r["ListUnitPrice"]) * Decimal(r["PricingQuantity"])
+        out[key] = tuple(Decimal(r[column]) for column in SUMS)
+    return out
+
+
+async def _check_windows(store: Stores, windows: Sequence[tuple[datetime | None, ...]]) -> None:
+    for start, end in windows:
+        per_event = parse(await export_text(store, "event", start=start, end=end))
+        for granularity in ("hour", "day"):
+            rows = parse(await export_text(store, granularity, start=start, end=end))
+            starts = [r["ChargePeriodStart"] for r in rows]
+            assert starts == sorted(starts), "periods in time order"
+            assert _as_exported(rows) == _merged_by_hand(per_event, granularity), (
+                granularity,
+                start,
+                end,
+            )
+
+
+async def test_aggregates_equal_the_per_event_rows_merged(store: Stores) -> None:
+    rng = random.Random(263)
+    for batch in _batches(rng, 20):
+        await ingest(store, batch)
+    windows = _windows(rng)
+    await _check_windows(store, windows)
+    # A log from before the index: every period of the range is read (the whole log each).
+    await store.ledger.client.hdel(Keys.meta("llm"), "logix")
+    await _check_windows(store, windows[3:5])
