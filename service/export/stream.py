@@ -103,6 +103,10 @@ class FocusExport:
     catalog: PricingCatalog | None
     last_entry: str  # the log entry the export stops at: later batches are not included
     stats: RangeStats = field(default_factory=RangeStats)  # what the read of the log did
+    # The tier index's fields of the months last read: periods of one month read them once.
+    tier_fields: dict[tuple[str, ...], list[tuple[tuple[int, int], str, str, int]]] = field(
+        default_factory=dict
+    )
 
     def rows(
         self, start: datetime | None = None, end: datetime | None = None
@@ -120,7 +124,9 @@ class FocusExport:
         prefix = None
         tiered = _has_tiers(self.catalog)
         if tiered and (start_us is not None or end_us is not None):
-            prefix = await tier_prefix(self.store, project, last, start_us, end_us, pricing.counts)
+            prefix = await tier_prefix(
+                self.store, project, last, start_us, end_us, pricing.counts, self.tier_fields
+            )
         batches = read_log_range(
             self.store,
             project,

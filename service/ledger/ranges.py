@@ -149,6 +149,7 @@ class TierPrefix:
 
     def __init__(self, fields: list[tuple[tuple[int, int], str, str, int]]) -> None:
         self._fields = sorted(fields)  # (entry order, month, sku, quantity)
+        self.fields = self._fields
         self._at = 0
         self._running: dict[tuple[str, str], int] = {}
 
@@ -169,10 +170,13 @@ async def tier_prefix(
     start_us: int | None,
     end_us: int | None,
     counts: Callable[[int, str], bool],
+    cache: dict[tuple[str, ...], list[tuple[tuple[int, int], str, str, int]]] | None = None,
 ) -> TierPrefix | None:
     """The tier counters before each entry of a read of [start_us, end_us) up to `last`,
     for the (version, sku) that `counts`; None when the index does not cover the log up to
-    `last` (a log from before the index, batches not folded yet): replay the months then."""
+    `last` (a log from before the index, batches not folded yet): replay the months then.
+    With `cache`, the fields of the last months read are kept there and used again by the
+    next read of the same months (an export read period by period: one month's fields)."""
     complete, cursor = await store.ledger.log_index_state(project)
     if not complete or not last or entry_order(cursor) < entry_order(last):
         return None
@@ -181,6 +185,8 @@ async def tier_prefix(
         return TierPrefix([])
     first_day, last_day = span[0] // 24, span[1] // 24
     months = sorted({day_name(d)[:6] for d in range(first_day, last_day + 1)})
+    if cache is not None and tuple(months) in cache:
+        return TierPrefix(cache[tuple(months)])
     # Entries trimmed away by the log's retention are no longer replayed: nor are they here.
     oldest, stop = entry_order(await store.ledger.first_log_entry(project)), entry_order(last)
     fields = []
@@ -190,7 +196,11 @@ async def tier_prefix(
             order = entry_order(entry_id)
             if oldest <= order <= stop and counts(int(version), sku):
                 fields.append((order, month, sku, int(value)))
-    return TierPrefix(fields)
+    prefix = TierPrefix(fields)
+    if cache is not None:
+        cache.clear()
+        cache[tuple(months)] = prefix.fields
+    return prefix
 
 
 _DAYS_PER_READ = 31  # days of the log index read per round trip by `event_hours`
