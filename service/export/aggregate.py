@@ -15,8 +15,12 @@ Memory: the periods are read one at a time, in time order, through the log index
 (`ranges.event_hours`: the hours holding events; each period's read fetches only the log
 entries holding its events), and a period's rows are written before the next is read. An
 export holds one period's groups (at most one per distinct SKU, price, tier and
-dimensions × tags combination that period), one page of the log, and a month of the log
-index's fields; never the window's rows.
+dimensions × tags combination that period), one page of the log, a month of the log
+index's fields and, for a graduated price, the tier index's fields of the period's month
+(read once per month, `FocusExport.tier_fields`); never the window's rows. A log from
+before the index (meta ``logix`` unset until a rebuild) has no hours to name: every period
+of the range is then read, each a read of the whole log, so bounded in memory but slow
+until a rebuild indexes it.
 """
 
 from __future__ import annotations
