@@ -114,11 +114,21 @@ class FocusExport:
         return self._rows(_window_us(start), _window_us(end))
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
-        async for row, version, sku, seg in self.parts(start_us, end_us):
-            yield focus_row(self.context, row, version, sku, seg)
+        async for pricing, batch in self._priced_batches(start_us, end_us):
+            for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
+                yield cells
 
     async def parts(self, start_us: int | None, end_us: int | None) -> AsyncIterator[Part]:
         """The priced parts of the events in ``[start_us, end_us)``, in the log's order."""
+        async for pricing, batch in self._priced_batches(start_us, end_us):
+            for part in parts_of_batch(pricing, batch, start_us, end_us):
+                yield part
+
+    async def _priced_batches(
+        self, start_us: int | None, end_us: int | None
+    ) -> AsyncIterator[tuple[LogPricing, list[LoggedEvent]]]:
+        """The logged batches a read of the window needs, each with the pricing (its tier
+        counters as the entries before it left them) to price its events by."""
         pricing = LogPricing(self.catalog)
         project, last = self.context.project, self.last_entry
         prefix = None
@@ -139,8 +149,7 @@ class FocusExport:
         async for entry_id, batch in batches:
             if prefix is not None:  # the counters as the entries before this one left them
                 pricing.set_counters(prefix.before(entry_id))
-            for part in parts_of_batch(pricing, batch, start_us, end_us):
-                yield part
+            yield pricing, batch
 
     async def csv_chunks(
         self,
