@@ -280,6 +280,8 @@ def cmd_export_focus(args: argparse.Namespace, settings: Settings) -> int:
         params.append(("from", args.from_time))
     if args.to_time:
         params.append(("to", args.to_time))
+    if args.granularity != "event":
+        params.append(("granularity", args.granularity))
     with Client.from_args(args, settings) as client:
         if args.output in (None, "-"):
             rows, size = stream_focus(client, params, sys.stdout.buffer)
@@ -426,6 +428,12 @@ def _add_export_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     focus.add_argument(
         "--to", dest="to_time", type=rfc3339, help="first event time excluded (same forms)"
+    )
+    focus.add_argument(
+        "--granularity",
+        choices=("event", "hour", "day"),
+        default="event",
+        help="one row per event (default), or per UTC hour or day × SKU and dimensions",
     )
     focus.add_argument("-o", "--output", help="file to write (default: stdout)")
     add_client_options(focus)

@@ -10,7 +10,8 @@ Grain: one row per accepted event, for auditability (``x_EventId`` names the eve
 exception follows the pricing itself: an event whose quantity crosses a graduated-tier
 boundary is priced in parts (see README, "graduated tiers"), so it becomes one row per tier
 it touches, each with that tier's own unit price and ``SkuPriceId``; its rows' ``BilledCost``
-add up to exactly the event's ledger cost.
+add up to exactly the event's ledger cost. With ``granularity=hour|day`` the export merges
+these rows per UTC charge period instead (aggregate.py: exact sums, one period in memory).
 
 Column mapping (FOCUS columns first, alphabetically; then trainledger's own, ``x_``-prefixed):
 
@@ -27,7 +28,8 @@ ChargeClass               null (the ledger has no corrections of invoiced period
 ChargeDescription         quantity, unit, SKU, unit price and tier, in words
 ChargeFrequency           "Recurring" for a fixed SKU (paid whether used or not),
                           "Usage-Based" otherwise
-ChargePeriodStart/End     the UTC hour that contains the event's time
+ChargePeriodStart/End     the UTC hour that contains the event's time (aggregated: the
+                          row's UTC hour or day)
 CommitmentDiscountStatus  null (no commitment discounts; present because the validator
                           reads it in ConsumedQuantity's rules)
 ConsumedQuantity/Unit     the row's quantity (exact) and the SKU's unit in FOCUS UnitFormat

@@ -14,6 +14,7 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
+from .aggregate import Granularity
 from .focus import FOCUS_VERSION
 from .stream import export_filename, first_chunk_read, prepare_export
 
@@ -32,6 +33,17 @@ ToTime = Annotated[
     QueryParameter(
         name="to",
         description="first event time excluded (RFC 3339; UTC when no offset is given)",
+    ),
+]
+
+GranularityParam = Annotated[
+    Granularity,
+    QueryParameter(
+        description=(
+            "event: one row per event (per tier it touches); hour or day: one row per UTC "
+            "charge period × SKU, price, stage, experiment, owner and tags, with the exact "
+            "sums of its events' costs and quantities"
+        ),
     ),
 ]
 
@@ -57,7 +69,10 @@ class ExportController(Controller):
             "columns. Events are selected by their own time, in [from, to). Money is exact: "
             "BilledCost is the ledger's charge; ListCost and ContractedCost are the exact "
             "products of unit price and quantity. The column mapping is documented in "
-            "`service/export/focus.py`."
+            "`service/export/focus.py`. With `granularity=hour` or `day` the rows are "
+            "aggregated per UTC charge period instead, as providers' own exports are: the "
+            "events of each period merged when every other column is equal, their costs "
+            "and quantities summed exactly (`service/export/aggregate.py`)."
         ),
         media_type=CSV,
         response_description="CSV (RFC 4180, UTF-8, header row first)",
@@ -69,13 +84,14 @@ class ExportController(Controller):
         services: NamedDependency[Services],
         from_time: FromTime = None,
         to_time: ToTime = None,
+        granularity: GranularityParam = "event",
     ) -> Stream:
         start, end = _utc(from_time), _utc(to_time)
         if start and end and end <= start:
             raise invalid("to", "must be after 'from'", status=400)
         export = await prepare_export(services.store, services.rate_cards, project)
         filename = export_filename(project, start, end)
-        chunks = await first_chunk_read(export.csv_chunks(start, end))
+        chunks = await first_chunk_read(export.csv_chunks(start, end, granularity=granularity))
         return Stream(
             chunks,
             media_type=CSV,

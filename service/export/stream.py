@@ -21,6 +21,7 @@ from ..ledger.folding import settle
 from ..ledger.ranges import RangeStats, read_log_range, tier_prefix
 from ..projects.service import project_catalog
 from ..ratecards.catalog import PricingCatalog, RateCards
+from .aggregate import Granularity, Part, aggregated_rows
 from .csvsafe import neutralise
 from .focus import HEADER, NUMERIC_COLUMNS, Cell, RowContext, focus_row
 from .pricing import ExportError, LogPricing
@@ -43,14 +44,13 @@ def _window_us(when: datetime | None) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def rows_of_batch(
-    ctx: RowContext,
+def parts_of_batch(
     pricing: LogPricing,
     batch: Sequence[LoggedEvent],
     start_us: int | None,
     end_us: int | None,
-) -> Iterator[list[Cell]]:
-    """Rows of one logged batch whose event time is in ``[start, end)``.
+) -> Iterator[Part]:
+    """The priced parts of one logged batch's events whose time is in ``[start, end)``.
 
     Events outside the window still advance the tier counters: they shaped the prices.
     """
@@ -69,7 +69,19 @@ def rows_of_batch(
         parts = pricing.segments(row, sku)
         if inside:
             for seg in parts:
-                yield focus_row(ctx, row, version, sku, seg)
+                yield row, version, sku, seg
+
+
+def rows_of_batch(
+    ctx: RowContext,
+    pricing: LogPricing,
+    batch: Sequence[LoggedEvent],
+    start_us: int | None,
+    end_us: int | None,
+) -> Iterator[list[Cell]]:
+    """Rows of one logged batch whose event time is in ``[start, end)``."""
+    for row, version, sku, seg in parts_of_batch(pricing, batch, start_us, end_us):
+        yield focus_row(ctx, row, version, sku, seg)
 
 
 def _has_tiers(catalog: PricingCatalog | None) -> bool:
@@ -91,6 +103,10 @@ class FocusExport:
     catalog: PricingCatalog | None
     last_entry: str  # the log entry the export stops at: later batches are not included
     stats: RangeStats = field(default_factory=RangeStats)  # what the read of the log did
+    # The tier index's fields of the months last read: periods of one month read them once.
+    tier_fields: dict[tuple[str, ...], list[tuple[tuple[int, int], str, str, int]]] = field(
+        default_factory=dict
+    )
 
     def rows(
         self, start: datetime | None = None, end: datetime | None = None
@@ -98,12 +114,29 @@ class FocusExport:
         return self._rows(_window_us(start), _window_us(end))
 
     async def _rows(self, start_us: int | None, end_us: int | None) -> AsyncIterator[list[Cell]]:
+        async for pricing, batch in self._priced_batches(start_us, end_us):
+            for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
+                yield cells
+
+    async def parts(self, start_us: int | None, end_us: int | None) -> AsyncIterator[Part]:
+        """The priced parts of the events in ``[start_us, end_us)``, in the log's order."""
+        async for pricing, batch in self._priced_batches(start_us, end_us):
+            for part in parts_of_batch(pricing, batch, start_us, end_us):
+                yield part
+
+    async def _priced_batches(
+        self, start_us: int | None, end_us: int | None
+    ) -> AsyncIterator[tuple[LogPricing, list[LoggedEvent]]]:
+        """The logged batches a read of the window needs, each with the pricing (its tier
+        counters as the entries before it left them) to price its events by."""
         pricing = LogPricing(self.catalog)
         project, last = self.context.project, self.last_entry
         prefix = None
         tiered = _has_tiers(self.catalog)
         if tiered and (start_us is not None or end_us is not None):
-            prefix = await tier_prefix(self.store, project, last, start_us, end_us, pricing.counts)
+            prefix = await tier_prefix(
+                self.store, project, last, start_us, end_us, pricing.counts, self.tier_fields
+            )
         batches = read_log_range(
             self.store,
             project,
@@ -116,20 +149,33 @@ class FocusExport:
         async for entry_id, batch in batches:
             if prefix is not None:  # the counters as the entries before this one left them
                 pricing.set_counters(prefix.before(entry_id))
-            for cells in rows_of_batch(self.context, pricing, batch, start_us, end_us):
-                yield cells
+            yield pricing, batch
 
     async def csv_chunks(
         self,
         start: datetime | None = None,
         end: datetime | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        granularity: Granularity = "event",
     ) -> AsyncIterator[bytes]:
-        """The CSV (header first) in chunks of about ``chunk_bytes`` (UTF-8)."""
+        """The CSV (header first) in chunks of about ``chunk_bytes`` (UTF-8): one row per
+        event (and tier), or per charge period with ``granularity`` "hour" or "day"."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\r\n")
         writer.writerow(HEADER)
-        async for cells in self.rows(start, end):
+        if granularity == "event":
+            rows = self.rows(start, end)
+        else:
+            rows = aggregated_rows(
+                self.store,
+                self.context,
+                self.last_entry,
+                self.parts,
+                _window_us(start),
+                _window_us(end),
+                granularity,
+            )
+        async for cells in rows:
             for i in _TEXT_POSITIONS:
                 cells[i] = neutralise(cells[i])
             writer.writerow(cells)

@@ -149,6 +149,7 @@ class TierPrefix:
 
     def __init__(self, fields: list[tuple[tuple[int, int], str, str, int]]) -> None:
         self._fields = sorted(fields)  # (entry order, month, sku, quantity)
+        self.fields = self._fields
         self._at = 0
         self._running: dict[tuple[str, str], int] = {}
 
@@ -169,10 +170,13 @@ async def tier_prefix(
     start_us: int | None,
     end_us: int | None,
     counts: Callable[[int, str], bool],
+    cache: dict[tuple[str, ...], list[tuple[tuple[int, int], str, str, int]]] | None = None,
 ) -> TierPrefix | None:
     """The tier counters before each entry of a read of [start_us, end_us) up to `last`,
     for the (version, sku) that `counts`; None when the index does not cover the log up to
-    `last` (a log from before the index, batches not folded yet): replay the months then."""
+    `last` (a log from before the index, batches not folded yet): replay the months then.
+    With `cache`, the fields of the last months read are kept there and used again by the
+    next read of the same months (an export read period by period: one month's fields)."""
     complete, cursor = await store.ledger.log_index_state(project)
     if not complete or not last or entry_order(cursor) < entry_order(last):
         return None
@@ -181,6 +185,8 @@ async def tier_prefix(
         return TierPrefix([])
     first_day, last_day = span[0] // 24, span[1] // 24
     months = sorted({day_name(d)[:6] for d in range(first_day, last_day + 1)})
+    if cache is not None and tuple(months) in cache:
+        return TierPrefix(cache[tuple(months)])
     # Entries trimmed away by the log's retention are no longer replayed: nor are they here.
     oldest, stop = entry_order(await store.ledger.first_log_entry(project)), entry_order(last)
     fields = []
@@ -190,4 +196,42 @@ async def tier_prefix(
             order = entry_order(entry_id)
             if oldest <= order <= stop and counts(int(version), sku):
                 fields.append((order, month, sku, int(value)))
-    return TierPrefix(fields)
+    prefix = TierPrefix(fields)
+    if cache is not None:
+        cache.clear()
+        cache[tuple(months)] = prefix.fields
+    return prefix
+
+
+_DAYS_PER_READ = 31  # days of the log index read per round trip by `event_hours`
+
+
+async def event_hours(
+    store: Stores, project: str, last: str, start_us: int | None, end_us: int | None
+) -> AsyncIterator[int]:
+    """The hours (since 1970, ascending) in [start_us, end_us) that may hold an event of the
+    log up to entry `last`: those the log index names when it covers the log up to `last`,
+    else every hour of the range (an open end stops at the first or last day the totals
+    hold). The index is read a month of days at a time, so this holds one month's fields."""
+    span = await _hour_span(store, project, start_us, end_us, False)
+    if span is None or not last:
+        return
+    first, final = span
+    complete, cursor = await store.ledger.log_index_state(project)
+    if not complete or entry_order(cursor) < entry_order(last):
+        for hour in range(first, final + 1):
+            yield hour
+        return
+    stop = entry_order(last)
+    for day0 in range(first // 24, final // 24 + 1, _DAYS_PER_READ):
+        days = list(range(day0, min(day0 + _DAYS_PER_READ, final // 24 + 1)))
+        indexes = await store.ledger.log_index(project, [day_name(d) for d in days])
+        for day, fields in zip(days, indexes, strict=True):
+            hours: set[int] = set()
+            for raw in fields:
+                hh, _, entry_id = as_text(raw).partition("|")
+                hour = day * 24 + int(hh)
+                if first <= hour <= final and entry_order(entry_id) <= stop:
+                    hours.add(hour)
+            for hour in sorted(hours):
+                yield hour

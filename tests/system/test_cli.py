@@ -337,6 +337,13 @@ async def test_export_focus_to_a_file_and_to_stdout(
 
     code, out, _ = run(capsys, "export", "focus", "--project", "llm", *conn(api))
     assert out == direct.decode()
+    async with api.client() as c:
+        params = {"project": "llm", "granularity": "day"}
+        daily = (await c.get("/v1/export/focus", params=params)).content
+    code, out, _ = run(
+        capsys, "export", "focus", "--project", "llm", "--granularity", "day", *conn(api)
+    )
+    assert code == 0 and out == daily.decode() and out != direct.decode()
 
     code, _, err = run(
         capsys,
