@@ -40,6 +40,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+# The ingest store needs the counters but not this module (which needs `Stores`): they live
+# below both, in counters.py, and are re-exported here.
+from .counters import BudgetCounter as BudgetCounter
+from .counters import LimitCheck as LimitCheck
 from .model import (
     AlertRecord,
     Budget,
@@ -58,24 +62,6 @@ from .model import (
 
 if TYPE_CHECKING:
     from ..stores import Stores
-
-
-@dataclass(frozen=True)
-class LimitCheck:
-    mode: str  # "c": crossed from below to at/above; "a": ends strictly above
-    limit: int
-    alert_id: str
-    alert_json: bytes
-
-
-@dataclass(frozen=True)
-class BudgetCounter:
-    """Add `delta` to a budget counter and check its limits, inside the ingest script."""
-
-    daily: bool  # the per-day counter (growth) rather than the per-period one
-    field: str
-    delta: int
-    checks: Sequence[LimitCheck]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from .ui import ui
 
 
 def openapi_json() -> str:
-    from ..http.openapi import openapi_document
+    from ..http.app import openapi_document
 
     return json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
 

@@ -19,11 +19,18 @@ if TYPE_CHECKING:
     from ..events.model import EventIn
     from .aio import AsyncBatcher, AsyncClient
     from .batching import RefusedEvent
-    from .errors import ApiError, BatcherError, BatcherFull, ClientError, ServiceUnreachable
+    from .errors import (
+        ApiError,
+        BatcherError,
+        BatcherFull,
+        ClientError,
+        ServiceUnreachable,
+        SpoolBusy,
+    )
     from .ids import NAMESPACE, event_id, namespace
     from .models import Event, IngestReport, RejectedEvent
     from .retry import NO_RETRY, RetryPolicy
-    from .spool import DrainReport, SetAside, Spool, SpoolBusy
+    from .spool import DrainReport, SetAside, Spool
     from .sync import Batcher, Client
 
 # Imported when first used: a Slurm hook that imports `trainledger.client.spool` to call
@@ -49,7 +56,7 @@ _WHERE = {
     "DrainReport": ".spool",
     "SetAside": ".spool",
     "Spool": ".spool",
-    "SpoolBusy": ".spool",
+    "SpoolBusy": ".errors",
     "Batcher": ".sync",
     "Client": ".sync",
 }

@@ -20,7 +20,7 @@ from .batching import (
     OnError,
     split_posts,
 )
-from .errors import ApiError, BatcherError
+from .errors import ApiError, BatcherError, SpoolBusy
 from .models import (
     NDJSON,
     Event,
@@ -265,8 +265,6 @@ class AsyncBatcher(BatcherView):
                 return delivery
 
     async def _drain(self, spool: Spool) -> None:
-        from .spool import SpoolBusy
-
         # The spool drains with a blocking client: run it in a thread whose posts go
         # through this loop's client.
         bridge = _LoopPoster(self.client, asyncio.get_running_loop())

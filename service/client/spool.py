@@ -42,16 +42,24 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from .errors import SpoolBusy as SpoolBusy  # re-exported: its home was this module
 from .spool_files import Unreadable, event_id, event_lines, fsync_directory, read_entry
 
 if TYPE_CHECKING:
     from .batching import RefusedEvent
     from .models import IngestReport
-    from .sync import Client
+
+
+class Client(Protocol):
+    """What `drain` needs of a client (`trainledger.client.Client` is one): named here, not
+    imported from sync.py, which imports this module (no import circles)."""
+
+    def post_ndjson(self, lines: Sequence[bytes]) -> IngestReport: ...
+
 
 SUFFIX = ".ndjson"
 CORRUPT = ".corrupt"  # not SUFFIX: `mv failed/*.ndjson new/` must not send garbage again
@@ -67,10 +75,6 @@ _encoder = msgspec.json.Encoder(decimal_format="string")
 
 UNREADABLE_ENTRY = "Unreadable spool entry"
 UNREADABLE_LINES = "Unreadable spool lines"
-
-
-class SpoolBusy(Exception):
-    """Another process is draining this spool."""
 
 
 @dataclass

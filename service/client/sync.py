@@ -24,7 +24,7 @@ from .batching import (
     RefusedEvent,
     deliver,
 )
-from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
+from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable, SpoolBusy
 from .models import (
     NDJSON,
     Event,
@@ -332,8 +332,6 @@ class Batcher(BatcherView):
         return deliver(self.client.post_ndjson, batch)
 
     def _drain(self, spool: Spool) -> None:
-        from .spool import SpoolBusy
-
         try:
             drained = spool.drain(self.client, batch_size=self.size)
         except SpoolBusy:  # an agent is draining it: the events are in good hands

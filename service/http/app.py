@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -307,3 +308,10 @@ def serve_app() -> Litestar:
     app.on_startup.append(tune_garbage_collector)
     app.on_startup.append(_share_the_interpreter_finely)
     return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of the app, as checked in at `openapi/openapi.json`."""
+    # No connection is made: the Redis client is created in the lifespan, which is not run.
+    app = create_app(Settings(), redis_url="redis://127.0.0.1:1/0")
+    return app.openapi_schema.to_schema()

@@ -449,13 +449,3 @@ def add_request_examples(app: Litestar) -> None:
                 if isinstance(body, RequestBody) and body.content:
                     for media in body.content.values():
                         media.example = example
-
-
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document of the app, as checked in at `openapi/openapi.json`."""
-    from ..config import Settings
-    from .app import create_app
-
-    # No connection is made: the Redis client is created in the lifespan, which is not run.
-    app = create_app(Settings(), redis_url="redis://127.0.0.1:1/0")
-    return app.openapi_schema.to_schema()

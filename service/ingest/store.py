@@ -18,7 +18,7 @@ import msgspec
 
 from costcore import group_positions, take
 
-from ..budgets.firing import BudgetCounter
+from ..budgets.counters import BudgetCounter
 from ..ratecards.store import CARD_REVISION_SECONDS, RateCardStore
 from ..storage import scripts
 from ..storage.connection import Connection, ConnectionLost, ServerError, StoreError
