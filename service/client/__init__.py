@@ -25,12 +25,12 @@ if TYPE_CHECKING:
         BatcherFull,
         ClientError,
         ServiceUnreachable,
-        SpoolBusy,
     )
     from .ids import NAMESPACE, event_id, namespace
     from .models import Event, IngestReport, RejectedEvent
     from .retry import NO_RETRY, RetryPolicy
     from .spool import DrainReport, SetAside, Spool
+    from .spool_files import SpoolBusy
     from .sync import Batcher, Client
 
 # Imported when first used: a Slurm hook that imports `trainledger.client.spool` to call
@@ -56,7 +56,7 @@ _WHERE = {
     "DrainReport": ".spool",
     "SetAside": ".spool",
     "Spool": ".spool",
-    "SpoolBusy": ".errors",
+    "SpoolBusy": ".spool_files",
     "Batcher": ".sync",
     "Client": ".sync",
 }

@@ -20,7 +20,7 @@ from .batching import (
     OnError,
     split_posts,
 )
-from .errors import ApiError, BatcherError, SpoolBusy
+from .errors import ApiError, BatcherError
 from .models import (
     NDJSON,
     Event,
@@ -37,6 +37,7 @@ from .retry import (
     retryable_error,
     retryable_status,
 )
+from .spool_files import SpoolBusy
 from .sync import DEFAULT_BATCH, OnRetry, as_mapping, drain_report, set_aside, unreachable
 
 if TYPE_CHECKING:

@@ -72,7 +72,3 @@ class BatcherFull(ClientError):
         super().__init__(f"batcher full: {bound} events queued{why}")
         self.line = line
         self.bound = bound
-
-
-class SpoolBusy(Exception):
-    """Another process is draining this spool."""

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from .errors import SpoolBusy as SpoolBusy  # re-exported: its home was this module
+from .spool_files import SpoolBusy as SpoolBusy  # re-exported: its home was this module
 from .spool_files import Unreadable, event_id, event_lines, fsync_directory, read_entry
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
 """What a spooled file holds: an entry read without trusting it (never a FIFO opened
 blocking, never a symbolic link followed) and its lines split into events and the
-unreadable rest. Apart from `spool.py` so each stays one idea."""
+unreadable rest, and `SpoolBusy`. Apart from `spool.py` so each stays one idea (and so
+`sync.py` and `aio.py` need not import `spool.py`, which names the client)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import msgspec
 
 # An event line is one JSON object; its values are checked as JSON, not read into Python.
 _event_line = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+class SpoolBusy(Exception):
+    """Another process is draining this spool."""
 
 
 class Unreadable(Exception):

@@ -24,7 +24,7 @@ from .batching import (
     RefusedEvent,
     deliver,
 )
-from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable, SpoolBusy
+from .errors import ApiError, BatcherError, ClientError, ServiceUnreachable
 from .models import (
     NDJSON,
     Event,
@@ -42,6 +42,7 @@ from .retry import (
     retryable_error,
     retryable_status,
 )
+from .spool_files import SpoolBusy
 
 if TYPE_CHECKING:
     from .spool import DrainReport, Spool
