@@ -4,7 +4,6 @@ official validator, and the parameter over HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from collections.abc import Sequence
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 from trainledger.cli.demo import EXAMPLE_CARD
 from trainledger.export.aggregate import Granularity
-from trainledger.export.focus import APPLICABILITY_CRITERIA
 from trainledger.export.stream import prepare_export
 from trainledger.ratecards.catalog import RateCards
 from trainledger.storage.keys import Keys
@@ -25,14 +23,12 @@ from tests.api.test_ingest import post, put_card
 from tests.conftest import Api, event
 from tests.integration.export.test_focus import (
     SCENARIO,
-    VALUE_RULES,
     _example_events,
-    _or_alternatives,
+    assert_valid_focus,
     at,
     focus_validator,
     ingest,
     parse,
-    run_validator,
 )
 from tests.integration.export.test_ranged_export import _batches, _windows
 
@@ -193,23 +189,7 @@ async def test_aggregated_export_passes_the_focus_validator(
     ]
     data = tmp_path / "focus-aggregated.csv"
     data.write_text(files[0] + "".join(text.split("\r\n", 1)[1] for text in files[1:]))
-    failed, passed, model_file = await asyncio.to_thread(
-        run_validator, focus_validator, data, tmp_path / "report.xml"
-    )
-    model = json.loads(model_file.read_text())
-    alternatives = _or_alternatives(model)
-    real = {rule for rule in failed if not alternatives.get(rule, set()) & passed}
-    assert not real, f"focus-validator failures: {sorted(real)}"
-    claimed = set(APPLICABILITY_CRITERIA)
-    presence = {
-        rule_id
-        for rule_id, rule in model["ModelRules"].items()
-        if rule["Function"] == "Presence"
-        and rule["ValidationCriteria"]["Keyword"] == "MUST"
-        and set(rule["ApplicabilityCriteria"]) <= claimed
-    }
-    assert presence <= passed, sorted(presence - passed)
-    assert passed >= VALUE_RULES, sorted(VALUE_RULES - passed)
+    await assert_valid_focus(focus_validator, data, tmp_path / "report.xml")
 
 
 def _moved(text: str, hour: datetime) -> str:
