@@ -91,12 +91,18 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
             export = await prepare_export(store, cards, project)
             return len([r async for r in export.rows(*window)])
 
+        async def export_hourly() -> int:
+            export = await prepare_export(store, cards, project)
+            return len(b"".join([c async for c in export.csv_chunks(*window, granularity="hour")]))
+
         rows = await export_after()
         out["(rows of that day's export)"] = float(rows)
         if before:
             assert await export_before() == rows
             out["export one day, before"] = await _median_ms(export_before, reps)
         out["export one day, after"] = await _median_ms(export_after, reps)
+        out["(bytes of that day's hourly export)"] = float(await export_hourly())
+        out["export one day per hour (granularity=hour)"] = await _median_ms(export_hourly, reps)
 
         budget = new_budget(
             msgspec.convert(
