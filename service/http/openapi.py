@@ -1,4 +1,4 @@
-"""OpenAPI additions Litestar cannot infer: the raw multi-format body of `POST /v1/events`,
+"""OpenAPI additions Litestar cannot infer: the raw bodies of the ingest routes (one format each),
 the error answers (RFC 9457 problem details rather than Litestar's default shape, with
 `Retry-After` on 429 and 503), the tags, and the request examples the routes give.
 
@@ -165,15 +165,29 @@ def add_wire_schemas(app: Litestar) -> None:
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+    bodies = events_body_content()
     for item in (schema.paths or {}).values():
         post = item.post
-        if post is not None and post.operation_id == "postEvents":
+        media = INGEST_FORMATS.get(post.operation_id or "") if post is not None else None
+        if post is not None and media is not None:
             assert isinstance(post.request_body, RequestBody)
-            post.request_body.content = events_body_content()
+            post.request_body.content = {media: bodies[media]}
+
+
+# The ingest operations, each with the one content type it documents (service/events/
+# routes.py): one body per operation, so that a generated client has one function per format.
+# `POST /v1/events` still reads the others too (sent under their content type), undocumented.
+INGEST_FORMATS = {
+    "postEvents": JSON,
+    "postCloudEvents": CLOUDEVENT_BATCH,
+    "postCloudEvent": CLOUDEVENT,
+    "postEventsNdjson": NDJSON,
+    "postEventsMsgpack": MSGPACK,
+}
 
 
 def events_body_content() -> dict[str, OpenAPIMediaType]:
-    """The body of `POST /v1/events`: one schema per content type."""
+    """The body of each content type the ingest reads, with its schema."""
     event = Reference(ref="#/components/schemas/EventIn")
     cloud = Reference(ref="#/components/schemas/CloudEvent")
     binary = {"type": "string", "format": "binary"}
@@ -250,7 +264,7 @@ INGEST_PROBLEM_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": True,
 }
-INGEST_OPERATIONS = ("postEvents", "postRejectedEventsReplay")
+INGEST_OPERATIONS = (*INGEST_FORMATS, "postRejectedEventsReplay")
 
 RETRY_AFTER: dict[str, OpenAPIHeader | Reference] = {
     "Retry-After": OpenAPIHeader(

@@ -23,16 +23,34 @@ def test_spec_is_valid_openapi() -> None:
     validate(json.loads(SPEC.read_text()))
 
 
-def test_events_body_documents_every_content_type() -> None:
+def test_each_ingest_format_has_its_own_operation_with_one_body() -> None:
+    """One request body per operation (a generated client gets one function per format:
+    tests/system/test_generated_client.py), and every content type the ingest reads has one."""
     spec = json.loads(SPEC.read_text())
-    content = spec["paths"]["/v1/events"]["post"]["requestBody"]["content"]
-    assert set(content) == {
-        "application/json",
-        "application/x-ndjson",
-        "application/msgpack",
-        "application/cloudevents+json",
-        "application/cloudevents-batch+json",
+    ingest = {
+        path: list(spec["paths"][path]["post"]["requestBody"]["content"])
+        for path in (
+            "/v1/events",
+            "/v1/events/cloudevents",
+            "/v1/events/cloudevent",
+            "/v1/events/ndjson",
+            "/v1/events/msgpack",
+        )
     }
+    assert ingest == {
+        "/v1/events": ["application/json"],
+        "/v1/events/cloudevents": ["application/cloudevents-batch+json"],
+        "/v1/events/cloudevent": ["application/cloudevents+json"],
+        "/v1/events/ndjson": ["application/x-ndjson"],
+        "/v1/events/msgpack": ["application/msgpack"],
+    }
+    several = [
+        f"{method.upper()} {path}"
+        for path, item in spec["paths"].items()
+        for method, op in item.items()
+        if len(op.get("requestBody", {}).get("content", {})) > 1
+    ]
+    assert several == []
     assert "EventIn" in spec["components"]["schemas"]
 
 
