@@ -10,6 +10,7 @@ the HTTP method, a tag from `API_TAGS`, a summary and a description, and for a b
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from typing import Any
 
@@ -151,6 +152,23 @@ def _cloud_event_schemas(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _defaults_described(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with each optional property's default said in its description rather than as
+    `default`. The server fills a missing field in; a `default` on a request-only schema's
+    field only makes openapi-typescript (its `defaultNonNullable`, on by default) type the
+    field as required, so that a client had to send `stage`, `experiment`, `owner`, `tags`."""
+    properties = {}
+    for name, field in schema["properties"].items():
+        if "default" in field and name not in schema.get("required", []):
+            field = {k: v for k, v in field.items() if k != "default"}
+            said = f"optional, default {json.dumps(schema['properties'][name]['default'])}"
+            field["description"] = (
+                f"{said}; {field['description']}" if "description" in field else said
+            )
+        properties[name] = field
+    return {**schema, "properties": properties}
+
+
 def add_wire_schemas(app: Litestar) -> None:
     """Put the event model and the CloudEvents envelope into the app's OpenAPI document
     (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`), and the body of
@@ -158,6 +176,7 @@ def add_wire_schemas(app: Litestar) -> None:
     _, components = msgspec.json.schema_components(
         [EventIn], ref_template="#/components/schemas/{name}"
     )
+    components["EventIn"] = _defaults_described(components["EventIn"])
     components.update(_cloud_event_schemas(components["EventIn"]))
     schema = app.openapi_schema
     assert schema.components is not None

@@ -27,10 +27,9 @@ const usage = (id: string, quantity: string, sku = "gpu.h100.hour"): EventIn => 
   project: "llm",
   sku,
   quantity,
+  // `owner` and `tags` left out: optional (the server's defaults), as the types say.
   stage: "pretrain",
   experiment: "ts",
-  owner: "",
-  tags: {},
 });
 
 const card = await client.PUT("/v1/rate-cards/{name}", {
@@ -55,7 +54,7 @@ const cloudEvent: CloudEvent = {
   type: "dev.trainledger.usage",
   time: hourAgo,
   subject: "llm",
-  data: { sku: "gpu.h100.hour", quantity: "1", stage: "pretrain", experiment: "ts", owner: "", tags: {} },
+  data: { sku: "gpu.h100.hour", quantity: "1", experiment: "ts" },
 };
 // Each format has its own operation; openapi-fetch sends `application/json` unless told.
 const cloud = await client.POST("/v1/events/cloudevent", {
