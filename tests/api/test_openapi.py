@@ -54,6 +54,28 @@ def test_each_ingest_format_has_its_own_operation_with_one_body() -> None:
     assert "EventIn" in spec["components"]["schemas"]
 
 
+def test_event_bodies_give_their_defaults_in_words_not_as_default() -> None:
+    """A `default` would make openapi-typescript type the field as required
+    (tests/system/test_generated_ts_client.py leaves them out of its events)."""
+    schemas = json.loads(SPEC.read_text())["components"]["schemas"]
+    said = {
+        (name, field): prop.get("description", "").split(";", 1)[0]
+        for name in ("EventIn", "CloudEventData")
+        for field, prop in schemas[name]["properties"].items()
+        if "default" in prop or prop.get("description", "").startswith("optional")
+    }
+    assert said == {
+        (name, field): f"optional, default {value}"
+        for name in ("EventIn", "CloudEventData")
+        for field, value in (
+            ("experiment", '""'),
+            ("owner", '""'),
+            ("stage", '"other"'),
+            ("tags", "{}"),
+        )
+    }
+
+
 async def test_api_reference_is_served_without_a_token(api: Api) -> None:
     import httpx
 
