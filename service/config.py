@@ -23,7 +23,7 @@ from platformdirs import user_data_dir
 
 from .spend_metrics.settings import PROJECTS_RANGE, TOP_RANGE, SpendConfig, parse_dimensions
 from .storage.urls import redact
-from .webhooks.config import DeliveryConfig
+from .webhooks.delivery.config import DeliveryConfig
 
 APP_NAME = "trainledger"
 
@@ -109,7 +109,7 @@ def _fernet_keys(raw: str) -> str:
 def _allowlist(raw: str) -> tuple[str, ...]:
     # Checking a host takes httpx's URL parser: imported when the variable is set, so that a
     # command that needs no HTTP (`slurm-hook`) does not load it.
-    from .webhooks.targets import parse_allowlist_env
+    from .webhooks.targets.checks import parse_allowlist_env
 
     return parse_allowlist_env(raw)
 
