@@ -332,7 +332,7 @@ class Settings:
     # Requests a second one token may make (all workers together); 0 turns the limit off.
     rate_limit_per_second: int = 1000
     # Webhook targets exempt from "https only, public addresses only": host names (exact,
-    # case-insensitive), IP addresses and CIDR networks (service/webhooks/targets.py).
+    # case-insensitive), IP addresses and CIDR networks (service/webhooks/targets/checks.py).
     webhook_allowlist: tuple[str, ...] = ()
     # "json" or "text" sets up the process's logging (the `serve` command does); "" leaves it.
     log_format: str = ""

@@ -51,7 +51,7 @@ AlertKindName = Literal["threshold", "forecast", "growth", "evaluation_regressio
 def check_target(url: str, allowlist: AllowList | Sequence[str] = ()) -> Target:
     """Raise `UnsafeTarget` unless `url` may be a webhook target as written: http(s), a
     valid host, no credentials, https unless the host is allow-listed, and a literal address
-    public unless allow-listed. `service.webhooks.targets` has the rules; resolving the host
+    public unless allow-listed. `service.webhooks.targets.checks` has the rules; resolving the host
     (`resolve_target`) happens at registration and again before every attempt."""
     allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
     return _check_target(url, allow)

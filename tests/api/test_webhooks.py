@@ -83,7 +83,7 @@ QUIET = DeliveryConfig(enabled=False)
 BY_HAND = DeliveryConfig(max_attempts=10, base_delay_s=0, lease_s=10.0, timeout_s=5.0)
 
 # The receivers here listen on loopback over http, which the ledger only sends to when
-# allow-listed (service/webhooks/targets.py; tests/system/test_webhook_targets.py tests the rules).
+# allow-listed (service/webhooks/targets/checks.py; tests/system/test_webhook_targets.py: rules).
 LOOPBACK = ("127.0.0.1",)
 
 FEISHU_SECRET = "feishu-bot-secret-0123"

@@ -1,7 +1,7 @@
 """Webhook target safety (SSRF): which URLs and addresses the ledger sends to, and how.
 
-The rules are in `service/webhooks/targets.py`. Everything here runs for real: the ledger over
-HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
+The rules are in `service/webhooks/targets/checks.py`. Everything here runs for real: the ledger
+over HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
 test with the ``openssl`` command), and the delivery worker. The one thing replaced is the
 resolver, through its seam (`service.webhooks.targets.checks.resolver`, or a worker's `resolver=`):
 a plain function answering the addresses a test chooses, since no test can own public DNS.

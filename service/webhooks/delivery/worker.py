@@ -118,7 +118,7 @@ class DeliveryWorker:
         self.allowlist = (
             allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
         )
-        self.resolver = resolver  # None: `service.webhooks.targets.resolver`, looked up per use
+        self.resolver = resolver  # None: `targets.checks.resolver`, looked up per use
         self.ssl_context = ssl_context  # None: httpx's default verification (certifi)
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._rng = rng or random.Random()

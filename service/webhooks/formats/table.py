@@ -41,6 +41,15 @@ class Format:
     build: Builder | None
 
     @property
+    def signed(self) -> str:
+        """Whether a receiver can check the message came from us: "yes", "when a secret is
+        set" or "no" (a chat bot whose URL is the credential; an email, whose secret is the
+        SMTP password)."""
+        if self.over_smtp or self.secret == "none":
+            return "no"
+        return "yes" if self.secret == "generated" else "when a secret is set"
+
+    @property
     def over_smtp(self) -> bool:
         """Sent over SMTP (`delivery.smtp`), not as an HTTP request."""
         return self.build is None
@@ -116,10 +125,22 @@ def format_of(name: str) -> Format | None:
     return BY_NAME.get(name)
 
 
+TABLE_BEGIN: Final = "<!-- webhook-formats: begin (python3 dev.py formats-table) -->\n"
+TABLE_END: Final = "<!-- webhook-formats: end -->\n"
+DOCS_PAGE: Final = "docs/guides/budgets-and-webhooks.md"  # the page that shows the table
+
+
+def with_table(page: str) -> str:
+    """``page`` with the text between its table markers made `markdown_table()` again."""
+    head, begin, rest = page.partition(TABLE_BEGIN)
+    _, end, tail = rest.partition(TABLE_END)
+    if not begin or not end:
+        raise ValueError("the page has no webhook-formats table markers")
+    return head + begin + markdown_table() + end + tail
+
+
 def markdown_table() -> str:
     """The formats as the Markdown table the guide shows."""
     rows = ["| format | signed | body | signature |", "|---|---|---|---|"]
-    for f in FORMATS:
-        signed = {"generated": "yes", "optional": "optional", "none": "no"}[f.secret]
-        rows.append(f"| `{f.name}` | {signed} | {f.body} | {f.signature} |")
+    rows += [f"| `{f.name}` | {f.signed} | {f.body} | {f.signature} |" for f in FORMATS]
     return "\n".join(rows) + "\n"

@@ -1,5 +1,5 @@
-"""Webhook message building and signing for budget alerts (service.webhooks.formats,
-chat_formats and signing).
+"""Webhook message building and signing for budget alerts (service.webhooks.formats: build,
+the format modules, view and signing).
 
 Signatures are checked three ways: published vectors, an independent re-implementation
 here written from the vendors' documented algorithms (stdlib hmac), and, for Standard
