@@ -166,7 +166,7 @@ async def send_test_message(
         return result(None, webhook.unsealable)
     timeout_s = (config or DeliveryConfig.from_env()).timeout_s
     tls = ssl_context or httpx.create_ssl_context()
-    if webhook.format == "email":  # one SMTP session, as a delivery makes (`smtp.py`)
+    if webhook.format == "email":  # one SMTP session, as a delivery makes (`delivery/smtp.py`)
         mailed = await deliver_email(
             webhook, message, allowlist=allow, resolver=resolver, ssl_context=tls,
             timeout_s=timeout_s,

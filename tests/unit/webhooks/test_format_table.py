@@ -18,6 +18,7 @@ from trainledger.webhooks.formats.table import (
     FORMATS,
     HTTP_NAMES,
     NAMES,
+    Format,
     markdown_table,
     with_table,
 )
@@ -61,10 +62,7 @@ def _subparser(parser: argparse.ArgumentParser, *path: str) -> argparse.Argument
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f.build is not None], ids=lambda f: f.name)
-def test_each_row_says_how_its_format_takes_a_secret(fmt: object) -> None:
-    from trainledger.webhooks.formats.table import Format
-
-    assert isinstance(fmt, Format)
+def test_each_row_says_how_its_format_takes_a_secret(fmt: Format) -> None:
     url = "https://hooks.example.com/a/b?key=k"
     if fmt.secret == "none":
         with pytest.raises(ValueError, match="not signed"):
