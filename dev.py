@@ -7,6 +7,7 @@
     python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
     python3 dev.py check      # ruff, mypy, the import rules and the OpenAPI freshness check
     python3 dev.py openapi    # regenerate openapi/openapi.json
+    python3 dev.py formats-table  # the webhook formats table of the budgets-and-webhooks guide
     python3 dev.py lock       # refresh the image's locks, requirements/{image,build}.txt
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
@@ -117,6 +118,15 @@ def openapi(argv: list[str]) -> int:
     )
 
 
+def formats_table(argv: list[str]) -> int:
+    """Write the webhook formats table of the guide again from service/webhooks/formats/table.py."""
+    code = (
+        "import pathlib; from trainledger.webhooks.formats.table import DOCS_PAGE, with_table; "
+        "page = pathlib.Path(DOCS_PAGE); page.write_text(with_table(page.read_text()))"
+    )
+    return subprocess.call([str(BIN / "python"), "-c", code], cwd=ROOT)
+
+
 # The image's locks: exact versions with their hashes, from PyPI, for the image's platform.
 UV = "uv==0.13.9"
 LOCK_PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]
@@ -152,6 +162,7 @@ COMMANDS = {
     "test-unit": test_unit,
     "check": check,
     "openapi": openapi,
+    "formats-table": formats_table,
     "lock": lock,
 }
 

@@ -23,7 +23,7 @@ from platformdirs import user_data_dir
 
 from .spend_metrics.settings import PROJECTS_RANGE, TOP_RANGE, SpendConfig, parse_dimensions
 from .storage.urls import redact
-from .webhooks.config import DeliveryConfig
+from .webhooks.delivery.config import DeliveryConfig
 
 APP_NAME = "trainledger"
 
@@ -109,7 +109,7 @@ def _fernet_keys(raw: str) -> str:
 def _allowlist(raw: str) -> tuple[str, ...]:
     # Checking a host takes httpx's URL parser: imported when the variable is set, so that a
     # command that needs no HTTP (`slurm-hook`) does not load it.
-    from .webhooks.targets import parse_allowlist_env
+    from .webhooks.targets.checks import parse_allowlist_env
 
     return parse_allowlist_env(raw)
 
@@ -332,7 +332,7 @@ class Settings:
     # Requests a second one token may make (all workers together); 0 turns the limit off.
     rate_limit_per_second: int = 1000
     # Webhook targets exempt from "https only, public addresses only": host names (exact,
-    # case-insensitive), IP addresses and CIDR networks (service/webhooks/targets.py).
+    # case-insensitive), IP addresses and CIDR networks (service/webhooks/targets/checks.py).
     webhook_allowlist: tuple[str, ...] = ()
     # "json" or "text" sets up the process's logging (the `serve` command does); "" leaves it.
     log_format: str = ""

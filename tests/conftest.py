@@ -170,7 +170,7 @@ class ServerThread:
     ) -> None:
         self.port = port or free_port()  # a port again: the same service back after a stop
         self.base_url = f"http://127.0.0.1:{self.port}"
-        # Test receivers listen on loopback over http: allow-list it (service/webhooks/targets.py).
+        # Test receivers listen on loopback over http: allow-list it (webhooks/targets/checks.py).
         settings = settings or Settings(redis_url=redis_url, webhook_allowlist=("127.0.0.1",))
         app = create_app(settings, redis_url=redis_url)
         config = uvicorn.Config(

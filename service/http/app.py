@@ -51,9 +51,9 @@ from ..storage.processes import exit_with_parent
 from ..storage.sealing import Sealer, load_sealer
 from ..stores import Stores
 from ..waste.routes import ExperimentController, ReportController
-from ..webhooks.config import DeliveryConfig
+from ..webhooks.delivery.config import DeliveryConfig
+from ..webhooks.delivery.worker import DeliveryWorker
 from ..webhooks.routes import WebhookController
-from ..webhooks.worker import DeliveryWorker
 from .bodies import BoundedRequest, ClientGone, client_gone_answer
 from .deadline import StoreDeadlineMiddleware
 from .deps import Services

@@ -13,7 +13,7 @@ from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.security import requires
-from .deliveries import (
+from .delivery.deliveries import (
     DeliveryPage,
     DeliveryStatus,
     RedeliverIn,

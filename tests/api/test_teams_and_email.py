@@ -37,10 +37,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from trainledger.auth.model import Principal
 from trainledger.storage.sealing import load_sealer
-from trainledger.webhooks import targets
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.delivery.config import DeliveryConfig
+from trainledger.webhooks.delivery.worker import DeliveryWorker
 from trainledger.webhooks.service import send_test_message
-from trainledger.webhooks.worker import DeliveryWorker
+from trainledger.webhooks.targets import checks as targets
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card

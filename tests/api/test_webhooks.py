@@ -43,14 +43,14 @@ from litestar import Litestar
 from trainledger.config import Settings
 from trainledger.storage.keys import Keys
 from trainledger.stores import Stores
-from trainledger.webhooks.config import DeliveryConfig, parse_retry_after, retry_delay
-from trainledger.webhooks.dispatch import DELIVERY_GROUP
-from trainledger.webhooks.redaction import redacted_url
+from trainledger.webhooks.delivery.config import DeliveryConfig, parse_retry_after, retry_delay
+from trainledger.webhooks.delivery.dispatch import DELIVERY_GROUP
+from trainledger.webhooks.delivery.worker import DeliveryWorker
+from trainledger.webhooks.formats.signing import generate_secret
 from trainledger.webhooks.registry import check_target
 from trainledger.webhooks.routes import WebhookController
-from trainledger.webhooks.signing import generate_secret
-from trainledger.webhooks.targets import UnsafeTarget
-from trainledger.webhooks.worker import DeliveryWorker
+from trainledger.webhooks.targets.checks import UnsafeTarget
+from trainledger.webhooks.targets.redaction import redacted_url
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
@@ -83,7 +83,7 @@ QUIET = DeliveryConfig(enabled=False)
 BY_HAND = DeliveryConfig(max_attempts=10, base_delay_s=0, lease_s=10.0, timeout_s=5.0)
 
 # The receivers here listen on loopback over http, which the ledger only sends to when
-# allow-listed (service/webhooks/targets.py; tests/system/test_webhook_targets.py tests the rules).
+# allow-listed (service/webhooks/targets/checks.py; tests/system/test_webhook_targets.py: rules).
 LOOPBACK = ("127.0.0.1",)
 
 FEISHU_SECRET = "feishu-bot-secret-0123"

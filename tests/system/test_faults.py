@@ -40,7 +40,7 @@ import pytest
 import uvicorn
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.stores import Stores
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.delivery.config import DeliveryConfig
 
 from tests.api.test_budgets import this_month
 from tests.conftest import (

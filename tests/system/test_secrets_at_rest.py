@@ -33,14 +33,14 @@ from trainledger.storage.sealing import (
     load_sealer,
 )
 from trainledger.stores import Stores
+from trainledger.webhooks.delivery.worker import DeliveryWorker
+from trainledger.webhooks.formats.signing import generate_secret
 from trainledger.webhooks.registry import (
     WebhookIn,
     create_webhook,
     load_webhooks,
     webhook_view,
 )
-from trainledger.webhooks.signing import generate_secret
-from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card

@@ -1,9 +1,9 @@
 """Webhook target safety (SSRF): which URLs and addresses the ledger sends to, and how.
 
-The rules are in `service/webhooks/targets.py`. Everything here runs for real: the ledger over
-HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
+The rules are in `service/webhooks/targets/checks.py`. Everything here runs for real: the ledger
+over HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
 test with the ``openssl`` command), and the delivery worker. The one thing replaced is the
-resolver, through its seam (`service.webhooks.targets.resolver`, or a worker's `resolver=`):
+resolver, through its seam (`service.webhooks.targets.checks.resolver`, or a worker's `resolver=`):
 a plain function answering the addresses a test chooses, since no test can own public DNS.
 The ``.test`` names used resolve nowhere else (RFC 6761), so a request that reaches a
 receiver under such a name went to the address the seam gave, not to a lookup of its own.
@@ -29,10 +29,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from trainledger.config import Settings
-from trainledger.webhooks import targets
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.delivery.config import DeliveryConfig
+from trainledger.webhooks.delivery.worker import DeliveryWorker
 from trainledger.webhooks.registry import check_target
-from trainledger.webhooks.targets import (
+from trainledger.webhooks.targets import checks as targets
+from trainledger.webhooks.targets.checks import (
     AllowList,
     IPAddress,
     UnresolvedTarget,
@@ -41,7 +42,6 @@ from trainledger.webhooks.targets import (
     refusal_reason,
     resolve_target,
 )
-from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card

@@ -45,29 +45,30 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import msgspec
 
-from ..cancellation import raise_if_cancelled
-from ..metrics import WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
-from ..storage.sealing import Sealer, load_sealer
-from .config import DeliveryConfig, parse_retry_after, retry_delay
-from .deliveries import DeliveryRecord, delivery_decoder, now_ms
-from .dispatch import dispatch_alerts
-from .formats import Message, OutgoingRequest, build_request
-from .messages import alert_message
-from .ordering import EndpointLines, entry_order
-from .redaction import scrub, secret_parts
-from .registry import WebhookRecord, check_target, load_webhooks
-from .retry_log import log_retry
-from .sending import send_checked
-from .smtp import deliver_email
-from .targets import (
+from ...cancellation import raise_if_cancelled
+from ...metrics import WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
+from ...storage.sealing import Sealer, load_sealer
+from ..formats.build import build_request
+from ..formats.message import Message, OutgoingRequest
+from ..messages import alert_message
+from ..registry import WebhookRecord, check_target, load_webhooks
+from ..targets.checks import (
     AllowList,
     Resolver,
     Target,
     UnsafeTarget,
 )
+from ..targets.redaction import scrub, secret_parts
+from .config import DeliveryConfig, parse_retry_after, retry_delay
+from .deliveries import DeliveryRecord, delivery_decoder, now_ms
+from .dispatch import dispatch_alerts
+from .ordering import EndpointLines, entry_order
+from .retry_log import log_retry
+from .sending import send_checked
+from .smtp import deliver_email
 
 if TYPE_CHECKING:
-    from ..stores import Stores
+    from ...stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 
@@ -117,7 +118,7 @@ class DeliveryWorker:
         self.allowlist = (
             allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
         )
-        self.resolver = resolver  # None: `service.webhooks.targets.resolver`, looked up per use
+        self.resolver = resolver  # None: `targets.checks.resolver`, looked up per use
         self.ssl_context = ssl_context  # None: httpx's default verification (certifi)
         self.consumer = consumer or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._rng = rng or random.Random()

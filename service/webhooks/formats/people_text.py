@@ -3,15 +3,15 @@ crossed what and by how much, the facts, the top drivers, with money for people:
 grouping and the currency's own precision ("1,562.68 USD", "1,563 JPY", "12.346 KWD"). The
 exact figures stay in the machine-readable parts (the ``standard`` format's body, the API).
 
-Built from the same neutral view as the chat formats (`chat_formats.chat_view`). Money goes
+Built from the same neutral view as the chat formats (`view.chat_view`). Money goes
 through the one formatter for people (`costcore.money.format_money_for_people`)."""
 
 from __future__ import annotations
 
 from costcore.money import amount_for_people
 
-from .chat_formats import ChatView
 from .regression_text import regression_facts, regression_summary
+from .view import ChatView
 
 
 def money_for_people(amount: str, currency: str) -> str:

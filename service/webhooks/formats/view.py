@@ -1,12 +1,13 @@
-"""The chat formats' bodies (Slack, Feishu, DingTalk, WeCom) for an alert: its display strings
-cleaned, clipped and escaped for each markup, then laid out. No I/O.
+"""The neutral view every people-facing format lays out (`chat_view`): an alert's display
+strings cleaned and clipped, not yet escaped; the escaping of each chat markup; the summary
+sentence and the facts the markup formats (Slack, DingTalk, WeCom, Feishu) share. No I/O.
 
 User-supplied strings (project, scope, period, budget and driver names, link labels)
 have control characters removed and are clipped, then escaped for the target markup:
 Slack mrkdwn gets ``& < >`` as entities (Slack's documented escaping) and every mrkdwn
 text object is ``verbatim``; DingTalk/WeCom markdown get ``& < >`` as entities and
 ``\\ ` * _ [ ] ~ |`` backslash-escaped. Amounts must be decimal strings and the currency
-three capital letters (`service.webhooks.formats` checks); they are shown formatted for
+three capital letters (`formats.message.validate` checks); they are shown formatted for
 people (`costcore.money.format_money_for_people`: grouped, rounded to the currency's minor
 units, the code after), which needs no escaping either. The exact figures stay in the
 standard format's payload.
@@ -18,26 +19,22 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 from urllib.parse import quote, urlsplit
 
 import msgspec
 
 from costcore.money import format_money_for_people, parse_money
 
+from .message import AlertMessage, RegressionMessage
 from .regression_text import (
     RegressionLines,
-    RegressionMessage,
     regression_facts,
     regression_summary,
     regression_title,
 )
 
-if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
-    from .formats import AlertMessage
-
 MAX_DRIVERS: Final = 3
-WECOM_MAX_BYTES: Final = 4096
 # C0/C1 controls, line/paragraph separators and bidi overrides/isolates.
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
 _MD_SPECIAL_RE: Final = re.compile(r"([\\`*_\[\]~|])")
@@ -66,22 +63,22 @@ Escape = Callable[[str], str]
 # --- small helpers ----------------------------------------------------------------------
 
 
-def _clean(value: str, limit: int) -> str:
+def clean(value: str, limit: int) -> str:
     """Control characters to spaces, trimmed, clipped to ``limit`` characters with '…'."""
     text = _CONTROL_RE.sub(" ", value).strip()
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _esc_slack(value: str) -> str:
+def esc_slack(value: str) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _esc_md(value: str) -> str:
+def esc_md(value: str) -> str:
     entities = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL_RE.sub(r"\\\1", entities)
 
 
-def _plain(value: str) -> str:
+def plain(value: str) -> str:
     return value
 
 
@@ -98,7 +95,7 @@ def people_amount(exact: str, currency: str) -> str:
     only cleaned."""
     nano = _nano(exact)
     if nano is None:
-        return _clean(exact, 40) or "?"
+        return clean(exact, 40) or "?"
     return format_money_for_people(nano, currency).removesuffix(" " + currency)
 
 
@@ -173,7 +170,7 @@ class ChatView(msgspec.Struct, frozen=True, kw_only=True):
 def _drivers(top: list[dict[str, str]], currency: str) -> list[tuple[str, str]]:
     return [
         (
-            _clean(driver.get("name", ""), 160) or "(unnamed)",
+            clean(driver.get("name", ""), 160) or "(unnamed)",
             people_amount(driver.get("cost", ""), currency),
         )
         for driver in top[:MAX_DRIVERS]
@@ -187,7 +184,7 @@ def _links(links: dict[str, str]) -> list[tuple[str, str]]:
     for key in keys:
         url = _safe_link(links[key])
         if url is not None:
-            shown.append((_LINK_LABEL.get(key) or _clean(key, 40) or "link", url))
+            shown.append((_LINK_LABEL.get(key) or clean(key, 40) or "link", url))
     return shown
 
 
@@ -198,7 +195,7 @@ def _utc(when: datetime) -> str:
 def regression_view(alert: RegressionMessage) -> ChatView:
     """The neutral view of an evaluation regression alert: the budget fields empty, its own
     lines in `regression`."""
-    project = _clean(alert.project, 80) or "(unnamed project)"
+    project = clean(alert.project, 80) or "(unnamed project)"
     r = alert.regression
     at = ", ".join(
         part
@@ -209,13 +206,13 @@ def regression_view(alert: RegressionMessage) -> ChatView:
         if part
     )
     lines = RegressionLines(
-        experiment=_clean(r.experiment, 128) or "?",
-        benchmark=_clean(r.benchmark, 128) or "?",
-        baseline=_clean(r.baseline, 128) or "?",
-        value=_clean(r.value, 48),
-        baseline_value=_clean(r.baseline_value, 48),
-        gain=_clean(r.gain, 48),
-        tolerance=_clean(r.tolerance, 48),
+        experiment=clean(r.experiment, 128) or "?",
+        benchmark=clean(r.benchmark, 128) or "?",
+        baseline=clean(r.baseline, 128) or "?",
+        value=clean(r.value, 48),
+        baseline_value=clean(r.baseline_value, 48),
+        gain=clean(r.gain, 48),
+        tolerance=clean(r.tolerance, 48),
         direction="higher is better" if r.higher_is_better else "lower is better",
         exposure=people_amount(r.rework_exposure, alert.currency),
         since=_utc(r.rework_since) if r.rework_since is not None else None,
@@ -225,12 +222,12 @@ def regression_view(alert: RegressionMessage) -> ChatView:
     title = regression_title(project, lines)
     if alert.test:
         title = "Test message (a sample, not an alert): " + title
-    pairs = (f"{_clean(k, 60)}={_clean(v, 128)}" for k, v in sorted(alert.scope.items()))
+    pairs = (f"{clean(k, 60)}={clean(v, 128)}" for k, v in sorted(alert.scope.items()))
     return ChatView(
         kind=alert.kind,
         title=title,
         project=project,
-        scope=_clean(", ".join(pairs), 300) or "whole project",
+        scope=clean(", ".join(pairs), 300) or "whole project",
         period=lines.measured,
         budget=None,
         threshold_pct=None,
@@ -244,7 +241,7 @@ def regression_view(alert: RegressionMessage) -> ChatView:
         also=[],
         drivers=_drivers(alert.top_drivers, alert.currency),
         links=_links(alert.links),
-        alert_id=_clean(alert.id, 120),
+        alert_id=clean(alert.id, 120),
         occurred=_utc(alert.occurred_at),
         regression=lines,
     )
@@ -253,12 +250,12 @@ def regression_view(alert: RegressionMessage) -> ChatView:
 def chat_view(alert: AlertMessage | RegressionMessage) -> ChatView:
     if isinstance(alert, RegressionMessage):
         return regression_view(alert)
-    project = _clean(alert.project, 80) or "(unnamed project)"
+    project = clean(alert.project, 80) or "(unnamed project)"
     budget_raw = alert.budget_name or alert.budget_id
-    budget = _clean(budget_raw, 80) if budget_raw else None
+    budget = clean(budget_raw, 80) if budget_raw else None
     if alert.scope:
-        pairs = (f"{_clean(k, 60)}={_clean(v, 100)}" for k, v in sorted(alert.scope.items()))
-        scope = _clean(", ".join(pairs), 300)
+        pairs = (f"{clean(k, 60)}={clean(v, 100)}" for k, v in sorted(alert.scope.items()))
+        scope = clean(", ".join(pairs), 300)
     else:
         scope = "whole project"
     drivers = _drivers(alert.top_drivers, alert.currency)
@@ -286,7 +283,7 @@ def chat_view(alert: AlertMessage | RegressionMessage) -> ChatView:
         title=title,
         project=project,
         scope=scope,
-        period=_clean(alert.period, 40) or "?",
+        period=clean(alert.period, 40) or "?",
         budget=budget,
         threshold_pct=alert.threshold_pct,
         amount=people_amount(alert.amount, cur),
@@ -299,7 +296,7 @@ def chat_view(alert: AlertMessage | RegressionMessage) -> ChatView:
         also=also,
         drivers=drivers,
         links=links,
-        alert_id=_clean(alert.id, 120),
+        alert_id=clean(alert.id, 120),
         occurred=occurred,
     )
 
@@ -312,7 +309,7 @@ def _also(v: ChatView) -> str:
     )
 
 
-def _summary(v: ChatView, esc: Escape) -> str:
+def summary(v: ChatView, esc: Escape) -> str:
     """What crossed what and by how much; the other thresholds crossed with it; the
     forecast."""
     if v.regression is not None:
@@ -347,7 +344,7 @@ def _summary(v: ChatView, esc: Escape) -> str:
     return f"Waste finding: {v.spent} {cur} against a limit of {v.limit} {cur}, over by {over}."
 
 
-def _facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
+def facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
     if v.regression is not None:
         return regression_facts(v.regression, v.project, v.currency, esc)
     cur = v.currency
@@ -367,115 +364,3 @@ def _facts(v: ChatView, esc: Escape) -> list[tuple[str, str]]:
     if v.forecast is not None:
         facts.append(("Forecast", f"{v.forecast} {cur}"))
     return facts
-
-
-# --- the four chat formats --------------------------------------------------------------
-
-
-def slack_body(v: ChatView) -> dict[str, Any]:
-    esc = _esc_slack
-
-    def mrkdwn(text: str) -> dict[str, Any]:
-        # verbatim: no automatic linking of URLs, channel names or @-mentions in our text.
-        return {"type": "mrkdwn", "text": text, "verbatim": True}
-
-    drivers = "\n".join(f"• {esc(name)} — {esc(cost)} {v.currency}" for name, cost in v.drivers)
-    context = [f"<{url}|{esc(label)}>" for label, url in v.links]
-    context.append(f"alert {esc(v.alert_id)} · {v.occurred}")
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _clean(v.title, 150)}},
-        {
-            "type": "section",
-            "text": mrkdwn(_summary(v, esc)),
-            "fields": [mrkdwn(f"*{label}*\n{value}") for label, value in _facts(v, esc)],
-        },
-        {
-            "type": "section",
-            "text": mrkdwn(
-                "*Top cost drivers* (SKU / stage / experiment)\n"
-                + (drivers or "_no breakdown available_")
-            ),
-        },
-        {"type": "context", "elements": [mrkdwn(" · ".join(context))]},
-    ]
-    if v.regression is not None:
-        r = v.regression
-        text = (
-            f"{esc(v.title)}: {r.value} against the baseline's {r.baseline_value}, tolerance "
-            f"{r.tolerance}; rework exposure {r.exposure} {v.currency}"
-        )
-    else:
-        text = (
-            f"{esc(v.title)}: spent {v.spent} {v.currency}, limit {v.limit} {v.currency}, "
-            f"over by {v.over_by} {v.currency} ({esc(v.scope)}, {esc(v.period)})"
-        )
-    return {"text": text, "blocks": blocks}
-
-
-def feishu_body(v: ChatView) -> dict[str, Any]:
-    def text(value: str, bold: bool = False) -> dict[str, Any]:
-        element: dict[str, Any] = {"tag": "text", "text": value}
-        if bold:
-            element["style"] = ["bold"]
-        return element
-
-    content: list[list[dict[str, Any]]] = [[text(_summary(v, _plain))]]
-    content += [[text(f"{label}: ", bold=True), text(value)] for label, value in _facts(v, _plain)]
-    content.append([text("Top cost drivers (SKU / stage / experiment):", bold=True)])
-    if v.drivers:
-        content += [
-            [text(f"{i}. {name} — {cost} {v.currency}")]
-            for i, (name, cost) in enumerate(v.drivers, 1)
-        ]
-    else:
-        content.append([text("no breakdown available")])
-    if v.links:
-        row = [text("Links: ", bold=True)]
-        for i, (label, url) in enumerate(v.links):
-            if i:
-                row.append(text(" · "))
-            row.append({"tag": "a", "text": label, "href": url})
-        content.append(row)
-    content.append([text(f"alert {v.alert_id} · {v.occurred}")])
-    return {
-        "msg_type": "post",
-        "content": {"post": {"zh_cn": {"title": v.title, "content": content}}},
-    }
-
-
-def dingtalk_body(v: ChatView) -> dict[str, Any]:
-    esc = _esc_md
-    lines = [f"#### {esc(v.title)}", "", _summary(v, esc), ""]
-    lines += [f"- **{label}:** {value}" for label, value in _facts(v, esc)]
-    lines += ["", "**Top cost drivers** (SKU / stage / experiment)", ""]
-    if v.drivers:
-        lines += [
-            f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
-            for i, (name, cost) in enumerate(v.drivers, 1)
-        ]
-    else:
-        lines.append("no breakdown available")
-    if v.links:
-        lines += ["", " | ".join(f"[{esc(label)}]({url})" for label, url in v.links)]
-    lines += ["", f"alert {esc(v.alert_id)} · {v.occurred}"]
-    return {"msgtype": "markdown", "markdown": {"title": v.title, "text": "\n".join(lines)}}
-
-
-def wecom_body(v: ChatView) -> dict[str, Any]:
-    esc = _esc_md
-    lines = [f"### {esc(v.title)}", _summary(v, esc)]
-    for label, value in _facts(v, esc):
-        shown = f'<font color="warning">{value}</font>' if label == "Over by" else value
-        lines.append(f"> **{label}:** {shown}")
-    lines.append("**Top cost drivers** (SKU / stage / experiment)")
-    if v.drivers:
-        lines += [
-            f"{i}. {esc(name)} — {esc(cost)} {v.currency}"
-            for i, (name, cost) in enumerate(v.drivers, 1)
-        ]
-    else:
-        lines.append("no breakdown available")
-    lines += [f"[{esc(label)}]({url})" for label, url in v.links]
-    lines.append(f'<font color="comment">alert {esc(v.alert_id)} · {v.occurred}</font>')
-    content = truncate_utf8("\n".join(lines), WECOM_MAX_BYTES)
-    return {"msgtype": "markdown", "markdown": {"content": content}}

@@ -1,4 +1,4 @@
-"""The Microsoft Teams format: an Adaptive Card posted to a Teams Workflows webhook. No I/O.
+"""The ``teams`` format (Microsoft Teams): an Adaptive Card posted to a Workflows webhook. No I/O.
 
 A Workflows webhook ("Post to a channel when a webhook request is received") takes the Bot
 Framework message envelope, ``{"type": "message", "attachments": [{"contentType":
@@ -8,7 +8,7 @@ and mobile) and uses only TextBlock, FactSet and Action.OpenUrl. Unsigned: the
 ``sig`` query parameter of the workflow URL is the credential (shown only as the origin).
 
 TextBlock and Fact text is Adaptive Card markdown (bold, italic, links, lists), so the
-names in it are cleaned and clipped (`chat_formats.chat_view`) and their markdown
+names in it are cleaned and clipped (`view.chat_view`) and their markdown
 characters backslash-escaped; a name can neither bold text nor make a link. Links are
 actions, never markdown. Money is shown grouped and rounded to the currency's minor unit
 (`people_text`); the exact amounts stay in the ``standard`` format and the API.
@@ -17,13 +17,12 @@ actions, never markdown. Money is shown grouped and rounded to the currency's mi
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from datetime import datetime
+from typing import Any, Final
 
-from .chat_formats import ChatView, chat_view
+from .message import Message, OutgoingRequest, json_request
 from .people_text import people_drivers, people_facts, people_summary
-
-if TYPE_CHECKING:  # formats.py builds requests from these bodies: no import at run time
-    from .formats import Message
+from .view import ChatView, chat_view
 
 CARD_CONTENT_TYPE: Final = "application/vnd.microsoft.card.adaptive"
 CARD_SCHEMA: Final = "http://adaptivecards.io/schemas/adaptive-card.json"
@@ -78,3 +77,8 @@ def teams_body(alert: Message) -> dict[str, Any]:
         "type": "message",
         "attachments": [{"contentType": CARD_CONTENT_TYPE, "contentUrl": None, "content": card}],
     }
+
+
+def build(alert: Message, url: str, secret: str | None, when: datetime) -> OutgoingRequest:
+    """The request; unsigned (``secret`` is None)."""
+    return json_request(url, teams_body(alert))

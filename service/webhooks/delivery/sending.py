@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from .. import __version__
-from .formats import OutgoingRequest
-from .targets import (
+from ... import __version__
+from ..formats.message import OutgoingRequest
+from ..targets.checks import (
     AllowList,
     IPAddress,
     Resolver,

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-from ..budgets.service import AlertView
+from ...budgets.service import AlertView
 
 if TYPE_CHECKING:
-    from ..stores import Stores
+    from ...stores import Stores
 
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 DELIVERY_STATUSES: tuple[str, ...] = ("pending", "failed", "delivered")

@@ -1,6 +1,6 @@
 """What the people-facing formats say about an evaluation regression alert (kind
 ``evaluation_regression``): one sentence and the facts, from display strings the chat view
-has already cleaned and clipped (`chat_formats.chat_view`). ``esc`` escapes each name for the
+has already cleaned and clipped (`formats.view.chat_view`). ``esc`` escapes each name for the
 target markup (identity for plain text); the figures need no escaping: values are decimal
 strings, the rework exposure is money formatted for people
 (`costcore.money.format_money_for_people`, code after it). No I/O."""
@@ -8,31 +8,10 @@ strings, the rework exposure is money formatted for people
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 
 import msgspec
 
-from ..budgets.model import RegressionFacts
-
 Escape = Callable[[str], str]
-
-
-class RegressionMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """An evaluation regression alert, as the alerting engine hands it to a webhook sender
-    (the ``standard`` format's ``data``, type ``evaluation.regression``). Values and money
-    are exact decimal strings; the chat formats show the money for people."""
-
-    id: str  # stable alert id (`evaluations.regression.regression_id`); the webhook-id
-    kind: str  # "evaluation_regression"
-    project: str
-    scope: dict[str, str]  # {"experiment": ..., "benchmark": ...}
-    currency: str
-    regression: RegressionFacts
-    # the experiment's largest costs: [{"name", "stage", "experiment", "sku", "cost"}]
-    top_drivers: list[dict[str, str]] = []
-    occurred_at: datetime  # tz-aware: when it fired
-    links: dict[str, str] = {}  # {"dashboard", "report", "evaluations", "alerts"}
-    test: bool = False
 
 
 class RegressionLines(msgspec.Struct, frozen=True, kw_only=True):

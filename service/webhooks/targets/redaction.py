@@ -7,6 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..formats.table import format_of
+
+
+def _url_is_credential(fmt: str) -> bool:
+    """Whether the URL's path and query are a credential (`formats.table.Format`); an
+    unknown format's are, to be safe."""
+    spec = format_of(fmt)
+    return spec is None or spec.url_is_credential
+
 
 def redacted_url(url: str, fmt: str) -> str:
     """The URL as shown in listings: chat-bot URLs carry their secret (the Slack path, the
@@ -14,9 +23,10 @@ def redacted_url(url: str, fmt: str) -> str:
     shown for them; for `standard`, query values are masked."""
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
-    if fmt == "email":  # an SMTP server: the URL is only its host and port
+    spec = format_of(fmt)
+    if spec is not None and spec.over_smtp:  # an SMTP server: the URL is only its host and port
         return origin
-    if fmt != "standard":
+    if _url_is_credential(fmt):
         return origin + "/…"
     query = "&".join(p.split("=", 1)[0] + "=…" for p in parts.query.split("&") if p)
     return origin + parts.path + ("?" + query if query else "")
@@ -35,7 +45,7 @@ def secret_parts(url: str, fmt: str, secret: str | None) -> list[str]:
     except ValueError:
         return sorted({p for p in parts if p} | {url}, key=len, reverse=True)
     parts.add(url)
-    if fmt != "standard":
+    if _url_is_credential(fmt):
         if split.path not in ("", "/"):
             parts.add(split.path)
             parts.add(unquote(split.path))

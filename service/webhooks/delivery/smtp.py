@@ -27,11 +27,10 @@ from email.message import EmailMessage
 
 import aiosmtplib
 
-from .formats import Message
-from .mail import EmailSettings, build_email
-from .redaction import scrub, secret_parts
-from .registry import WebhookRecord
-from .targets import (
+from ..formats.mail import EmailSettings, build_email
+from ..formats.message import Message
+from ..registry import WebhookRecord
+from ..targets.checks import (
     AllowList,
     IPAddress,
     Resolver,
@@ -41,6 +40,7 @@ from .targets import (
     check_smtp_target,
     resolve_target,
 )
+from ..targets.redaction import scrub, secret_parts
 
 
 @dataclass(frozen=True)

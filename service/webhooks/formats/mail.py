@@ -1,15 +1,15 @@
-"""The email format: an alert as a MIME message (plain text and HTML alternatives). No I/O.
+"""The ``email`` format: an alert as a MIME message (plain text and HTML alternatives). No I/O.
 
 An ``email`` webhook's URL names the SMTP server (``smtp://host[:port]`` or
-``smtps://host[:port]``, checked by `targets.check_smtp_target`); `EmailSettings` names the
+``smtps://host[:port]``, checked by `targets.checks.check_smtp_target`); `EmailSettings` names the
 sender, the recipients, the TLS mode and the login user; the webhook's ``secret`` is the SMTP
-password, sealed like every webhook secret. `smtp.send_email` sends the message.
+password, sealed like every webhook secret. `delivery.smtp.send_email` sends the message.
 
 Every attempt of one alert to one webhook carries the same ``Message-ID`` (made from the
 alert id and the webhook id), so a mail system or a reader's client can drop the duplicate
 an ambiguous failure (a timeout after the message was accepted) and its retry can cause,
 as the HTTP formats' ``webhook-id`` does; ``X-Trainledger-Alert-Id`` carries the alert id.
-Subject and names come from the cleaned view (`chat_formats.chat_view`: no control
+Subject and names come from the cleaned view (`view.chat_view`: no control
 characters, so no header injection); the HTML part escapes every string it shows.
 """
 
@@ -23,16 +23,14 @@ from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime
 from html import escape
-from typing import TYPE_CHECKING, Annotated, Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
-from ..events.model import SAFE_TEXT_PATTERN
-from .chat_formats import ChatView, chat_view
+from ...events.model import SAFE_TEXT_PATTERN
+from .message import Message
 from .people_text import people_drivers, people_facts, people_summary
-
-if TYPE_CHECKING:
-    from .formats import Message
+from .view import ChatView, chat_view
 
 # The WHATWG "valid email address" (what browsers accept in <input type=email>): ASCII,
 # no quoted local parts, no comments, no display names.

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..budgets.service import AlertView, alert_view
-from ..metrics import ALERTS_FIRED
-from ..storage.sealing import Sealer
+from ...budgets.service import AlertView, alert_view
+from ...metrics import ALERTS_FIRED
+from ...storage.sealing import Sealer
+from ..registry import WebhookRecord, load_webhooks, wants
 from .config import DeliveryConfig
 from .deliveries import DeliveryRecord, delivery_id, highest_first, one_message_each
-from .registry import WebhookRecord, load_webhooks, wants
 
 if TYPE_CHECKING:
-    from ..stores import Stores
+    from ...stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 
