@@ -182,6 +182,8 @@ class FileGone(NotFound):
         self.job = job
 
     def problem_detail(self) -> str:
+        if self.job.kind != "export":
+            return f"job {self.job.id!r} has no file (a {self.job.kind} job)"
         if self.job.state != "succeeded":
             return f"job {self.job.id!r} has no file ({self.job.state})"
         return f"the file of job {self.job.id!r} expired"
