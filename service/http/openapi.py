@@ -77,7 +77,10 @@ API_TAGS = [
         description="The waste report, its policy and experiment progress "
         "(docs/guides/waste.md); the cost-effect table (docs/guides/cost-effect.md).",
     ),
-    Tag(name="export", description="The FOCUS cost-and-usage CSV export."),
+    Tag(
+        name="export",
+        description="The FOCUS cost-and-usage CSV export, streamed or as a job.",
+    ),
     Tag(name="webhooks", description="Webhooks for budget alerts and their deliveries."),
     Tag(
         name="evaluations",
@@ -86,7 +89,8 @@ API_TAGS = [
     Tag(
         name="jobs",
         description="Long work run in the background (a repricing after a past-dated rate-card "
-        "version, a rebuild): state, progress, result, cancel. One runs per project at a time.",
+        "version, a rebuild, a FOCUS export): state, progress, result, an export's file, "
+        "cancel. One runs per project at a time.",
     ),
 ]
 

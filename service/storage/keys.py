@@ -74,6 +74,11 @@ tl:P:jobq                       list    queued job ids, oldest first; the head i
                                         that runs (it stays there while running)
 tl:P:joblease                   string  the token of the worker running the project's job
                                         (PX: lease, renewed by its heartbeat)
+tl:P:jobx                       string  the id of the project's last export job (one queued
+                                        or running at a time: jobs.lua `add`)
+tl:P:jobfile:<id>[:<attempt>]   list    an export job's file: zlib-compressed CSV chunks in
+                                        order; an attempt writes its own key, renamed to
+                                        the job's at its end (PX: 24 h)
 tl:P:bhold                      hash    reprice job ids holding the project's budget alert
                                         decisions (service/jobs, the ingest script reads it;
                                         PX: renewed while the jobs are queued or running)
@@ -269,6 +274,15 @@ class Keys:
     @staticmethod
     def job_lease(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:joblease"
+
+    @staticmethod
+    def job_exclusive(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:jobx"
+
+    @staticmethod
+    def job_file(project: str, job_id: str, attempt: str = "") -> str:
+        suffix = f":{attempt}" if attempt else ""
+        return f"{NAMESPACE}:{project_tag(project)}:jobfile:{job_id}{suffix}"
 
     @staticmethod
     def budget_hold(project: str) -> str:
