@@ -1,0 +1,181 @@
+"""The cost-effect report's spend per experiment from the cost-effect sums kept at fold time
+(service/ledger/effectsums.py): experiments × stages × owners × categories a period, whole
+months and whole days, whatever the events a day.
+
+What is read, for a report over a time range (the filters' `from`/`to`, or none):
+
+* each month the range holds whole (every day of it with totals is in the range and needs no
+  log), from its month hash; the range's other whole days from their day hashes: the ``c|``
+  and ``n|`` fields (cost and events per experiment × stage × owner × category), and of the
+  quantities (``q|``) only those of the accelerator SKUs, for the experiments, stages and
+  owners those periods hold (HMGET);
+* from the log (its index: the entries holding events of that day) the days a time the report
+  reads falls inside: a day the range starts or ends within, and each regressed experiment's
+  restart day (where the rework exposure starts: `exact_days`).
+
+A period's sums stand in the report's timeline as one point at the period's start: a restart
+point is inside a day read from the log, so a period is wholly before or wholly after it and
+the rework exposure sums the same costs as over the events. None (the caller reads the finest
+totals or the log, as before) for a tags filter (the sums hold no tags), while the sums do not
+hold every folded event (data folded before they existed: until the project's next rebuild),
+or when the log has no index.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..ledger.effectsums import (
+    EFFECT,
+    EFFECT_QUANTITY,
+    EFFECT_VERSION,
+    parse_cost_dims,
+    quantity_field,
+)
+from ..ledger.eventlog import LoggedEvent
+from ..ledger.folding import settle
+from ..ledger.ranges import read_log_range
+from .effect import ReportFilter, _micros, _Spend, _spend_by_experiment, cost_effect
+from .model import EvaluationResult, EvaluationSettings
+
+if TYPE_CHECKING:
+    from ..stores import Stores
+
+DAY_US = 86_400_000_000
+
+
+def period_start_us(period: str) -> int:
+    """The start (µs since 1970) of a day (yyyymmdd) or a month (yyyymm), UTC."""
+    form = "%Y%m%d" if len(period) == 8 else "%Y%m"
+    return _micros(datetime.strptime(period, form).replace(tzinfo=UTC))
+
+
+def exact_days(
+    project: str,
+    settings: EvaluationSettings,
+    results: Sequence[EvaluationResult],
+    filters: ReportFilter,
+) -> set[int]:
+    """The days (since 1970) a time the report reads falls inside, to be read from the log: a
+    day the range starts or ends within, and each regressed experiment's restart day (which
+    depends on the results alone, effect.py)."""
+    exact: set[int] = set()
+    for edge in (filters.time_from, filters.time_to):
+        if edge is not None and _micros(edge) % DAY_US:
+            exact.add(_micros(edge) // DAY_US)
+    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
+    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
+        if row.rework_since is not None:
+            exact.add(_micros(row.rework_since) // DAY_US)
+    return exact
+
+
+def whole_periods(days: Sequence[str], read_whole: set[str]) -> tuple[list[str], list[str]]:
+    """(months, days) to read: each month all of whose `days` (those with totals) are in
+    `read_whole` as one month, the other days of `read_whole` one by one."""
+    by_month: dict[str, list[str]] = defaultdict(list)
+    for day in days:
+        by_month[day[:6]].append(day)
+    months = [m for m, held in sorted(by_month.items()) if all(d in read_whole for d in held)]
+    taken = set(months)
+    return months, sorted(d for d in read_whole if d[:6] not in taken)
+
+
+async def _effect_state(store: Stores, project: str) -> tuple[dict[str, int], bool]:
+    """The days with totals, and whether the cost-effect sums hold every folded event, after
+    folding what is queued."""
+    await settle(store, project)
+    daily, folded, covered = await store.ledger.totals_state(project, EFFECT_VERSION)
+    if covered != folded:  # maybe a batch landed between the two reads: look once more
+        daily, folded, covered = await store.ledger.totals_state(project, EFFECT_VERSION)
+    return daily, covered == folded
+
+
+async def spend_from_effect_sums(
+    store: Stores,
+    project: str,
+    settings: EvaluationSettings,
+    results: Sequence[EvaluationResult],
+    accelerators: set[str],
+    filters: ReportFilter,
+) -> dict[str, _Spend] | None:
+    """The report's spend per experiment (`effect._spend_by_experiment` of every event) from
+    the cost-effect sums and the log of the exact days (this module's docstring); None when
+    those sums cannot tell."""
+    if filters.tags:
+        return None
+    daily, complete = await _effect_state(store, project)
+    if not complete:
+        return None
+    indexed, _ = await store.ledger.log_index_state(project)
+    if not indexed:
+        return None
+    exact = exact_days(project, settings, results, filters)
+    days = sorted(daily)
+    read_whole = {
+        d
+        for d in days
+        if period_start_us(d) // DAY_US not in exact and filters.keeps_time(period_start_us(d))
+    }
+    months, whole_days = whole_periods(days, read_whole)
+    events: list[LoggedEvent] = []
+    if exact:
+        last = await store.ledger.last_log_entry(project)
+        for day_number in sorted(exact):
+            lo, hi = day_number * DAY_US, (day_number + 1) * DAY_US
+            async for _, rows in read_log_range(store, project, last, lo, hi):
+                events.extend(row for row in rows if lo <= row.epoch_us < hi)
+    spend = _spend_by_experiment(events, accelerators, filters)
+    periods = months + whole_days
+    hashes = await store.ledger.totals_hashes(project, EFFECT, periods)
+    held = add_cost_fields(spend, periods, hashes, filters)
+    if accelerators:
+        codes = sorted(accelerators)
+        wanted = [
+            (period, [(combo[0], quantity_field(*combo, sku)) for combo in combos for sku in codes])
+            for period, combos in zip(periods, held, strict=True)
+            if combos
+        ]
+        reads = [(period, [f.encode() for _, f in fields]) for period, fields in wanted]
+        quantities = await store.ledger.totals_fields(project, EFFECT_QUANTITY, reads)
+        for (_, fields), values in zip(wanted, quantities, strict=True):
+            for (experiment, _), value in zip(fields, values, strict=True):
+                if value is not None:
+                    spend[experiment].accelerator_micro += int(value)
+    return spend
+
+
+def add_cost_fields(
+    spend: dict[str, _Spend],
+    periods: Sequence[str],
+    hashes: Sequence[dict[bytes, bytes]],
+    filters: ReportFilter,
+) -> list[list[tuple[str, str, str]]]:
+    """Add the ``c|``/``n|`` fields of each period's cost-effect hash the stage and owner
+    filters keep to `spend`; returns each period's (experiment, stage, owner) kept."""
+    held: list[list[tuple[str, str, str]]] = []
+    for period, fields in zip(periods, hashes, strict=True):
+        start = period_start_us(period)
+        sums: dict[str, list[int]] = {}
+        for raw, value in fields.items():
+            pair = sums.setdefault(raw[2:].decode(), [0, 0])
+            pair[raw[0] == ord("n")] += int(value)
+        combos: set[tuple[str, str, str]] = set()
+        for dims, (cost, count) in sums.items():
+            experiment, stage, owner, category = parse_cost_dims(dims)
+            if (filters.stage is not None and stage != filters.stage) or (
+                filters.owner is not None and owner != filters.owner
+            ):
+                continue
+            s = spend[experiment]
+            s.cost += cost
+            s.events += count
+            s.by_category[category] += cost
+            s.by_stage[stage] += cost
+            s.timeline.append((start, cost))
+            combos.add((experiment, stage, owner))
+        held.append(sorted(combos))
+    return held
