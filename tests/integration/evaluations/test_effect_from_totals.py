@@ -1,8 +1,9 @@
 """The cost-effect report sums its events from the kept totals, whole days at a time, and
 from the log only for the days where a time it reads falls inside (the cost-effect sums:
 service/evaluations/kept_spend.py; the finest totals: service.py `_spend_from_totals`): the
-same report as the sum over every logged event, on randomized events and results (regressions with restart points inside days, filters by stage,
-owner and time, midnight and not)."""
+same report as the sum over every logged event, on randomized events and results
+(regressions with restart points inside days, filters by stage, owner and time, midnight and
+not)."""
 
 from __future__ import annotations
 
