@@ -9,13 +9,16 @@ What is read, for a report over a time range (the filters' `from`/`to`, or none)
   and ``n|`` fields (cost and events per experiment × stage × owner × category), and of the
   quantities (``q|``) only those of the accelerator SKUs, for the experiments, stages and
   owners those periods hold (HMGET);
-* from the log (its index: the entries holding events of that day) the days a time the report
-  reads falls inside: a day the range starts or ends within, and each regressed experiment's
-  restart day (where the rework exposure starts: `exact_days`).
+* from the log (its index: the entries holding events of that day, their coded columns) the
+  days a time the report reads falls inside (`split_points`): a day the range starts or ends
+  within, and each regressed experiment's restart day (where the rework exposure starts);
+  the events of such a day are summed in the fold's compiled pass, per segment between
+  those times.
 
-A period's sums stand in the report's timeline as one point at the period's start: a restart
-point is inside a day read from the log, so a period is wholly before or wholly after it and
-the rework exposure sums the same costs as over the events. None (the caller reads the finest
+A period's sums stand in the report's timeline as one point at the period's start, and a
+segment's at its first time: a restart point is inside a day read from the log, at a
+segment's start, so a period or segment is wholly before or wholly after it and the rework
+exposure sums the same costs as over the events. None (the caller reads the finest
 totals or the log, as before) for a tags filter (the sums hold no tags), while the sums do not
 hold every folded event (data folded before they existed: until the project's next rebuild),
 or when the log has no index.
@@ -23,6 +26,7 @@ or when the log has no index.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -35,10 +39,11 @@ from ..ledger.effectsums import (
     parse_cost_dims,
     quantity_field,
 )
-from ..ledger.eventlog import LoggedEvent
-from ..ledger.folding import settle
-from ..ledger.ranges import read_log_range
-from .effect import ReportFilter, _micros, _Spend, _spend_by_experiment, cost_effect
+from ..ledger.eventlog import CodedLog
+from ..ledger.folding import settle, sums_of_log
+from ..ledger.ranges import read_coded_range
+from ..ledger.store import dims_of
+from .effect import ReportFilter, _micros, _Spend, cost_effect
 from .model import EvaluationResult, EvaluationSettings
 
 if TYPE_CHECKING:
@@ -53,24 +58,34 @@ def period_start_us(period: str) -> int:
     return _micros(datetime.strptime(period, form).replace(tzinfo=UTC))
 
 
+def split_points(
+    project: str,
+    settings: EvaluationSettings,
+    results: Sequence[EvaluationResult],
+    filters: ReportFilter,
+) -> set[int]:
+    """The times (µs) the report reads inside a day: the range's `from` and `to` when not at
+    a midnight, and each regressed experiment's restart point (which depends on the results
+    alone, effect.py). Their days are read from the log."""
+    points: set[int] = set()
+    for edge in (filters.time_from, filters.time_to):
+        if edge is not None and _micros(edge) % DAY_US:
+            points.add(_micros(edge))
+    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
+    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
+        if row.rework_since is not None:
+            points.add(_micros(row.rework_since))
+    return points
+
+
 def exact_days(
     project: str,
     settings: EvaluationSettings,
     results: Sequence[EvaluationResult],
     filters: ReportFilter,
 ) -> set[int]:
-    """The days (since 1970) a time the report reads falls inside, to be read from the log: a
-    day the range starts or ends within, and each regressed experiment's restart day (which
-    depends on the results alone, effect.py)."""
-    exact: set[int] = set()
-    for edge in (filters.time_from, filters.time_to):
-        if edge is not None and _micros(edge) % DAY_US:
-            exact.add(_micros(edge) // DAY_US)
-    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
-    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
-        if row.rework_since is not None:
-            exact.add(_micros(row.rework_since) // DAY_US)
-    return exact
+    """The days (since 1970) of the `split_points`: those read from the log."""
+    return {p // DAY_US for p in split_points(project, settings, results, filters)}
 
 
 def whole_periods(days: Sequence[str], read_whole: set[str]) -> tuple[list[str], list[str]]:
@@ -113,7 +128,8 @@ async def spend_from_effect_sums(
     indexed, _ = await store.ledger.log_index_state(project)
     if not indexed:
         return None
-    exact = exact_days(project, settings, results, filters)
+    points = split_points(project, settings, results, filters)
+    exact = {p // DAY_US for p in points}
     days = sorted(daily)
     read_whole = {
         d
@@ -121,14 +137,14 @@ async def spend_from_effect_sums(
         if period_start_us(d) // DAY_US not in exact and filters.keeps_time(period_start_us(d))
     }
     months, whole_days = whole_periods(days, read_whole)
-    events: list[LoggedEvent] = []
+    spend: dict[str, _Spend] = defaultdict(_Spend)
     if exact:
         last = await store.ledger.last_log_entry(project)
         for day_number in sorted(exact):
             lo, hi = day_number * DAY_US, (day_number + 1) * DAY_US
-            async for _, rows in read_log_range(store, project, last, lo, hi):
-                events.extend(row for row in rows if lo <= row.epoch_us < hi)
-    spend = _spend_by_experiment(events, accelerators, filters)
+            cuts = [lo, *sorted(p for p in points if lo < p < hi)]
+            entries = [e async for _, e in read_coded_range(store, project, last, lo, hi)]
+            add_day_segments(spend, entries, cuts, accelerators, filters)
     periods = months + whole_days
     hashes = await store.ledger.totals_hashes(project, EFFECT, periods)
     held = add_cost_fields(spend, periods, hashes, filters)
@@ -146,6 +162,48 @@ async def spend_from_effect_sums(
                 if value is not None:
                     spend[experiment].accelerator_micro += int(value)
     return spend
+
+
+def _segments(epochs: Sequence[int], cuts: Sequence[int]) -> list[int]:
+    """Each event's segment of the day [cuts[0], cuts[0] + a day) cut at `cuts` (its index
+    times a day's µs, as if a day: the compiled sums group by day), -1 day outside it."""
+    lo, hi = cuts[0], cuts[0] + DAY_US
+    if len(cuts) == 1:
+        return [0 if lo <= t < hi else -DAY_US for t in epochs]
+    return [(bisect_right(cuts, t) - 1) * DAY_US if lo <= t < hi else -DAY_US for t in epochs]
+
+
+def add_day_segments(
+    spend: dict[str, _Spend],
+    entries: Sequence[CodedLog],
+    cuts: Sequence[int],
+    accelerators: set[str],
+    filters: ReportFilter,
+) -> None:
+    """Add the events of one day (from `cuts[0]`) of these log entries to `spend`, as
+    `effect._spend_by_experiment` does, summed per segment between the `cuts` (the report's
+    split points inside the day) in the fold's compiled pass: each segment's sums stand in
+    the timeline at its cut, where no time the report compares with falls inside."""
+    relabeled = [e._replace(epoch_us=_segments(e.epoch_us, cuts)) for e in entries]
+    for (segment_day, dims), (cost, quantity, count) in sums_of_log(relabeled).cells.items():
+        segment = period_start_us(segment_day) // DAY_US
+        if segment < 0 or not count:
+            continue
+        stage, experiment, category, sku, owner = dims_of(dims)[:5]
+        if not experiment or not filters.keeps_time(cuts[segment]):
+            continue
+        if (filters.stage is not None and stage != filters.stage) or (
+            filters.owner is not None and owner != filters.owner
+        ):
+            continue
+        s = spend[experiment]
+        s.cost += cost
+        s.events += count
+        s.by_category[category] += cost
+        s.by_stage[stage] += cost
+        if sku in accelerators:
+            s.accelerator_micro += quantity
+        s.timeline.append((cuts[segment], cost))
 
 
 def add_cost_fields(
