@@ -29,7 +29,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import date
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..ledger.effectsums import (
@@ -50,12 +51,14 @@ if TYPE_CHECKING:
     from ..stores import Stores
 
 DAY_US = 86_400_000_000
+_EPOCH_DAY = date(1970, 1, 1)
 
 
+@lru_cache(maxsize=4096)
 def period_start_us(period: str) -> int:
     """The start (µs since 1970) of a day (yyyymmdd) or a month (yyyymm), UTC."""
-    form = "%Y%m%d" if len(period) == 8 else "%Y%m"
-    return _micros(datetime.strptime(period, form).replace(tzinfo=UTC))
+    day = date(int(period[:4]), int(period[4:6]), int(period[6:8] or 1))
+    return (day - _EPOCH_DAY).days * DAY_US
 
 
 def split_points(
