@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import date
+from datetime import date, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,7 @@ from ..ledger.effectsums import (
     EFFECT,
     EFFECT_QUANTITY,
     EFFECT_VERSION,
+    experiment_costs_match,
     parse_cost_dims,
     quantity_field,
 )
@@ -61,24 +62,40 @@ def period_start_us(period: str) -> int:
     return (day - _EPOCH_DAY).days * DAY_US
 
 
+def edge_points(filters: ReportFilter) -> set[int]:
+    """The range's `from` and `to` (µs) when not at a midnight."""
+    return {
+        _micros(edge)
+        for edge in (filters.time_from, filters.time_to)
+        if edge is not None and _micros(edge) % DAY_US
+    }
+
+
+def restart_points(
+    project: str,
+    settings: EvaluationSettings,
+    results: Sequence[EvaluationResult],
+    filters: ReportFilter,
+) -> dict[str, int]:
+    """Each regressed experiment's restart point (µs), where its rework exposure starts: it
+    depends on the results alone (effect.py)."""
+    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
+    return {
+        row.experiment: _micros(row.rework_since)
+        for row in cost_effect(project, "", settings, [], set(), results, timed).rows
+        if row.rework_since is not None
+    }
+
+
 def split_points(
     project: str,
     settings: EvaluationSettings,
     results: Sequence[EvaluationResult],
     filters: ReportFilter,
 ) -> set[int]:
-    """The times (µs) the report reads inside a day: the range's `from` and `to` when not at
-    a midnight, and each regressed experiment's restart point (which depends on the results
-    alone, effect.py). Their days are read from the log."""
-    points: set[int] = set()
-    for edge in (filters.time_from, filters.time_to):
-        if edge is not None and _micros(edge) % DAY_US:
-            points.add(_micros(edge))
-    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
-    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
-        if row.rework_since is not None:
-            points.add(_micros(row.rework_since))
-    return points
+    """The times (µs) the report reads inside a day: the range's edges not at a midnight and
+    the restart points. Their days are read from the log."""
+    return edge_points(filters) | set(restart_points(project, settings, results, filters).values())
 
 
 def exact_days(
@@ -131,26 +148,33 @@ async def spend_from_effect_sums(
     indexed, _ = await store.ledger.log_index_state(project)
     if not indexed:
         return None
-    points = split_points(project, settings, results, filters)
+    restarts = restart_points(project, settings, results, filters)
+    points = edge_points(filters) | set(restarts.values())
+    edge_days = {p // DAY_US for p in edge_points(filters)}
     exact = {p // DAY_US for p in points}
     days = sorted(daily)
-    read_whole = {
+    in_range = {
         d
         for d in days
-        if period_start_us(d) // DAY_US not in exact and filters.keeps_time(period_start_us(d))
+        if period_start_us(d) // DAY_US not in edge_days and filters.keeps_time(period_start_us(d))
     }
-    months, whole_days = whole_periods(days, read_whole)
+    # A month whose days are all in the range is read whole, its restart days too (their log
+    # then splits its timeline only: `_split_months`); the other days one by one.
+    months, _ = whole_periods(days, in_range)
+    whole_days = [d for d in days if d in in_range and d[:6] not in months and _day(d) not in exact]
     spend: dict[str, _Spend] = defaultdict(_Spend)
-    if exact:
-        last = await store.ledger.last_log_entry(project)
-        for day_number in sorted(exact):
-            lo, hi = day_number * DAY_US, (day_number + 1) * DAY_US
-            cuts = [lo, *sorted(p for p in points if lo < p < hi)]
-            entries = [e async for _, e in read_coded_range(store, project, last, lo, hi)]
-            add_day_segments(spend, entries, cuts, accelerators, filters)
+    last = await store.ledger.last_log_entry(project) if exact else ""
+    for day_number in sorted(exact):
+        lo, hi = day_number * DAY_US, (day_number + 1) * DAY_US
+        cuts = [lo, *sorted(p for p in points if lo < p < hi)]
+        entries = [e async for _, e in read_coded_range(store, project, last, lo, hi)]
+        month = _day_name(day_number)[:6]
+        month_start = period_start_us(month) if month in months else None
+        add_day_segments(spend, entries, cuts, accelerators, filters, month_start)
     periods = months + whole_days
     hashes = await store.ledger.totals_hashes(project, EFFECT, periods)
     held = add_cost_fields(spend, periods, hashes, filters)
+    await _split_months(store, project, spend, days, months, restarts, exact, filters)
     if accelerators:
         codes = sorted(accelerators)
         wanted = [
@@ -165,6 +189,49 @@ async def spend_from_effect_sums(
                 if value is not None:
                     spend[experiment].accelerator_micro += int(value)
     return spend
+
+
+def _day(name: str) -> int:
+    return period_start_us(name) // DAY_US
+
+
+def _day_name(day_number: int) -> str:
+    return (_EPOCH_DAY + timedelta(days=day_number)).strftime("%Y%m%d")
+
+
+async def _split_months(
+    store: Stores,
+    project: str,
+    spend: dict[str, _Spend],
+    days: Sequence[str],
+    months: Sequence[str],
+    restarts: dict[str, int],
+    exact: set[int],
+    filters: ReportFilter,
+) -> None:
+    """In the timeline of each experiment whose restart point falls in a month read whole,
+    move its cost of that month's days after the restart day (but the days read from the
+    log, split already) from the month's start to each day's: only that experiment's fields
+    of those days are read."""
+    reads: list[tuple[str, str, int]] = []  # (experiment, day, month start)
+    for experiment, since in sorted(restarts.items()):
+        month = _day_name(since // DAY_US)[:6]
+        if month not in months:
+            continue
+        after = [d for d in days if d[:6] == month and since // DAY_US < _day(d)]
+        reads += [(experiment, d, period_start_us(month)) for d in after if _day(d) not in exact]
+    for experiment, day, month_start in reads:
+        (fields,) = await store.ledger.matching_fields(
+            project, EFFECT, [day], experiment_costs_match(experiment)
+        )
+        for raw, value in fields.items():
+            _, stage, owner, _ = parse_cost_dims(raw[2:].decode())
+            if (filters.stage is not None and stage != filters.stage) or (
+                filters.owner is not None and owner != filters.owner
+            ):
+                continue
+            timeline = spend[experiment].timeline
+            timeline += [(period_start_us(day), int(value)), (month_start, -int(value))]
 
 
 def _segments(epochs: Sequence[int], cuts: Sequence[int]) -> list[int]:
@@ -182,11 +249,14 @@ def add_day_segments(
     cuts: Sequence[int],
     accelerators: set[str],
     filters: ReportFilter,
+    month_start: int | None = None,
 ) -> None:
     """Add the events of one day (from `cuts[0]`) of these log entries to `spend`, as
     `effect._spend_by_experiment` does, summed per segment between the `cuts` (the report's
     split points inside the day) in the fold's compiled pass: each segment's sums stand in
-    the timeline at its cut, where no time the report compares with falls inside."""
+    the timeline at its cut, where no time the report compares with falls inside. With a
+    `month_start` (the day's month is read whole: its sums hold the day's), the timeline
+    only: each segment's cost moves from the month's start to its cut."""
     relabeled = [e._replace(epoch_us=_segments(e.epoch_us, cuts)) for e in entries]
     for (segment_day, dims), (cost, quantity, count) in sums_of_log(relabeled).cells.items():
         segment = period_start_us(segment_day) // DAY_US
@@ -200,13 +270,16 @@ def add_day_segments(
         ):
             continue
         s = spend[experiment]
+        s.timeline.append((cuts[segment], cost))
+        if month_start is not None:
+            s.timeline.append((month_start, -cost))
+            continue
         s.cost += cost
         s.events += count
         s.by_category[category] += cost
         s.by_stage[stage] += cost
         if sku in accelerators:
             s.accelerator_micro += quantity
-        s.timeline.append((cuts[segment], cost))
 
 
 def add_cost_fields(

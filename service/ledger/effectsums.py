@@ -24,6 +24,7 @@ until the project's next rebuild). Changing the fields means a new `EFFECT_VERSI
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from .hashes import ROLLUP_EVENTS, SumsHash, rollup_hash
@@ -36,6 +37,7 @@ EFFECT_VERSION = "eff1"
 # Positions in a finest cell's dims (rollups.FINE_DIMS): stage, experiment, category, SKU,
 # owner (then fixed and tags, not kept here).
 _STAGE, _EXPERIMENT, _CATEGORY, _SKU, _OWNER = range(5)
+_GLOB = re.compile(r"[*?\[\]\\]")
 
 
 def cost_dims(experiment: str, stage: str, owner: str, category: str) -> str:
@@ -46,6 +48,11 @@ def cost_dims(experiment: str, stage: str, owner: str, category: str) -> str:
 def quantity_field(experiment: str, stage: str, owner: str, sku: str) -> str:
     """An `EFFECT_QUANTITY` field."""
     return "q|" + joined_dims((experiment, stage, owner, sku))
+
+
+def experiment_costs_match(experiment: str) -> str:
+    """The glob matching the ``c|`` fields of one experiment in an `EFFECT` hash."""
+    return "c|" + joined_dims((_GLOB.sub(r"\\\g<0>", experiment), "*"))
 
 
 def parse_cost_dims(text: str) -> tuple[str, str, str, str]:
