@@ -213,25 +213,26 @@ async def _split_months(
     move its cost of that month's days after the restart day (but the days read from the
     log, split already) from the month's start to each day's: only that experiment's fields
     of those days are read."""
-    reads: list[tuple[str, str, int]] = []  # (experiment, day, month start)
     for experiment, since in sorted(restarts.items()):
         month = _day_name(since // DAY_US)[:6]
-        if month not in months:
+        if month not in months or experiment not in spend:  # no cost of it to move
             continue
-        after = [d for d in days if d[:6] == month and since // DAY_US < _day(d)]
-        reads += [(experiment, d, period_start_us(month)) for d in after if _day(d) not in exact]
-    for experiment, day, month_start in reads:
-        (fields,) = await store.ledger.matching_fields(
-            project, EFFECT, [day], experiment_costs_match(experiment)
-        )
-        for raw, value in fields.items():
-            _, stage, owner, _ = parse_cost_dims(raw[2:].decode())
-            if (filters.stage is not None and stage != filters.stage) or (
-                filters.owner is not None and owner != filters.owner
-            ):
-                continue
-            timeline = spend[experiment].timeline
-            timeline += [(period_start_us(day), int(value)), (month_start, -int(value))]
+        month_start = period_start_us(month)
+        after = [
+            d for d in days if d[:6] == month and since // DAY_US < _day(d) and _day(d) not in exact
+        ]
+        match = experiment_costs_match(experiment)
+        timeline = spend[experiment].timeline
+        for day, fields in zip(
+            after, await store.ledger.matching_fields(project, EFFECT, after, match), strict=True
+        ):
+            for raw, value in fields.items():
+                _, stage, owner, _ = parse_cost_dims(raw[2:].decode())
+                if (filters.stage is not None and stage != filters.stage) or (
+                    filters.owner is not None and owner != filters.owner
+                ):
+                    continue
+                timeline += [(period_start_us(day), int(value)), (month_start, -int(value))]
 
 
 def _segments(epochs: Sequence[int], cuts: Sequence[int]) -> list[int]:

@@ -120,14 +120,34 @@ _filters = st.one_of(
 )
 
 
+# Experiments regressed on qa (against base's 50 at the end) after a last good result at a
+# drawn time: their rework exposure restarts inside a day, in a month read whole or not.
+_restarts = st.lists(
+    st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 28), st.integers(0, 24 * 60 - 1)),
+    max_size=2,
+    unique_by=lambda r: r[0],
+)
+
+
 @settings(
-    max_examples=12,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(events=_events, results=_results, filters=_filters, batch=st.integers(1, 10))
+@given(
+    events=_events,
+    results=_results,
+    restarts=_restarts,
+    filters=_filters,
+    batch=st.integers(1, 10),
+)
 async def test_the_report_from_the_effect_sums_is_the_reports_before(
-    store: Stores, events: list[Any], results: list[Any], filters: ReportFilter, batch: int
+    store: Stores,
+    events: list[Any],
+    results: list[Any],
+    restarts: list[Any],
+    filters: ReportFilter,
+    batch: int,
 ) -> None:
     project = f"eff{next(_projects)}"
     rows = [
@@ -156,6 +176,14 @@ async def test_the_report_from_the_effect_sums_is_the_reports_before(
         }
         for i, (experiment, benchmark, value, day, minute) in enumerate(results)
     ]
+    if restarts:
+        last = {"benchmark": "qa", "time": _at(29, 23 * 60)}
+        posted.append({"id": "base-end", "experiment": "base", "value": "50", **last})
+        for experiment, day, minute in restarts:
+            good = {"benchmark": "qa", "value": "50", "time": _at(day, minute)}
+            posted.append({"id": f"{experiment}-good", "experiment": experiment, **good})
+            bad = {"benchmark": "qa", "value": "30", "time": _at(29, 23 * 60 + 30)}
+            posted.append({"id": f"{experiment}-bad", "experiment": experiment, **bad})
     if posted:
         await add_results(
             store, msgspec.convert({"project": project, "results": posted}, ResultsIn)
