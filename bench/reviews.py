@@ -218,6 +218,12 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
             effect_from_totals, max(1, reps // 2)
         )
         out["cost-effect report, after"] = await _median_ms(effect, max(1, reps // 2))
+        out["(fields of kept sums the cost-effect report reads)"] = float(
+            await _fields_read(store, effect)
+        )
+        out["(fields the finest totals' read of it read)"] = float(
+            await _fields_read(store, effect_from_totals)
+        )
         out.update(await _regression_check(store, cards, mid, reps))
         assert await effect_from_totals() == await effect()  # with a rework restart day
         out["cost-effect report with a restart day, finest totals"] = await _median_ms(
@@ -240,6 +246,29 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
     finally:
         await store.close()
     return out
+
+
+async def _fields_read(store: Stores, read: Callable[[], Awaitable[Any]]) -> int:
+    """The hash fields of kept sums (totals, roll-ups, cost-effect sums) `read` gets back."""
+    ledger, counted = store.ledger, [0]
+    originals = {name: getattr(ledger, name) for name in ("totals_hashes", "totals_fields")}
+
+    def counting(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            replies = await method(*args, **kwargs)
+            counted[0] += sum(len(r) for r in replies)
+            return replies
+
+        return wrapped
+
+    try:
+        for name, method in originals.items():
+            setattr(ledger, name, counting(method))
+        await read()
+    finally:
+        for name in originals:
+            delattr(ledger, name)
+    return counted[0]
 
 
 def _accelerators(catalog: Any) -> set[str]:
