@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 DAY_US = 86_400_000_000
 _EPOCH_DAY = date(1970, 1, 1)
+# Log entries of a day read from the log summed at a time (a 5,000-event entry's columns are
+# ~1 MB decoded).
+_SUMMED_AT_ONCE = 16
 
 
 @lru_cache(maxsize=4096)
@@ -167,9 +170,14 @@ async def spend_from_effect_sums(
     for day_number in sorted(exact):
         lo, hi = day_number * DAY_US, (day_number + 1) * DAY_US
         cuts = [lo, *sorted(p for p in points if lo < p < hi)]
-        entries = [e async for _, e in read_coded_range(store, project, last, lo, hi)]
         month = _day_name(day_number)[:6]
         month_start = period_start_us(month) if month in months else None
+        entries: list[CodedLog] = []
+        async for _, entry in read_coded_range(store, project, last, lo, hi):
+            entries.append(entry)
+            if len(entries) == _SUMMED_AT_ONCE:  # a day of many entries: bounded memory
+                add_day_segments(spend, entries, cuts, accelerators, filters, month_start)
+                entries = []
         add_day_segments(spend, entries, cuts, accelerators, filters, month_start)
     periods = months + whole_days
     hashes = await store.ledger.totals_hashes(project, EFFECT, periods)
