@@ -91,9 +91,12 @@ def effect_increments(
     """The cost-effect sums of one fold's finest cells (`cells[g]` = (yyyymmdd, dims) with its
     sums `costs[g]`, `quantities[g]`, `counts[g]`), per day and per month, and their event
     count (every event of the cells, with an experiment or not)."""
-    # period -> field -> delta (a day and its month, in one dict per grain)
-    sums: dict[tuple[str, str], dict[str, int]] = {}
+    # period -> ({c| and n| field: delta}, {q| field: delta}): days first, then their months
+    by_day: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
     events = 0
+    last_day = ""
+    sums: dict[str, int] = {}
+    quantity_sums: dict[str, int] = {}
     for (day, dims), cost, quantity, count in zip(cells, costs, quantities, counts, strict=True):
         if not count:
             continue
@@ -103,26 +106,30 @@ def effect_increments(
             spelled = _spelled(dims)
         if not spelled:  # no experiment
             continue
+        if day != last_day:
+            sums, quantity_sums = by_day.setdefault(day, ({}, {}))
+            last_day = day
         c_field, n_field, q_field = spelled
-        for period in (day, day[:6]):
-            _add(sums, (EFFECT, period), c_field, cost)
-            _add(sums, (EFFECT, period), n_field, count)
-            _add(sums, (EFFECT_QUANTITY, period), q_field, quantity)
-    out = [
-        (rollup_hash(name, period), field, delta)
-        for (name, period), fields in sums.items()
-        for field, delta in fields.items()
-    ]
+        sums[c_field] = sums.get(c_field, 0) + cost
+        sums[n_field] = sums.get(n_field, 0) + count
+        quantity_sums[q_field] = quantity_sums.get(q_field, 0) + quantity
+    by_period = dict(by_day)
+    for day, (day_sums, day_quantities) in by_day.items():
+        month = by_period.get(day[:6])
+        if month is None:
+            by_period[day[:6]] = (dict(day_sums), dict(day_quantities))
+            continue
+        for into, source in zip(month, (day_sums, day_quantities), strict=True):
+            for field, delta in source.items():
+                into[field] = into.get(field, 0) + delta
+    out: list[tuple[SumsHash, str, int]] = []
+    for period, (period_sums, period_quantities) in by_period.items():
+        key, quantity_key = rollup_hash(EFFECT, period), rollup_hash(EFFECT_QUANTITY, period)
+        out += [(key, field, delta) for field, delta in period_sums.items()]
+        out += [(quantity_key, field, delta) for field, delta in period_quantities.items()]
     if events:
         out.append((SumsHash(ROLLUP_EVENTS), EFFECT_VERSION, events))
     return out
-
-
-def _add(sums: dict[tuple[str, str], dict[str, int]], at: tuple[str, str], f: str, d: int) -> None:
-    fields = sums.get(at)
-    if fields is None:
-        fields = sums[at] = {}
-    fields[f] = fields.get(f, 0) + d
 
 
 def live_effect_sums(days: Iterable[str]) -> list[SumsHash]:
