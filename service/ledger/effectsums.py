@@ -71,6 +71,8 @@ def _spelled(dims: str) -> tuple[str, ...]:
     if len(_memo) >= _MEMO_LIMIT:
         _memo.clear()
     parts = dims_of(dims)
+    if len(parts) <= _OWNER:  # short dims (as rollups.py reads them): the rest empty
+        parts += [""] * (_OWNER + 1 - len(parts))
     experiment = parts[_EXPERIMENT]
     if not experiment:
         spelled: tuple[str, ...] = ()
