@@ -315,8 +315,17 @@ class LedgerStore:
         keys = [self._totals_key(project, source, p) for p in periods]
         if kinds == "cqn":
             return await self._hashes(keys)
+        return await self._scanned(keys, f"[{kinds}]|*")
+
+    async def matching_fields(
+        self, project: str, source: str, periods: Sequence[str], match: str
+    ) -> list[dict[bytes, bytes]]:
+        """The fields matching the glob `match` of each hash of `source` (as `totals_hashes`),
+        the others left on the server (HSCAN with MATCH)."""
+        return await self._scanned([self._totals_key(project, source, p) for p in periods], match)
+
+    async def _scanned(self, keys: Sequence[str], match: str) -> list[dict[bytes, bytes]]:
         pipe = self.client.pipeline(transaction=False)
-        match = f"[{kinds}]|*"
         for key in keys:
             pipe.hscan(key, 0, match=match, count=1_000_000)
         for key in keys:

@@ -24,9 +24,14 @@ tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (gradua
 tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
                                         (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
                                         + the projected dims (service/ledger/rollups.py)
+tl:P:ru:eff:<period>            hash    the cost-effect sums per day or month: ``c|``/``n|`` +
+                                        experiment,stage,owner,category; ``ru:effq:<period>``:
+                                        ``q|`` + experiment,stage,owner,sku
+                                        (service/ledger/effectsums.py)
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
-                                        ``pend_events``)
+                                        ``pend_events``); ``eff1``: those the cost-effect
+                                        sums hold
 tl:P:logix:<yyyymmdd>           hash    ``HH|<log entry id>`` -> events of that entry in that
                                         hour (the log indexed by event time, written by the
                                         fold, rebuilt by a rebuild; meta ``logix`` = 1 once it
