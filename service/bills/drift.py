@@ -207,8 +207,8 @@ async def drift_report(
         imports=len(imports),
         cells=cells,
         ledger_cost=format_money(sum(v[0] for v in ledger.values())),
-        billed_cost=nano_text(sum(b.billed for b in bill.values())),
-        effective_cost=nano_text(sum(b.effective for b in bill.values())),
+        billed_cost=format_money(sum(b.billed for b in bill.values())),
+        effective_cost=format_money(sum(b.effective for b in bill.values())),
         unattributed=_unattributed(loose) if show_unattributed else None,
     )
 
@@ -231,8 +231,8 @@ def _cell(
         ledger_quantity=format_quantity(ledger[1]) if ledger else None,
         ledger_cost=format_money(ledger[0]) if ledger else None,
         bill_quantity=nano_text(bill.quantity) if bill else None,
-        billed_cost=nano_text(bill.billed) if bill else None,
-        effective_cost=nano_text(bill.effective) if bill else None,
+        billed_cost=format_money(bill.billed) if bill else None,
+        effective_cost=format_money(bill.effective) if bill else None,
         bill_unit_price=unit_price(bill.effective, bill.quantity) if bill else None,
         card_unit_price=nano_text(card_price) if card_price is not None else None,
         bill_rows=bill.rows if bill else 0,
@@ -246,8 +246,8 @@ def _unattributed(loose: dict[tuple[str, str, str], BillSums]) -> list[Unattribu
             day=iso_day(day),
             service_name=service,
             sku_id=sku_id,
-            billed_cost=nano_text(sums.billed),
-            effective_cost=nano_text(sums.effective),
+            billed_cost=format_money(sums.billed),
+            effective_cost=format_money(sums.effective),
             rows=sums.rows,
         )
         for (day, service, sku_id), sums in sorted(loose.items())

@@ -23,7 +23,8 @@ MAX_RECORD_CHARS = 1 << 20
 
 class CsvRecords:
     """Feed it chunks (`feed`), then `finish`; each gives the records completed so far. Also
-    counts the bytes and hashes the raw content (the import's identity)."""
+    counts the bytes and hashes the content, decompressed (the import's identity: a file
+    and its gzip are the same bill)."""
 
     def __init__(self) -> None:
         self.digest = hashlib.sha256()
@@ -37,25 +38,33 @@ class CsvRecords:
         self.records = 0
 
     def feed(self, chunk: bytes) -> Iterator[list[str]]:
-        self.digest.update(chunk)
         self.size += len(chunk)
         if self._first and chunk:
             self._first = False
             if chunk.startswith(GZIP_MAGIC):
                 self._inflate = zlib.decompressobj(wbits=31)
-        raw = self._inflate.decompress(chunk) if self._inflate is not None else chunk
+        raw = self._inflated(chunk) if self._inflate is not None else chunk
+        self.digest.update(raw)
         yield from self._text(self._decoded(raw, final=False))
 
     def finish(self) -> Iterator[list[str]]:
-        raw = self._inflate.flush() if self._inflate is not None else b""
+        raw = self._inflated(b"") + self._inflate.flush() if self._inflate is not None else b""
         if self._inflate is not None and not self._inflate.eof:
             raise BillError(self.records, "*", "the gzip stream ends early")
+        self.digest.update(raw)
         yield from self._text(self._decoded(raw, final=True))
         if self._tail:
             yield from self._line(self._tail)
             self._tail = ""
         if self._open:
             raise BillError(self.records, "*", "a quoted field is not closed")
+
+    def _inflated(self, chunk: bytes) -> bytes:
+        assert self._inflate is not None
+        try:
+            return self._inflate.decompress(chunk)
+        except zlib.error:
+            raise BillError(self.records, "*", "not a valid gzip stream") from None
 
     def _decoded(self, raw: bytes, final: bool) -> str:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -110,7 +110,8 @@ async def _stage(staging: _Staging, chunks: AsyncIterator[bytes]) -> CsvRecords:
     reader = CsvRecords()
     header: Header | None = None
 
-    def rows(records: list[list[str]]) -> None:
+    def rows(records: Iterator[list[str]]) -> None:
+        # Lazily: `reader.records` counts the record just yielded.
         nonlocal header
         for cells in records:
             if header is None:
@@ -119,9 +120,9 @@ async def _stage(staging: _Staging, chunks: AsyncIterator[bytes]) -> CsvRecords:
                 staging.add(read_row(header, cells, reader.records - 1), reader.records - 1)
 
     async for chunk in chunks:
-        rows(list(reader.feed(chunk)))
+        rows(reader.feed(chunk))
         await staging.flush(FLUSH_ROWS)
-    rows(list(reader.finish()))
+    rows(reader.finish())
     if header is None:
         raise BillError(0, "*", "the file is empty: no FOCUS header")
     await staging.flush()
