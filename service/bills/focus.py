@@ -112,6 +112,8 @@ def _nano(text: str, row: int, column: str, nullable: bool) -> int:
         raise BillError(row, column, f"not a decimal number: {text[:40]!r}") from None
     if not value.is_finite():
         raise BillError(row, column, f"not a finite number: {text[:40]!r}")
+    if abs(value) > ROW_LIMIT // 10**9:
+        raise BillError(row, column, f"too large: {text[:40]!r}")
     nano = int((value * NANO).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
     if abs(nano) > ROW_LIMIT:
         raise BillError(row, column, f"too large: {text[:40]!r}")

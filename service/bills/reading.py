@@ -30,6 +30,7 @@ class CsvRecords:
         self.digest = hashlib.sha256()
         self.size = 0
         self._first = True
+        self._head = b""
         self._inflate: zlib._Decompress | None = None
         self._decode = codecs.getincrementaldecoder("utf-8")()
         self._tail = ""  # the text after the last newline
@@ -39,8 +40,12 @@ class CsvRecords:
 
     def feed(self, chunk: bytes) -> Iterator[list[str]]:
         self.size += len(chunk)
-        if self._first and chunk:
-            self._first = False
+        if self._first:
+            # Gzip or not is told by the first two bytes, which may come one at a time.
+            self._head += chunk
+            if len(self._head) < len(GZIP_MAGIC):
+                return
+            chunk, self._head, self._first = self._head, b"", False
             if chunk.startswith(GZIP_MAGIC):
                 self._inflate = zlib.decompressobj(wbits=31)
         raw = self._inflated(chunk) if self._inflate is not None else chunk
@@ -48,6 +53,10 @@ class CsvRecords:
         yield from self._text(self._decoded(raw, final=False))
 
     def finish(self) -> Iterator[list[str]]:
+        if self._first:  # a file shorter than the gzip magic: plain text
+            self._first = False
+            self.digest.update(self._head)
+            yield from self._text(self._decoded(self._head, final=False))
         raw = self._inflated(b"") + self._inflate.flush() if self._inflate is not None else b""
         if self._inflate is not None and not self._inflate.eof:
             raise BillError(self.records, "*", "the gzip stream ends early")
@@ -90,8 +99,8 @@ class CsvRecords:
         record = "".join(self._open)
         self._open = []
         self._quotes = 0
-        if not record.strip():
-            return  # a blank line (the file's last newline, say)
+        if not record.strip("\r\n"):
+            return  # a blank line
         try:
             cells = next(csv.reader([record], strict=True))
         except csv.Error as exc:
