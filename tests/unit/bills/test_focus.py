@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import pytest
-
 from trainledger.bills.focus import REQUIRED, BillError, read_header, read_row
 
 HEADER = [*REQUIRED, "ChargeClass", "ConsumedQuantity", "Tags"]

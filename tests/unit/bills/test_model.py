@@ -7,7 +7,6 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
-
 from trainledger.bills.model import (
     UNMAPPED_SKU,
     BillKey,

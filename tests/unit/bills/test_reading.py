@@ -10,7 +10,6 @@ import io
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from trainledger.bills.focus import BillError
 from trainledger.bills.reading import CsvRecords
 
