@@ -41,6 +41,7 @@ OPTIONAL = (
     "Tags",
     "InvoiceId",
 )
+MAX_COLUMNS = 500
 # Largest absolute amount (nano) one row may carry: Redis sums are signed 64-bit.
 ROW_LIMIT = 10**17
 
@@ -91,6 +92,8 @@ class BillRow:
 
 
 def read_header(cells: list[str]) -> Header:
+    if len(cells) > MAX_COLUMNS:
+        raise BillError(0, "*", f"more than {MAX_COLUMNS} columns")
     names = [c.strip().lstrip("\ufeff") for c in cells]
     positions: dict[str, int] = {}
     for i, name in enumerate(names):

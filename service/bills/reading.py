@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from .focus import BillError
 
 GZIP_MAGIC = b"\x1f\x8b"
-# A record longer than this is refused rather than held (a file with an unclosed quote).
-MAX_RECORD_CHARS = 1 << 20
+# A record longer than this is refused rather than held (a file with an unclosed quote, or
+# not CSV at all): a FOCUS row is a few kilobytes, its tags included.
+MAX_RECORD_CHARS = 256 * 1024
 
 
 class CsvRecords:
@@ -36,6 +37,7 @@ class CsvRecords:
         self._tail = ""  # the text after the last newline
         self._open: list[str] = []  # lines of a record whose quoted field is still open
         self._quotes = 0
+        self._held = 0  # characters in `_open`
         self.records = 0
 
     def feed(self, chunk: bytes) -> Iterator[list[str]]:
@@ -86,19 +88,23 @@ class CsvRecords:
             return
         lines = (self._tail + text).split("\n")
         self._tail = lines.pop()
+        if len(self._tail) > MAX_RECORD_CHARS:
+            raise BillError(self.records, "*", "a record is too long")
         for line in lines:
             yield from self._line(line + "\n")
 
     def _line(self, line: str) -> Iterator[list[str]]:
         self._open.append(line)
+        self._held += len(line)
         self._quotes += line.count('"')
+        if self._held > MAX_RECORD_CHARS:
+            raise BillError(self.records, "*", "a record is too long")
         if self._quotes % 2:
-            if sum(map(len, self._open)) > MAX_RECORD_CHARS:
-                raise BillError(self.records, "*", "a record is too long")
             return
         record = "".join(self._open)
         self._open = []
         self._quotes = 0
+        self._held = 0
         if not record.strip("\r\n"):
             return  # a blank line
         try:

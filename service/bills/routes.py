@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import date
 from typing import Annotated, Any
 
@@ -39,6 +40,7 @@ _CSV = Schema(
 )
 
 
+@dataclass
 class BillUploadOperation(Operation):
     """OpenAPI for `POST /v1/bills/imports`: the body is streamed raw (CSV or gzip CSV)."""
 
