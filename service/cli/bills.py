@@ -75,6 +75,7 @@ def cmd_bill_import(args: argparse.Namespace, settings: Settings) -> int:
                 f"{record['focus_version']}, {record['currency']}, "
                 f"{count(len(record['days']), 'day')}, import {record['id']}",
                 highlight=False,
+                soft_wrap=True,
             )
     return 0
 
