@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # Rows summed in memory before their sums are sent (bounds the import's memory).
 FLUSH_ROWS = 5_000
-# An import still staging after this long was interrupted: its rows are deleted.
+# An import that wrote nothing for this long was interrupted: its rows are deleted.
 STALE_STAGING_MS = 3_600_000
 
 
@@ -96,7 +96,8 @@ class _Staging:
 
     async def flush(self, at_least: int = 1) -> None:
         if self.waiting >= at_least and self.sums:
-            await self.store.bills.add_rows(self.import_id, self.sums)
+            now_ms = int(time.time() * 1000)
+            await self.store.bills.add_rows(self.import_id, self.sums, now_ms)
             self.sums = {}
             self.waiting = 0
 

@@ -30,10 +30,12 @@ class BillStore:
     async def begin(self, import_id: str, now_ms: int) -> None:
         await self.client.zadd(Keys.bill_staging(), {import_id: now_ms})
 
-    async def add_rows(self, import_id: str, days: dict[str, dict[str, int]]) -> int:
+    async def add_rows(self, import_id: str, days: dict[str, dict[str, int]], now_ms: int) -> int:
         """Add sums to the import's rows, per day (yyyymmdd -> field -> amount), in one
-        pipeline; answers the commands sent."""
+        pipeline, and mark the import alive at `now_ms` (a long import is not swept while it
+        still writes); answers the sums sent."""
         pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(Keys.bill_staging(), {import_id: now_ms})
         sent = 0
         pipe.sadd(Keys.bill_staged_days(import_id), *days)
         for day, fields in days.items():
