@@ -17,7 +17,7 @@ import httpx
 
 from .. import __version__
 from ..config import ConfigError, Settings
-from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
+from . import bills, commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
 from .spec import openapi_json
 from .ui import ui
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_parser(sub)
     commands.add_parsers(sub)
     imports.add_parsers(sub)
+    bills.add_parsers(sub)
     events.add_parsers(sub)
     oncall.add_parsers(sub)
     slurm_hook.add_parser(sub)

@@ -25,6 +25,7 @@ from litestar.types import ControllerRouterHandler, Empty
 from .. import __version__
 from ..analysis.routes import AnalysisController
 from ..auth.routes import TokenController
+from ..bills.routes import BillController
 from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
 from ..costs.routes import CostsController
@@ -146,6 +147,7 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     EvaluationController,
     CostEffectController,
     JobController,
+    BillController,
 ]
 
 

@@ -62,6 +62,11 @@ API_TAGS = [
         "ones (dead letters). See docs/reference/events.md.",
     ),
     Tag(name="costs", description="Cost queries: grouped costs and a project's summary."),
+    Tag(
+        name="bills",
+        description="The provider's bills (FOCUS exports) imported, mapped to projects and "
+        "reconciled with the ledger (docs/guides/reconciliation.md).",
+    ),
     Tag(name="projects", description="Project settings, the project list, rebuilds."),
     Tag(name="tokens", description="Bearer tokens: a role and an optional list of projects."),
     Tag(name="budgets", description="Budgets and the rules that fire their alerts."),

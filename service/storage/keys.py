@@ -107,6 +107,17 @@ tl:rl:<token>:<second>          string  requests of a token in that second (rate
 tl:tokens                       hash    token id -> sha256, for listing and revoking
 {tl:tokens}:unscoped-admins      set     ids of admin tokens for every project (same slot as
                                         tl:tokens: the last one is never revoked)
+tl:{bills}:imports              hash    content sha256 -> JSON of a committed bill import
+                                        (service/bills: id, rows, days, newest ChargePeriodEnd);
+                                        one HSETNX commits an import (one slot: ``{bills}``)
+tl:{bills}:rows:<id>:<yyyymmdd>  hash    ``b|``/``e|``/``q|``/``n|``/``k|`` + bill key -> billed,
+                                        effective (nano), quantity (nano), rows, corrections of
+                                        that import's rows charged that day (read only once
+                                        the import is in tl:{bills}:imports)
+tl:{bills}:staging              zset    import ids being written, by start time (ms): an
+                                        import that never committed is swept after an hour
+tl:{bills}:stagedays:<id>       set     the days an import being written has rows for (to sweep)
+tl:{bills}:mappings             hash    project -> JSON bill mapping (rows, SKUs)
 ==============================  ======  =====================================================
 
 Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
@@ -358,6 +369,28 @@ class Keys:
     @staticmethod
     def delivery_done(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
+
+    # --- bills (service/bills): one hash tag, so an import commits in one command ---------
+
+    @staticmethod
+    def bill_imports() -> str:
+        return f"{NAMESPACE}:{{bills}}:imports"
+
+    @staticmethod
+    def bill_rows(import_id: str, day: str) -> str:
+        return f"{NAMESPACE}:{{bills}}:rows:{import_id}:{day}"
+
+    @staticmethod
+    def bill_staging() -> str:
+        return f"{NAMESPACE}:{{bills}}:staging"
+
+    @staticmethod
+    def bill_staged_days(import_id: str) -> str:
+        return f"{NAMESPACE}:{{bills}}:stagedays:{import_id}"
+
+    @staticmethod
+    def bill_mappings() -> str:
+        return f"{NAMESPACE}:{{bills}}:mappings"
 
 
 def seen_shard(event_id: str) -> int:

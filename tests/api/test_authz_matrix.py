@@ -54,6 +54,8 @@ PROJECT_LESS: dict[str, str] = {
     "POST /v1/webhooks/{webhook_id}/test": "sends a made-up sample, no project's data, and only "
     "to webhooks limited to the caller's projects "
     "(test_authz_admin.py::test_scoped_admin_cannot_see_or_delete_other_webhooks)",
+    "POST /v1/bills/imports": "a bill spans every project it maps to: only an admin for every "
+    "project may import one (test_bills.py::test_only_an_admin_for_every_project_imports)",
 }
 
 
@@ -114,6 +116,9 @@ EXAMPLE_BODIES: dict[str, Callable[[str], Any]] = {
         "mixes": [{"name": "m", "scores": {"general_qa": "70"}}],
     },
     "POST /v1/webhooks/deliveries/redeliver": lambda p: {"ids": ["none"]},
+    "PUT /v1/bills/mappings/{project}": lambda p: {
+        "match": [{"tag_key": "project", "tag_value": p}]
+    },
 }
 
 
