@@ -11,7 +11,6 @@ trainledger.client). `spool put` and `spool failed` need no service, nor does `s
 from __future__ import annotations
 
 import argparse
-import os
 
 import httpx
 
@@ -92,8 +91,8 @@ def _refuse_configuration(args: argparse.Namespace, error: ConfigError) -> int:
     if args.command == "serve":
         from .serve_logging import log, setup_logging
 
-        fmt = args.log_format or os.environ.get("TRAINLEDGER_LOG_FORMAT", "").strip().lower()
-        setup_logging(fmt if fmt in ("json", "text") else "json", "info")
+        fmt = args.log_format or error.values.get("TRAINLEDGER_LOG_FORMAT") or "json"
+        setup_logging(fmt, "info")
         for problem in error.problems:
             log.error("cannot start: %s", problem)
         return error.code if isinstance(error.code, int) else 2

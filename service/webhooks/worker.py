@@ -47,7 +47,7 @@ import msgspec
 
 from ..cancellation import raise_if_cancelled
 from ..metrics import WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
-from ..storage.sealing import Sealer, load_sealer
+from ..storage.sealing import Sealer
 from .config import DeliveryConfig, parse_retry_after, retry_delay
 from .deliveries import DeliveryRecord, delivery_decoder, now_ms
 from .dispatch import dispatch_alerts
@@ -105,12 +105,11 @@ class DeliveryWorker:
         allowlist: AllowList | Sequence[str] = (),
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        sealer: Sealer | None = None,
+        sealer: Sealer,
     ) -> None:
         self.store = store
-        # Opens the webhooks' stored URLs and secrets; None: the key from the environment
-        # (TRAINLEDGER_SECRET_KEY or TRAINLEDGER_SECRET_KEY_FILE).
-        self.sealer = sealer or load_sealer(None)
+        # Opens the webhooks' stored URLs and secrets (the key of the settings).
+        self.sealer = sealer
         self.config = config
         self.public_url = public_url
         # Hosts and networks exempt from the https and public-address rules (Settings).
