@@ -16,6 +16,7 @@ from .settings import (
     as_variables,
     default_data_dir,
     delivery_settings,
+    spend_settings,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "delivery_settings",
     "read_variables",
     "refusal",
+    "spend_settings",
 ]

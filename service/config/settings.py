@@ -330,3 +330,15 @@ def as_variables(**values: Any) -> dict[str, str]:
             text = str(value)
         out[names[setting_name]] = text
     return out
+
+
+def spend_settings(config: SpendConfig) -> dict[str, Any]:
+    """The `Settings` fields of `config` (whole seconds of TTL, whole milliseconds of
+    deadline): `Settings(**spend_settings(c)).metrics_spend == c` for such a `c`."""
+    return {
+        "metrics_spend_dimensions": config.dimensions,
+        "metrics_spend_top": config.top,
+        "metrics_spend_ttl_seconds": int(config.ttl_seconds),
+        "metrics_spend_deadline_ms": round(config.deadline_seconds * 1000),
+        "metrics_spend_projects": config.projects,
+    }

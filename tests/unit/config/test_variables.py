@@ -20,8 +20,9 @@ from trainledger.config import (
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG_DOC = REPO / "docs" / "reference" / "configuration.md"
-# Set by `trainledger serve` for its own workers, and the test suite's own switches.
-NOT_SETTINGS = re.compile(r"TRAINLEDGER_(SERVE_PID|TEST_\w+)")
+# Set by `trainledger serve` for its own workers (the settings, whole), and the test suite's
+# own switches.
+NOT_SETTINGS = re.compile(r"TRAINLEDGER_(SERVE_SETTINGS|TEST_\w+)")
 
 
 @pytest.mark.parametrize("variable", VARIABLES, ids=[v.name for v in VARIABLES])
