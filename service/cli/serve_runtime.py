@@ -18,7 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
-from ..config.environment import hand_down, share_prometheus_metrics
+from ..config.environment import share_prometheus_metrics
+from ..config.handoff import hand_down
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
 from ..storage.embedded import DataDirOwned, EmbeddedValkey

@@ -7,15 +7,16 @@ from the same declarations (`docs.py`; `python3 dev.py config-docs`)."""
 from __future__ import annotations
 
 from .declare import ConfigError, Kind, Variable, refusal
-from .environment import VARIABLES, read_variables
 from .settings import (
     APP_NAME,
     DEFAULT_URL,
     LOG_LEVELS,
+    VARIABLES,
     Settings,
     as_variables,
     default_data_dir,
     delivery_settings,
+    read_variables,
     spend_settings,
 )
 

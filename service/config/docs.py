@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .environment import VARIABLES
+from .settings import VARIABLES
 
 _TABLE = re.compile(r"(<!-- variables:(\w+) -->\n)(.*?)(<!-- /variables -->)", re.DOTALL)
 

@@ -6,7 +6,9 @@ setting is adding a field here and using `settings.<field>` where it matters
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -16,7 +18,19 @@ from platformdirs import user_data_dir
 
 from ..spend_metrics.settings import PROJECTS_RANGE, TOP_RANGE, SpendConfig, parse_dimensions
 from ..webhooks.config import DeliveryConfig
-from .declare import CLIENT, DELIVERY, FERNET_KEYS, Seconds, setting, url
+from .declare import (
+    CLIENT,
+    DELIVERY,
+    FERNET_KEYS,
+    ConfigError,
+    Seconds,
+    Variable,
+    declared,
+    refusal,
+    setting,
+    url,
+)
+from .environment import process_environment
 
 APP_NAME = "trainledger"
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -279,11 +293,9 @@ class Settings:
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, environ: Any = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The settings from `environ` (default: the process's environment); `ConfigError`
         names every bad value."""
-        from .environment import settings_from
-
         return settings_from(environ)
 
     @property
@@ -306,6 +318,60 @@ class Settings:
 
 
 DELIVERY_FIELDS = tuple(DeliveryConfig.__dataclass_fields__)
+VARIABLES: tuple[Variable, ...] = declared(Settings)
+
+
+def variable_of(setting: str) -> str:
+    """The variable of the `Settings` field `setting` (for messages that name it)."""
+    return next(v.name for v in VARIABLES if v.setting == setting)
+
+
+def read_variables(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Every set variable's value, by variable name; `ConfigError` lists every bad one."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for var in VARIABLES:
+        raw = environ.get(var.name, "").strip()
+        if not raw:
+            continue
+        try:
+            values[var.name] = var.convert(raw)
+        except (ValueError, UnicodeError):
+            problems.append(refusal(var, raw, var.kind.allowed, secret=var.secret))
+    if not problems:
+        problems += _delivery_conflicts(environ, values)
+    if problems:
+        raise ConfigError(problems, values)
+    return values
+
+
+def _delivery_conflicts(environ: Mapping[str, str], values: Mapping[str, Any]) -> list[str]:
+    """The webhook delivery values allowed one by one but not together (the lease must
+    outlast the timeout), its field names said as the variables."""
+    try:
+        _settings(values).webhook_delivery  # noqa: B018 - built to be checked
+    except ValueError as exc:
+        text = str(exc)
+        names = {v.setting.removeprefix("webhook_"): v.name for v in VARIABLES}
+        for name in DELIVERY_FIELDS:
+            text = re.sub(rf"\b{name}\b", names[name], text)
+        given = {
+            v.name: environ[v.name]
+            for v in VARIABLES
+            if v.setting.removeprefix("webhook_") in DELIVERY_FIELDS and v.name in values
+        }
+        shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        return [f"{text} (set: {shown or 'the defaults'})"]
+    return []
+
+
+def _settings(values: Mapping[str, Any]) -> Settings:
+    return Settings(**{var.setting: values[var.name] for var in VARIABLES if var.name in values})
+
+
+def settings_from(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings from `environ` (default: this process's environment)."""
+    return _settings(read_variables(process_environment() if environ is None else environ))
 
 
 def delivery_settings(config: DeliveryConfig) -> dict[str, Any]:
@@ -317,8 +383,6 @@ def delivery_settings(config: DeliveryConfig) -> dict[str, Any]:
 def as_variables(**values: Any) -> dict[str, str]:
     """The environment variables that give these `Settings` field values (to start a
     process with them)."""
-    from .environment import VARIABLES
-
     names = {v.setting: v.name for v in VARIABLES}
     out = {}
     for setting_name, value in values.items():

@@ -26,7 +26,7 @@ from ..analysis.routes import AnalysisController
 from ..auth.routes import TokenController
 from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
-from ..config.environment import handed_down
+from ..config.handoff import handed_down
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
 from ..dashboard.routes import root as dashboard_root

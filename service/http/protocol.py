@@ -26,7 +26,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..config.environment import process_settings, variable_of
+from ..config.handoff import process_settings
+from ..config.settings import variable_of
 from .problems import PROBLEM_BASE
 
 HEADER_TIMEOUT_ENV = variable_of("header_timeout_s")
