@@ -80,6 +80,7 @@ class Settings:
         shown="the user data dir: `$XDG_DATA_HOME/trainledger`, else "
         "`~/.local/share/trainledger` on Linux (`~/Library/Application Support/trainledger` "
         "on macOS)",
+        allowed="a directory path (a relative one is taken from the working directory)",
     )  # fmt: skip
     appendfsync: Literal["everysec", "always", "no"] = setting(
         "everysec", "TRAINLEDGER_APPENDFSYNC", "embedded Valkey's `appendfsync`"
@@ -198,6 +199,7 @@ class Settings:
     secret_key_file: Path | None = setting(
         None, "TRAINLEDGER_SECRET_KEY_FILE",
         "a file holding the key(s), instead of the environment",
+        allowed="a file path",
     )  # fmt: skip
     admin_token_file: Path | None = setting(
         None, "TRAINLEDGER_ADMIN_TOKEN_FILE",
@@ -205,6 +207,7 @@ class Settings:
         "characters of `A-Za-z0-9._~+/=-`), registered at start when not yet known, never "
         "printed nor written to the data dir (instead of the first-start token); client "
         "commands read it too",
+        allowed="a file path",
     )  # fmt: skip
     # "json" or "text" sets up the process's logging (the `serve` command does); None leaves it.
     log_format: Literal["json", "text"] | None = setting(
@@ -280,12 +283,14 @@ class Settings:
         "client commands: a file holding the bearer token, when `--token` and "
         "`TRAINLEDGER_TOKEN` are not given",
         section=CLIENT,
+        allowed="a file path",
     )  # fmt: skip
     spool: Path | None = setting(
         None, "TRAINLEDGER_SPOOL",
         "the spool directory of `events post --spool`, `spool put|flush`, `agent` and "
         "`slurm-hook` (`--spool`)",
         section=CLIENT,
+        allowed="a directory path",
     )  # fmt: skip
     # Not read from the environment ------------------------------------------------------
     # Seconds a resolved bearer token is cached per worker (revocation delay).
