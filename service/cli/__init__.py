@@ -16,6 +16,7 @@ import httpx
 
 from .. import __version__
 from ..config import ConfigError, Settings
+from ..config.settings import variable_of
 from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
 from .spec import openapi_json
@@ -91,7 +92,7 @@ def _refuse_configuration(args: argparse.Namespace, error: ConfigError) -> int:
     if args.command == "serve":
         from .serve_logging import log, setup_logging
 
-        fmt = args.log_format or error.values.get("TRAINLEDGER_LOG_FORMAT") or "json"
+        fmt = args.log_format or error.values.get(variable_of("log_format")) or "json"
         setup_logging(fmt, "info")
         for problem in error.problems:
             log.error("cannot start: %s", problem)

@@ -357,14 +357,10 @@ def _delivery_conflicts(environ: Mapping[str, str], values: Mapping[str, Any]) -
         _settings(values).webhook_delivery  # noqa: B018 - built to be checked
     except ValueError as exc:
         text = str(exc)
-        names = {v.setting.removeprefix("webhook_"): v.name for v in VARIABLES}
-        for name in DELIVERY_FIELDS:
-            text = re.sub(rf"\b{name}\b", names[name], text)
-        given = {
-            v.name: environ[v.name]
-            for v in VARIABLES
-            if v.setting.removeprefix("webhook_") in DELIVERY_FIELDS and v.name in values
-        }
+        delivery = [v for v in VARIABLES if v.setting.removeprefix("webhook_") in DELIVERY_FIELDS]
+        for var in delivery:  # DeliveryConfig says its field names
+            text = re.sub(rf"\b{var.setting.removeprefix('webhook_')}\b", var.name, text)
+        given = {v.name: environ[v.name] for v in delivery if v.name in values}
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         return [f"{text} (set: {shown or 'the defaults'})"]
     return []
