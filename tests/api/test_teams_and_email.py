@@ -36,7 +36,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from trainledger.auth.model import Principal
-from trainledger.storage.sealing import load_sealer
 from trainledger.webhooks import targets
 from trainledger.webhooks.config import DeliveryConfig
 from trainledger.webhooks.service import send_test_message
@@ -347,7 +346,7 @@ async def test_an_email_webhook_gets_its_test_message_over_smtp(
             answers = [
                 await send_test_message(
                     store,
-                    load_sealer(None),
+                    TEST_SEALER,
                     Principal("t", "admin", None),
                     hook["id"],
                     kind=kind,
