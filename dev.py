@@ -5,9 +5,10 @@
     python3 dev.py demo       # replay a simulated 7B training run and show what the ledger finds
     python3 dev.py test       # run the whole test suite (extra arguments go to pytest)
     python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
-    python3 dev.py check      # ruff, mypy, the import rules and the OpenAPI freshness check
+    python3 dev.py check      # ruff, mypy, the import rules, the OpenAPI and config-docs freshness
     python3 dev.py openapi    # regenerate openapi/openapi.json
     python3 dev.py formats-table  # the webhook formats table of the budgets-and-webhooks guide
+    python3 dev.py config-docs  # regenerate the variables tables of docs/reference/configuration.md
     python3 dev.py lock       # refresh the image's locks, requirements/{image,build}.txt
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
@@ -100,6 +101,7 @@ def check(argv: list[str]) -> int:
         [str(BIN / "mypy")],
         [str(BIN / "lint-imports"), "--no-cache"],
         [str(BIN / "trainledger"), "openapi", "--check", "openapi/openapi.json"],
+        [str(BIN / "python"), "-m", "trainledger.config.docs", CONFIG_DOC, "--check"],
     ]
     for step in steps:
         print(
@@ -125,6 +127,14 @@ def formats_table(argv: list[str]) -> int:
         "page = pathlib.Path(DOCS_PAGE); page.write_text(with_table(page.read_text()))"
     )
     return subprocess.call([str(BIN / "python"), "-c", code], cwd=ROOT)
+
+
+CONFIG_DOC = "docs/reference/configuration.md"
+
+
+def config_docs(argv: list[str]) -> int:
+    """The tables of variables in the configuration page, from service/config/settings.py."""
+    return subprocess.call([str(BIN / "python"), "-m", "trainledger.config.docs", CONFIG_DOC])
 
 
 # The image's locks: exact versions with their hashes, from PyPI, for the image's platform.
@@ -163,6 +173,7 @@ COMMANDS = {
     "check": check,
     "openapi": openapi,
     "formats-table": formats_table,
+    "config-docs": config_docs,
     "lock": lock,
 }
 

@@ -143,6 +143,7 @@ class WebhookController(Controller):
             webhook_id,
             kind=kind,
             public_url=services.settings.public_url,
+            config=services.settings.webhook_delivery,
             allowlist=services.settings.webhook_allowlist,
         )
 

@@ -164,7 +164,7 @@ async def send_test_message(
 
     if webhook.unsealable is not None:
         return result(None, webhook.unsealable)
-    timeout_s = (config or DeliveryConfig.from_env()).timeout_s
+    timeout_s = (config or DeliveryConfig()).timeout_s
     tls = ssl_context or httpx.create_ssl_context()
     if webhook.format == "email":  # one SMTP session, as a delivery makes (`delivery/smtp.py`)
         mailed = await deliver_email(

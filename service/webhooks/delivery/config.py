@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 
 @dataclass(frozen=True)
 class DeliveryConfig:
     """How the delivery worker paces itself. Durations in seconds. Defaults suit production;
-    each can be set with the environment variable in `ENV` (read by `from_env`)."""
+    each is a setting (`Settings.webhook_*`, service/config/settings.py)."""
 
     enabled: bool = True  # False: `DeliveryWorker.run` returns at once (deliveries wait)
     max_attempts: int = 8  # attempts before a delivery becomes a dead letter
@@ -27,20 +25,6 @@ class DeliveryConfig:
     concurrency: int = 16  # deliveries in flight per worker
     batch: int = 100  # alerts read per project and round
 
-    ENV = {
-        "enabled": "TRAINLEDGER_WEBHOOK_DELIVERY",
-        "max_attempts": "TRAINLEDGER_WEBHOOK_MAX_ATTEMPTS",
-        "base_delay_s": "TRAINLEDGER_WEBHOOK_BASE_DELAY_S",
-        "max_delay_s": "TRAINLEDGER_WEBHOOK_MAX_DELAY_S",
-        "retry_after_cap_s": "TRAINLEDGER_WEBHOOK_RETRY_AFTER_CAP_S",
-        "lease_s": "TRAINLEDGER_WEBHOOK_LEASE_S",
-        "poll_s": "TRAINLEDGER_WEBHOOK_POLL_S",
-        "claim_idle_s": "TRAINLEDGER_WEBHOOK_CLAIM_IDLE_S",
-        "timeout_s": "TRAINLEDGER_WEBHOOK_TIMEOUT_S",
-        "concurrency": "TRAINLEDGER_WEBHOOK_CONCURRENCY",
-        "batch": "TRAINLEDGER_WEBHOOK_BATCH",
-    }
-
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.concurrency < 1 or self.batch < 1:
             raise ValueError("max_attempts, concurrency and batch must be at least 1")
@@ -51,39 +35,6 @@ class DeliveryConfig:
             raise ValueError("poll_s and timeout_s must be positive")
         if self.lease_s <= self.timeout_s:
             raise ValueError("lease_s must be longer than timeout_s (or two senders overlap)")
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> DeliveryConfig:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(cls.ENV[f.name], "").strip()
-            if not raw:
-                continue
-            name = cls.ENV[f.name]
-            if f.name == "enabled":
-                if raw.lower() not in ("1", "0", "on", "off", "true", "false", "yes", "no"):
-                    raise SystemExit(f"{name} must be on or off, got {raw!r}")
-                values[f.name] = raw.lower() in ("1", "on", "true", "yes")
-                continue
-            try:
-                values[f.name] = int(raw) if f.type in (int, "int") else float(raw)
-            except ValueError as exc:
-                raise SystemExit(f"{name} must be a number, got {raw!r}") from exc
-        try:
-            return cls(**values)
-        except ValueError as exc:
-            raise SystemExit(f"webhook delivery settings: {exc}") from exc
-
-    def env(self) -> dict[str, str]:
-        """This configuration as the environment variables `from_env` reads."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[self.ENV[f.name]] = (
-                ("on" if value else "off") if f.name == "enabled" else str(value)
-            )
-        return out
 
 
 def retry_delay(attempts: int, config: DeliveryConfig, rng: random.Random) -> float:

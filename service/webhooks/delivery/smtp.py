@@ -1,5 +1,5 @@
 """Sending an ``email`` webhook's message over SMTP (aiosmtplib), to an address that was
-checked, never to what a resolver says later (the SMTP half of `service.webhooks.sending`).
+checked, never to what a resolver says later (the SMTP half of `service.webhooks.delivery.sending`).
 
 The server's host passes the webhook target rules (`targets.check_smtp_target`) and is
 resolved again before every attempt, every answer checked; the TCP connection is opened to

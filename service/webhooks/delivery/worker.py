@@ -47,7 +47,7 @@ import msgspec
 
 from ...cancellation import raise_if_cancelled
 from ...metrics import WEBHOOK_DELIVERIES, WEBHOOK_RETRIES
-from ...storage.sealing import Sealer, load_sealer
+from ...storage.sealing import Sealer
 from ..formats.build import build_request
 from ..formats.message import Message, OutgoingRequest
 from ..messages import alert_message
@@ -106,12 +106,11 @@ class DeliveryWorker:
         allowlist: AllowList | Sequence[str] = (),
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        sealer: Sealer | None = None,
+        sealer: Sealer,
     ) -> None:
         self.store = store
-        # Opens the webhooks' stored URLs and secrets; None: the key from the environment
-        # (TRAINLEDGER_SECRET_KEY or TRAINLEDGER_SECRET_KEY_FILE).
-        self.sealer = sealer or load_sealer(None)
+        # Opens the webhooks' stored URLs and secrets (the key of the settings).
+        self.sealer = sealer
         self.config = config
         self.public_url = public_url
         # Hosts and networks exempt from the https and public-address rules (Settings).
@@ -292,7 +291,7 @@ class DeliveryWorker:
         if webhook.unsealable is not None:  # the wrong key: retried, as the key may be fixed
             await self._failed_attempt(job, record, None, _clip(webhook.unsealable), None)
             return
-        if webhook.format == "email":  # SMTP, not HTTP: service.webhooks.smtp
+        if webhook.format == "email":  # SMTP, not HTTP: service.webhooks.delivery.smtp
             await self._attempt_email(job, record, webhook, tls, cache)
             return
         secrets_ = secret_parts(webhook.url, webhook.format, webhook.secret)
@@ -325,7 +324,7 @@ class DeliveryWorker:
         tls: ssl.SSLContext,
         cache: dict[str, asyncio.Task[Message]],
     ) -> None:
-        """`attempt` for an email webhook (`service.webhooks.smtp`): `last_status_code` holds
+        """`attempt` for an email webhook (`delivery/smtp.py`): `last_status_code` holds
         the SMTP reply code, and a 5xx reply makes a dead letter at once."""
         outcome = await deliver_email(
             webhook, await self._message(record, cache), allowlist=self.allowlist,
