@@ -30,8 +30,7 @@ from .model import FILE_KEEP_MS, FILE_MAX_BYTES, ExportFile, ExportTooLarge, Fil
 if TYPE_CHECKING:
     from ..ratecards.catalog import RateCards
     from ..stores import Stores
-    from .model import Job
-    from .service import RunningJob
+    from .model import Job, RunningJob
 
 _HOUR = timedelta(hours=1)
 

@@ -23,12 +23,12 @@ from .model import (
     ExportFile,
     ExportRunning,
     Job,
-    JobCancelled,
     JobFinished,
     JobKind,
     JobNotFound,
     JobParams,
     JobProgress,
+    RunningJob,
 )
 
 if TYPE_CHECKING:
@@ -188,26 +188,6 @@ async def cancel_job(store: Stores, rate_cards: RateCards, project: str, job_id:
     if outcome == 0:
         raise JobFinished(job)
     return job
-
-
-class RunningJob:
-    """A job a worker holds: its progress so far and whether a cancel was seen, shared by the
-    work and the heartbeat that reports it."""
-
-    def __init__(self, project: str, job_id: str, token: str, kind: str) -> None:
-        self.project = project
-        self.job_id = job_id
-        self.token = token
-        self.kind = kind
-        self.done = 0
-        self.total = 0
-        self.cancel_seen = False
-        self.lease_lost = False
-
-    async def on_batch(self, done: int) -> None:
-        self.done = done
-        if self.cancel_seen:
-            raise JobCancelled(self.job_id)
 
 
 async def run_job(

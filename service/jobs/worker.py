@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from ..export.pricing import ExportError
 from ..rebuild.service import RebuildError, RebuildReport
 from ..storage.connection import StoreError
-from .model import HOLD_MS, KEEP_MS, ExportFile, ExportTooLarge, JobCancelled
-from .service import RunningJob, finish_job, run_job, settle_released
+from .model import HOLD_MS, KEEP_MS, ExportFile, ExportTooLarge, JobCancelled, RunningJob
+from .service import finish_job, run_job, settle_released
 
 if TYPE_CHECKING:
     from ..ratecards.catalog import RateCards

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from trainledger.export.pricing import ExportError
 from trainledger.export.stream import prepare_export
-from trainledger.jobs.model import KEEP_MS, ExportRunning, FileGone
-from trainledger.jobs.service import RunningJob, find_job, job_file, queue_export
+from trainledger.jobs.model import KEEP_MS, ExportRunning, FileGone, RunningJob
+from trainledger.jobs.service import find_job, job_file, queue_export
 from trainledger.jobs.worker import JobWorker
 from trainledger.ratecards.catalog import RateCards
 from trainledger.storage.keys import Keys

@@ -13,8 +13,8 @@ from trainledger.budgets.model import BudgetIn
 from trainledger.budgets.service import create_budget
 from trainledger.events.decoding import JSON, decode_events
 from trainledger.ingest.service import Ingestor
-from trainledger.jobs.model import KEEP_MS, JobFinished, JobNotFound, JobParams
-from trainledger.jobs.service import RunningJob, cancel_job, find_job, project_jobs, queue_job
+from trainledger.jobs.model import KEEP_MS, JobFinished, JobNotFound, JobParams, RunningJob
+from trainledger.jobs.service import cancel_job, find_job, project_jobs, queue_job
 from trainledger.jobs.worker import JobWorker
 from trainledger.ratecards.catalog import RateCards
 from trainledger.ratecards.model import RateCardIn
