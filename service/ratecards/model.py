@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from costcore.money import parse_price, parse_quantity
+from costcore.rates import RateRow
 
 from ..errors import Invalid
 from ..events.model import DECIMAL_PATTERN, UNSAFE_TEXT_REASON, safe_text
@@ -115,6 +116,18 @@ class PricedSku(msgspec.Struct, frozen=True):
     unit_price_nano: int
     tiers: tuple[tuple[int | None, int], ...]  # (upto_micro or None, price_nano)
     power_watts: int | None
+
+    @property
+    def rate_row(self) -> RateRow:
+        """The SKU's pricing rule as the pricing core reads it: its row of a
+        `costcore.RateTable`, which `costcore.price_batch` and `costcore.price_segments` apply."""
+        return RateRow(self.unit_price_nano, self.tiers)
+
+    @property
+    def cumulative(self) -> bool:
+        """Whether its price depends on the quantity before an event (graduated tiers read the
+        month's tier counter)."""
+        return bool(self.tiers)
 
 
 class RateCardError(Invalid, ValueError):
