@@ -67,6 +67,12 @@ class Sku(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     source: Annotated[str, msgspec.Meta(max_length=500)] | None = None
 
 
+def pricing_facts(sku: Sku) -> tuple[object, ...]:
+    """What of a SKU prices an event (its description and source do not): a new version that
+    changes any of it for past events needs repricing. A new pricing rule's field goes here."""
+    return (sku.category, sku.unit, sku.unit_price, sku.fixed, sku.tiers, sku.power_watts)
+
+
 class RateCardIn(msgspec.Struct, forbid_unknown_fields=True):
     """Body of `PUT /v1/rate-cards/{name}`: one new version."""
 
