@@ -12,6 +12,8 @@ unsigned 128-bit integers (at most ``2**63`` events of less than ``2**63`` each:
 """
 
 from cpython cimport array
+from cpython.object cimport Py_SIZE
+from libc.string cimport memcpy
 
 import array as _array
 
@@ -376,11 +378,12 @@ cdef list _wide(array.array halves, Py_ssize_t n):
 
 
 cdef inline bint _row_ok(
-    const long long[::1] unit_price,
-    const int[::1] t_start,
-    const int[::1] t_count,
-    const long long[::1] t_upto,
-    const long long[::1] t_price,
+    const long long* unit_price,
+    const int* t_start,
+    const int* t_count,
+    const long long* t_upto,
+    const long long* t_price,
+    Py_ssize_t n_tiers,
     Py_ssize_t row,
 ) noexcept nogil:
     """Same conditions as costcore.rates.check_rate_row on a row in range; 1 if all hold."""
@@ -390,13 +393,22 @@ cdef inline bint _row_ok(
         return 0
     if count == 0:
         return 1
-    if start < 0 or start + count > t_upto.shape[0]:
+    if start < 0 or start + count > n_tiers:
         return 0
     for k in range(start, start + count):
         if t_price[k] < 0 or t_upto[k] <= previous:
             return 0
         previous = t_upto[k]
     return previous == INT64_MAX_
+
+
+cdef inline array.array _column(object column, Py_ssize_t itemsize):
+    """A RateTable column as the array it is (no buffer to acquire: the export splits every
+    event); None if it is not an array of that item size."""
+    if type(column) is not array.array:
+        return None
+    cdef array.array typed = column
+    return typed if typed.ob_descr.itemsize == itemsize else None
 
 
 def price_segments(rates, row, cum_before, quantity_micro):
@@ -412,43 +424,58 @@ def price_segments(rates, row, cum_before, quantity_micro):
         check_segment_args(rates, row, cum_before, quantity_micro)  # raises the reason
         if not (0 <= cum_before <= INT64_MAX_ and 0 <= quantity_micro <= INT64_MAX_):
             raise RuntimeError("internal error: price_segments disagrees with costcore._contract")
-    cdef const long long[::1] unit_price = rates.unit_price_nano
-    cdef const int[::1] t_start = rates.tier_start
-    cdef const int[::1] t_count = rates.tier_count
-    cdef const long long[::1] upto = rates.tier_upto_micro
-    cdef const long long[::1] price = rates.tier_price_nano
-    cdef Py_ssize_t n_rows = unit_price.shape[0]
+    cdef array.array unit_price = _column(rates.unit_price_nano, 8)
+    cdef array.array t_start = _column(rates.tier_start, 4)
+    cdef array.array t_count = _column(rates.tier_count, 4)
+    cdef array.array upto = _column(rates.tier_upto_micro, 8)
+    cdef array.array price = _column(rates.tier_price_nano, 8)
+    if unit_price is None or t_start is None or t_count is None or upto is None or price is None:
+        raise TypeError("price_segments: a RateTable column is not an array of its type")
+    cdef Py_ssize_t n_rows = Py_SIZE(unit_price), n_tiers = Py_SIZE(upto)
     if not (
-        t_start.shape[0] == n_rows
-        and t_count.shape[0] == n_rows
-        and price.shape[0] == upto.shape[0]
+        Py_SIZE(t_start) == n_rows
+        and Py_SIZE(t_count) == n_rows
+        and Py_SIZE(price) == n_tiers
         and 0 <= row < n_rows
-        and _row_ok(unit_price, t_start, t_count, upto, price, row)
+        and _row_ok(
+            unit_price.data.as_longlongs,
+            t_start.data.as_ints,
+            t_count.data.as_ints,
+            upto.data.as_longlongs,
+            price.data.as_longlongs,
+            n_tiers,
+            row,
+        )
     ):
         check_segment_args(rates, row, cum_before, quantity_micro)  # raises the reason
         raise RuntimeError("internal error: price_segments disagrees with costcore._contract")
     cdef Py_ssize_t r = row
     cdef long long c = cum_before, q = quantity_micro
-    cdef Py_ssize_t count = t_count[r]
+    cdef Py_ssize_t count = t_count.data.as_ints[r]
     if count == 0:
-        return [PriceSegment(q, unit_price[r], None, 0, None)]
-    cdef Py_ssize_t start = t_start[r]
+        return [tuple.__new__(PriceSegment, (q, unit_price.data.as_longlongs[r], None, 0, None))]
+    cdef Py_ssize_t start = t_start.data.as_ints[r]
+    # The row's tiers and their parts in arrays of this call before any Python object is made
+    # (a collection run by one could run code that resizes the table's columns).
+    cdef array.array row_upto = array.clone(_Q, count, False)
+    cdef array.array row_price = array.clone(_Q, count, False)
     cdef array.array portions_a = array.clone(_Q, count, True)
-    cdef long long[::1] portions = portions_a
-    _split_tiers(c, c + q, &upto[start], &price[start], count, &portions[0])
+    memcpy(row_upto.data.as_longlongs, &upto.data.as_longlongs[start], count * sizeof(long long))
+    memcpy(row_price.data.as_longlongs, &price.data.as_longlongs[start], count * sizeof(long long))
+    cdef const long long* up = row_upto.data.as_longlongs
+    cdef const long long* pr = row_price.data.as_longlongs
+    cdef long long* portions = portions_a.data.as_longlongs
+    _split_tiers(c, c + q, up, pr, count, portions)
     cdef list out = []
     cdef long long lower = 0, upper
     cdef Py_ssize_t k
     for k in range(count):
-        upper = upto[start + k]
+        upper = up[k]
         if portions[k] > 0 or (q == 0 and lower <= c < upper):
             out.append(
-                PriceSegment(
-                    portions[k],
-                    price[start + k],
-                    k,
-                    lower,
-                    None if upper == INT64_MAX_ else upper,
+                tuple.__new__(
+                    PriceSegment,
+                    (portions[k], pr[k], k, lower, None if upper == INT64_MAX_ else upper),
                 )
             )
         lower = upper

@@ -64,6 +64,18 @@ def segments(
         raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier") from None
     if not parts:
         raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier")
+    if len(parts) == 1:  # the whole cost (what sharing by one amount gives, exactly)
+        (p,) = parts
+        return [
+            Segment(
+                p.quantity_micro,
+                p.unit_price_nano,
+                cost_nano,
+                p.tier,
+                p.tier_from_micro,
+                p.tier_upto_micro,
+            )
+        ]
     amounts = [part.quantity_micro * part.unit_price_nano for part in parts]
     total = sum(amounts)
     billed: list[int] = []
