@@ -1,8 +1,10 @@
 """costcore: exact integer pricing of usage events (pure computation, no I/O).
 
-``price_batch`` is the compiled Cython kernel. It is loaded on first access; if the extension
-is not built, accessing it raises ``ImportError`` (there is deliberately no silent fallback to
-the slow reference; call ``price_batch_reference`` explicitly if that is what you want).
+``price_batch`` is the compiled Cython kernel and ``price_segments`` the one pricing rule it
+applies (a quantity split into priced parts: flat, graduated tiers), for the callers that show
+the parts (the FOCUS export, plans). They are loaded on first access; if the extension is not
+built, accessing them raises ``ImportError`` (there is deliberately no silent fallback to the
+slow reference; product code never calls ``*_reference``: tests and benchmarks do).
 Everything else in the package is plain Python and importable without the kernel.
 """
 
@@ -41,8 +43,8 @@ from costcore.money import (
     round_half_even_div,
 )
 from costcore.rates import RateRow, RateTable
-from costcore.reference import price_batch_reference
-from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
+from costcore.reference import price_batch_reference, price_segments_reference
+from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult, PriceSegment
 
 if TYPE_CHECKING:
     from costcore._columns import (
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
         take,
         text_line_count,
     )
-    from costcore._kernel import price_batch
+    from costcore._kernel import price_batch, price_segments
 
 __all__ = [
     "INT64_MAX",
@@ -75,6 +77,7 @@ __all__ = [
     "CodedEntry",
     "CodedGroups",
     "CodedSums",
+    "PriceSegment",
     "RateRow",
     "RateTable",
     "ScanResult",
@@ -98,6 +101,8 @@ __all__ = [
     "parse_time_reference",
     "price_batch",
     "price_batch_reference",
+    "price_segments",
+    "price_segments_reference",
     "rate_rows",
     "rate_rows_reference",
     "remap_codes",
@@ -164,9 +169,9 @@ _COLUMNS = (
 
 
 def __getattr__(name: str) -> Any:
-    if name == "price_batch":
-        function = _load_kernel().price_batch
-        globals()["price_batch"] = function
+    if name in ("price_batch", "price_segments"):
+        function = getattr(_load_kernel(), name)
+        globals()[name] = function
         return function
     if name in _COLUMNS:
         _load_kernel()  # the same build; a stale one says so

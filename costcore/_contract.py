@@ -12,12 +12,20 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from costcore.rates import RateTable
+from costcore.money import INT64_MAX
+from costcore.rates import RateTable, check_rate_columns, check_rate_row
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-__all__ = ["PreparedBatch", "as_int_view", "check_events", "check_tier_cum", "prepare_batch"]
+__all__ = [
+    "PreparedBatch",
+    "as_int_view",
+    "check_events",
+    "check_segment_args",
+    "check_tier_cum",
+    "prepare_batch",
+]
 
 # Native-order signed integer struct codes, by item size.
 _SIGNED_CODES = frozenset("bhilqn")
@@ -137,3 +145,52 @@ def check_events(
             raise ValueError(
                 f"tier_slot[{i}] = {slot}: rate row {row} is flat, so the slot must be -1"
             )
+
+
+def _int_arg(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return int(value)
+
+
+def check_segment_args(rates: RateTable, row: int, cum_before: int, quantity_micro: int) -> None:
+    """Raise for the first bad argument of ``price_segments``, checked in this order: types,
+    the row (in range, its own columns valid as ``check_rate_columns`` says: the columns are
+    mutable arrays), ``cum_before`` and ``quantity_micro`` (>= 0) and their sum (<= INT64_MAX,
+    the limit a tier counter has in ``price_batch``)."""
+    if not isinstance(rates, RateTable):
+        raise TypeError(f"rates must be a RateTable, not {type(rates).__name__}")
+    row = _int_arg(row, "row")
+    cum_before = _int_arg(cum_before, "cum_before")
+    quantity_micro = _int_arg(quantity_micro, "quantity_micro")
+    n_rows = len(rates.unit_price_nano)
+    if (
+        len(rates.tier_start) != n_rows
+        or len(rates.tier_count) != n_rows
+        or len(rates.tier_price_nano) != len(rates.tier_upto_micro)
+    ):
+        check_rate_columns(  # raises the message naming the lengths
+            rates.unit_price_nano,
+            rates.tier_start,
+            rates.tier_count,
+            rates.tier_upto_micro,
+            rates.tier_price_nano,
+        )
+    if not 0 <= row < n_rows:
+        raise ValueError(f"row {row} is out of range [0, {n_rows})")
+    check_rate_row(
+        row,
+        rates.unit_price_nano,
+        rates.tier_start,
+        rates.tier_count,
+        rates.tier_upto_micro,
+        rates.tier_price_nano,
+    )
+    if cum_before < 0:
+        raise ValueError(f"cum_before is negative ({cum_before})")
+    if quantity_micro < 0:
+        raise ValueError(f"quantity_micro is negative ({quantity_micro})")
+    if cum_before + quantity_micro > INT64_MAX:
+        raise ValueError(
+            f"cum_before + quantity_micro = {cum_before + quantity_micro} exceeds INT64_MAX"
+        )

@@ -5,7 +5,7 @@ from typing import Any
 from typing_extensions import Buffer
 
 from costcore.rates import RateTable
-from costcore.result import BatchResult
+from costcore.result import BatchResult, PriceSegment
 
 KERNEL_VERSION: str
 
@@ -19,3 +19,6 @@ def price_batch(
     tier_cum: Buffer,
     n_groups: int,
 ) -> BatchResult: ...
+def price_segments(
+    rates: RateTable, row: int, cum_before: int, quantity_micro: int
+) -> list[PriceSegment]: ...

@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, nonecheck=False, embedsignature=True
-"""Compiled pricing kernel. Same contract as ``costcore.reference.price_batch_reference``.
+"""Compiled pricing kernel. Same contract as ``costcore.reference``: ``price_batch`` (the
+batch) and ``price_segments`` (one quantity's priced parts), one segment split for both.
 
 The element loop runs without the GIL on raw typed memoryviews. Products and sums of
 ``quantity_micro x price_nano`` are computed in unsigned 128-bit integers (``q, price < 2**63``
@@ -11,12 +12,14 @@ unsigned 128-bit integers (at most ``2**63`` events of less than ``2**63`` each:
 """
 
 from cpython cimport array
+from cpython.object cimport Py_SIZE
+from libc.string cimport memcpy
 
 import array as _array
 
-from costcore._contract import check_events, check_tier_cum, prepare_batch
-from costcore.rates import check_rate_columns
-from costcore.result import BatchResult
+from costcore._contract import check_events, check_segment_args, check_tier_cum, prepare_batch
+from costcore.rates import RateTable, check_rate_columns
+from costcore.result import BatchResult, PriceSegment
 
 cdef extern from *:
     """
@@ -84,7 +87,7 @@ cdef extern from *:
     int tl_round_div_1e6(u128 n, long long *out) nogil
     void tl_add_u128(long long *sum, unsigned long long v) nogil
 
-KERNEL_VERSION = "2.0.0"
+KERNEL_VERSION = "2.1.0"
 """Version of the pricing contract implemented here; must equal costcore._version."""
 
 cdef long long INT64_MAX_ = 9223372036854775807
@@ -182,12 +185,20 @@ cdef int _events_ok(
     return OK
 
 
-cdef inline u128 _tiered_amount(
-    long long c, long long end, const long long* upto, const long long* price, Py_ssize_t count
+cdef inline u128 _split_tiers(
+    long long c,
+    long long end,
+    const long long* upto,
+    const long long* price,
+    Py_ssize_t count,
+    long long* portions,
 ) noexcept nogil:
-    """What moving a tier counter from c to end costs (micro-units x nano-units per unit):
-    each tier's part of [c, end) at its price; tier k spans [upto[k - 1], upto[k]), the
-    first from 0."""
+    """The compiled segment split (``price_segments``' contract), which ``price_batch`` and
+    ``price_segments`` share: each tier's part of the cumulative micro-units [c, end) (tier k
+    spans [upto[k - 1], upto[k]), the first from 0), and what they cost at the tiers' prices,
+    summed exactly (micro-units x nano-units per unit). Where ``portions`` is not NULL,
+    ``portions[k]`` receives tier k's non-zero part; the pricing loop passes NULL, and the C
+    compiler, inlining this, drops the stores."""
     cdef u128 amount = 0
     cdef long long lower = 0, upper, lo, hi
     cdef Py_ssize_t k
@@ -198,6 +209,8 @@ cdef inline u128 _tiered_amount(
             hi = end if end < upper else upper
             if hi > lo:
                 amount += <u128>(hi - lo) * <u128>price[k]
+                if portions != NULL:
+                    portions[k] = hi - lo
         if upper >= end:
             break
         lower = upper
@@ -251,8 +264,8 @@ cdef int _price_events(
             if tl_add_overflow(c, q, &end):
                 status_out[i] = 1
                 continue
-            amount = _tiered_amount(
-                c, end, &t_upto[t_start[row]], &t_price[t_start[row]], t_count[row]
+            amount = _split_tiers(
+                c, end, &t_upto[t_start[row]], &t_price[t_start[row]], t_count[row], NULL
             )
         if tl_round_div_1e6(amount, &cost):
             status_out[i] = 1
@@ -361,4 +374,109 @@ cdef list _wide(array.array halves, Py_ssize_t n):
                 (<object><unsigned long long>v[2 * g + 1] << 64)
                 | <object><unsigned long long>v[2 * g]
             )
+    return out
+
+
+cdef inline bint _row_ok(
+    const long long* unit_price,
+    const int* t_start,
+    const int* t_count,
+    const long long* t_upto,
+    const long long* t_price,
+    Py_ssize_t n_tiers,
+    Py_ssize_t row,
+) noexcept nogil:
+    """Same conditions as costcore.rates.check_rate_row on a row in range; 1 if all hold."""
+    cdef Py_ssize_t count = t_count[row], start = t_start[row], k
+    cdef long long previous = 0
+    if unit_price[row] < 0 or count < 0:
+        return 0
+    if count == 0:
+        return 1
+    if start < 0 or start + count > n_tiers:
+        return 0
+    for k in range(start, start + count):
+        if t_price[k] < 0 or t_upto[k] <= previous:
+            return 0
+        previous = t_upto[k]
+    return previous == INT64_MAX_
+
+
+cdef inline array.array _column(object column, Py_ssize_t itemsize):
+    """A RateTable column as the array it is (no buffer to acquire: the export splits every
+    event); None if it is not an array of that item size."""
+    if type(column) is not array.array:
+        return None
+    cdef array.array typed = column
+    return typed if typed.ob_descr.itemsize == itemsize else None
+
+
+def price_segments(rates, row, cum_before, quantity_micro):
+    """Split a quantity into its priced parts (see ``costcore.reference`` for the contract)."""
+    if not (
+        isinstance(rates, RateTable)
+        and type(row) is int
+        and type(cum_before) is int
+        and type(quantity_micro) is int
+        and 0 <= cum_before <= INT64_MAX_
+        and 0 <= quantity_micro <= INT64_MAX_ - cum_before
+    ):
+        check_segment_args(rates, row, cum_before, quantity_micro)  # raises the reason
+        if not (0 <= cum_before <= INT64_MAX_ and 0 <= quantity_micro <= INT64_MAX_):
+            raise RuntimeError("internal error: price_segments disagrees with costcore._contract")
+    cdef array.array unit_price = _column(rates.unit_price_nano, 8)
+    cdef array.array t_start = _column(rates.tier_start, 4)
+    cdef array.array t_count = _column(rates.tier_count, 4)
+    cdef array.array upto = _column(rates.tier_upto_micro, 8)
+    cdef array.array price = _column(rates.tier_price_nano, 8)
+    if unit_price is None or t_start is None or t_count is None or upto is None or price is None:
+        raise TypeError("price_segments: a RateTable column is not an array of its type")
+    cdef Py_ssize_t n_rows = Py_SIZE(unit_price), n_tiers = Py_SIZE(upto)
+    if not (
+        Py_SIZE(t_start) == n_rows
+        and Py_SIZE(t_count) == n_rows
+        and Py_SIZE(price) == n_tiers
+        and 0 <= row < n_rows
+        and _row_ok(
+            unit_price.data.as_longlongs,
+            t_start.data.as_ints,
+            t_count.data.as_ints,
+            upto.data.as_longlongs,
+            price.data.as_longlongs,
+            n_tiers,
+            row,
+        )
+    ):
+        check_segment_args(rates, row, cum_before, quantity_micro)  # raises the reason
+        raise RuntimeError("internal error: price_segments disagrees with costcore._contract")
+    cdef Py_ssize_t r = row
+    cdef long long c = cum_before, q = quantity_micro
+    cdef Py_ssize_t count = t_count.data.as_ints[r]
+    if count == 0:
+        return [tuple.__new__(PriceSegment, (q, unit_price.data.as_longlongs[r], None, 0, None))]
+    cdef Py_ssize_t start = t_start.data.as_ints[r]
+    # The row's tiers and their parts in arrays of this call before any Python object is made
+    # (a collection run by one could run code that resizes the table's columns).
+    cdef array.array row_upto = array.clone(_Q, count, False)
+    cdef array.array row_price = array.clone(_Q, count, False)
+    cdef array.array portions_a = array.clone(_Q, count, True)
+    memcpy(row_upto.data.as_longlongs, &upto.data.as_longlongs[start], count * sizeof(long long))
+    memcpy(row_price.data.as_longlongs, &price.data.as_longlongs[start], count * sizeof(long long))
+    cdef const long long* up = row_upto.data.as_longlongs
+    cdef const long long* pr = row_price.data.as_longlongs
+    cdef long long* portions = portions_a.data.as_longlongs
+    _split_tiers(c, c + q, up, pr, count, portions)
+    cdef list out = []
+    cdef long long lower = 0, upper
+    cdef Py_ssize_t k
+    for k in range(count):
+        upper = up[k]
+        if portions[k] > 0 or (q == 0 and lower <= c < upper):
+            out.append(
+                tuple.__new__(
+                    PriceSegment,
+                    (portions[k], pr[k], k, lower, None if upper == INT64_MAX_ else upper),
+                )
+            )
+        lower = upper
     return out

@@ -28,7 +28,7 @@ from typing import NamedTuple, NoReturn
 
 from costcore.money import INT64_MAX
 
-__all__ = ["INT32_MAX", "RateRow", "RateTable", "check_rate_columns"]
+__all__ = ["INT32_MAX", "RateRow", "RateTable", "check_rate_columns", "check_rate_row"]
 
 INT32_MAX = 2**31 - 1
 
@@ -72,39 +72,52 @@ def check_rate_columns(
             f"tier_upto_micro={n_tiers}, tier_price_nano={len(tier_price_nano)}"
         )
     for row in range(n_rows):
-        price = unit_price_nano[row]
-        if price < 0:
-            raise ValueError(f"rate row {row}: unit_price_nano is negative ({price})")
-        count = tier_count[row]
-        if count < 0:
-            raise ValueError(f"rate row {row}: tier_count is negative ({count})")
-        if count == 0:
-            continue
-        start = tier_start[row]
-        if start < 0 or start + count > n_tiers:
+        check_rate_row(
+            row, unit_price_nano, tier_start, tier_count, tier_upto_micro, tier_price_nano
+        )
+
+
+def check_rate_row(
+    row: int,
+    unit_price_nano: Sequence[int],
+    tier_start: Sequence[int],
+    tier_count: Sequence[int],
+    tier_upto_micro: Sequence[int],
+    tier_price_nano: Sequence[int],
+) -> None:
+    """``check_rate_columns`` for one row (in range) of columns of matching lengths."""
+    n_tiers = len(tier_upto_micro)
+    price = unit_price_nano[row]
+    if price < 0:
+        raise ValueError(f"rate row {row}: unit_price_nano is negative ({price})")
+    count = tier_count[row]
+    if count < 0:
+        raise ValueError(f"rate row {row}: tier_count is negative ({count})")
+    if count == 0:
+        return
+    start = tier_start[row]
+    if start < 0 or start + count > n_tiers:
+        raise ValueError(
+            f"rate row {row}: tiers [{start}, {start + count}) are outside the "
+            f"{n_tiers} tier entries"
+        )
+    previous = 0
+    for k in range(start, start + count):
+        tier_price = tier_price_nano[k]
+        if tier_price < 0:
+            raise ValueError(f"rate row {row}, tier {k - start}: price is negative ({tier_price})")
+        upto = tier_upto_micro[k]
+        if upto <= previous:
             raise ValueError(
-                f"rate row {row}: tiers [{start}, {start + count}) are outside the "
-                f"{n_tiers} tier entries"
+                f"rate row {row}, tier {k - start}: upto_micro {upto} must be greater "
+                f"than {previous}"
             )
-        previous = 0
-        for k in range(start, start + count):
-            tier_price = tier_price_nano[k]
-            if tier_price < 0:
-                raise ValueError(
-                    f"rate row {row}, tier {k - start}: price is negative ({tier_price})"
-                )
-            upto = tier_upto_micro[k]
-            if upto <= previous:
-                raise ValueError(
-                    f"rate row {row}, tier {k - start}: upto_micro {upto} must be greater "
-                    f"than {previous}"
-                )
-            previous = upto
-        if previous != INT64_MAX:
-            raise ValueError(
-                f"rate row {row}: the last tier must be unbounded (upto_micro = INT64_MAX), "
-                f"got {previous}"
-            )
+        previous = upto
+    if previous != INT64_MAX:
+        raise ValueError(
+            f"rate row {row}: the last tier must be unbounded (upto_micro = INT64_MAX), "
+            f"got {previous}"
+        )
 
 
 def _int_column(values: Iterable[int], typecode: str, name: str) -> array[int]:

@@ -1,8 +1,8 @@
-"""Reference implementation of ``price_batch`` in plain Python integers.
+"""Reference implementation of ``price_batch`` and ``price_segments`` in plain Python integers.
 
 This module is the specification: it is written for clarity, not speed. The compiled kernel
-(``costcore._kernel.price_batch``) must produce exactly the same outputs, the same in-place
-updates of ``tier_cum`` and the same exceptions for every input.
+(``costcore._kernel.price_batch``, ``price_segments``) must produce exactly the same outputs,
+the same in-place updates of ``tier_cum`` and the same exceptions for every input.
 
 Contract
 --------
@@ -28,7 +28,8 @@ Semantics, events processed strictly in order:
 * flat row (``tier_count == 0``): ``cost = round_half_even(q * unit_price_nano / 10**6)``.
 * tiered row: with ``c = tier_cum[slot]`` the event covers the cumulative interval
   ``(c, c + q]``; tier k covers ``(lo_k, upto_k]`` (``lo_0 = 0``, ``lo_k = upto_{k-1}``);
-  ``portion_k = max(0, min(c + q, upto_k) - max(c, lo_k))`` and
+  ``portion_k = max(0, min(c + q, upto_k) - max(c, lo_k))`` (the parts
+  ``price_segments_reference(rates, row, c, q)`` returns) and
   ``cost = round_half_even(sum_k(portion_k * price_k) / 10**6)``: one rounding of the exact
   sum. On success ``tier_cum[slot] = c + q``.
 * an event gets status 1 (overflow) and is *not applied* (cost 0, no group update, counter not
@@ -42,30 +43,58 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from costcore._contract import check_events, check_tier_cum, prepare_batch
+from costcore._contract import check_events, check_segment_args, check_tier_cum, prepare_batch
 from costcore.money import INT64_MAX, QUANTITY_SCALE, round_half_even_div
 from costcore.rates import RateTable, check_rate_columns
-from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult
+from costcore.result import STATUS_OVERFLOW, STATUS_PRICED, BatchResult, PriceSegment
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-__all__ = ["price_batch_reference"]
+__all__ = ["price_batch_reference", "price_segments_reference"]
 
 
-def _tiered_amount(rates: RateTable, row: int, cum_before: int, quantity: int) -> int:
-    """Exact ``sum(portion_k * price_k)`` (micro-units x nano per unit) for a tiered row."""
-    start = rates.tier_start[row]
+def _split(rates: RateTable, row: int, cum_before: int, quantity: int) -> list[PriceSegment]:
+    """The segment split (``price_segments``' contract) of checked arguments."""
     count = rates.tier_count[row]
+    if count == 0:
+        return [PriceSegment(quantity, rates.unit_price_nano[row], None, 0, None)]
+    start = rates.tier_start[row]
     cum_after = cum_before + quantity
-    amount = 0
+    out: list[PriceSegment] = []
     lower = 0
-    for k in range(start, start + count):
-        upper = rates.tier_upto_micro[k]
+    for k in range(count):
+        upper = rates.tier_upto_micro[start + k]
         portion = max(0, min(cum_after, upper) - max(cum_before, lower))
-        amount += portion * rates.tier_price_nano[k]
+        if portion or (quantity == 0 and lower <= cum_before < upper):
+            unbounded = upper == INT64_MAX
+            price = rates.tier_price_nano[start + k]
+            out.append(PriceSegment(portion, price, k, lower, None if unbounded else upper))
         lower = upper
-    return amount
+    return out
+
+
+def price_segments_reference(
+    rates: RateTable, row: int, cum_before: int, quantity_micro: int
+) -> list[PriceSegment]:
+    """Split ``quantity_micro`` micro-units priced by rate row ``row`` into its priced parts.
+
+    The pricing rule of every price the ledger charges, in one place: ``price_batch`` prices an
+    event as the exact sum of its parts' ``quantity_micro * unit_price_nano``, rounded once.
+
+    * flat row (``tier_count == 0``): one part, the whole quantity at ``unit_price_nano``
+      (``tier`` None; ``cum_before`` plays no part).
+    * tiered row: the quantity covers the cumulative micro-units ``[c, c + q)`` from
+      ``c = cum_before``; tier k spans ``[lo_k, upto_k)`` (``lo_0 = 0``, ``lo_k = upto_{k-1}``)
+      and its part is ``max(0, min(c + q, upto_k) - max(c, lo_k))``. The parts with a non-zero
+      quantity, in tier order; a zero quantity gives the one tier the counter is in (a
+      zero part, none when ``c`` is ``INT64_MAX``).
+
+    Raises ``TypeError`` or ``ValueError`` (``costcore._contract.check_segment_args``) for bad
+    arguments, ``c + q > INT64_MAX`` included (the event ``price_batch`` refuses).
+    """
+    check_segment_args(rates, row, cum_before, quantity_micro)
+    return _split(rates, row, cum_before, quantity_micro)
 
 
 def price_batch_reference(
@@ -118,7 +147,10 @@ def price_batch_reference(
             if new_cum > INT64_MAX:
                 status[i] = STATUS_OVERFLOW
                 continue
-            amount = _tiered_amount(rates, row, cum_before, quantity)
+            amount = sum(
+                part.quantity_micro * part.unit_price_nano
+                for part in _split(rates, row, cum_before, quantity)
+            )
 
         cost = round_half_even_div(amount, QUANTITY_SCALE)
         if cost > INT64_MAX:

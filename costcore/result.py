@@ -1,15 +1,32 @@
-"""The result type shared by the compiled kernel and the reference implementation."""
+"""The result types shared by the compiled kernel and the reference implementation."""
 
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
 
-__all__ = ["STATUS_OVERFLOW", "STATUS_PRICED", "BatchResult"]
+__all__ = ["STATUS_OVERFLOW", "STATUS_PRICED", "BatchResult", "PriceSegment"]
 
 STATUS_PRICED = 0
 """The event was priced and applied to its group and tier counter."""
 STATUS_OVERFLOW = 1
 """The event was not applied: its own cost or its tier counter's cumulative would exceed int64."""
+
+
+class PriceSegment(NamedTuple):
+    """The part of a quantity priced at one unit price: what ``price_segments`` returns.
+
+    ``tier`` is the 0-based tier of a graduated row (``None`` for a flat price), which covers
+    the cumulative micro-units ``[tier_from_micro, tier_upto_micro)`` (``None``: unbounded; a
+    flat price spans ``[0, None)``). The part's exact amount is
+    ``quantity_micro * unit_price_nano`` (micro-units x nano per unit).
+    """
+
+    quantity_micro: int
+    unit_price_nano: int
+    tier: int | None
+    tier_from_micro: int
+    tier_upto_micro: int | None
 
 
 class BatchResult:

@@ -1,6 +1,7 @@
 """Pricing a logged event again for the export: its priced SKU in the rate-card version
-recorded with it, and its parts at each unit price (graduated tiers split an event; the
-month's tier counters are replayed from the log in the order it was applied).
+recorded with it, and its parts at each unit price (`costcore.price_segments`, the split the
+pricing kernel applies: graduated tiers split an event; the month's tier counters are replayed
+from the log in the order it was applied).
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from costcore.money import INT64_MAX, round_half_even_div
+# Only costcore's public API: the compiled segment split is the one pricing rule.
+from costcore import RateTable, price_segments, round_half_even_div
 
 from ..errors import Conflict
 from ..ledger.eventlog import LoggedEvent
@@ -16,6 +18,9 @@ from ..ratecards.catalog import PricingCatalog
 from ..ratecards.model import PricedSku, RateCardVersion
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+SplitParts = tuple[RateTable, int] | None
+"""The rate row an event was priced by, ``(table, row)``, for ``segments``."""
 
 
 class ExportError(Conflict):
@@ -41,28 +46,37 @@ def month_of(epoch_us: int) -> str:
     return (_EPOCH + timedelta(microseconds=epoch_us)).strftime("%Y%m")
 
 
-def segments(sku: PricedSku, quantity_micro: int, cost_nano: int, cum_before: int) -> list[Segment]:
-    """Split one event as the pricing kernel does, and share its ledger cost among the parts.
+def segments(
+    sku: PricedSku, quantity_micro: int, cost_nano: int, cum_before: int, split: SplitParts = None
+) -> list[Segment]:
+    """The event's parts as the pricing kernel splits it, sharing its ledger cost among them.
 
     ``cum_before`` is the project's cumulative quantity of the SKU that month before the
-    event (ignored for a flat price). Each part's billed cost is its share of ``cost_nano``
-    in proportion to its exact list amount, rounded half-to-even cumulatively so the parts
-    add up to ``cost_nano`` exactly.
+    event (ignored for a flat price); ``split`` is the rate row that priced it (``(table,
+    row)`` of the catalog), else a one-row table is built from ``sku``. Each part's billed
+    cost is its share of ``cost_nano`` in proportion to its exact list amount, rounded
+    half-to-even cumulatively so the parts add up to ``cost_nano`` exactly.
     """
-    if not sku.tiers:
-        return [Segment(quantity_micro, sku.unit_price_nano, cost_nano)]
-    cum_after = cum_before + quantity_micro
-    parts: list[tuple[int, int, int | None, int, int]] = []  # tier, from, upto, qty, price
-    lower = 0
-    for k, (upto, price) in enumerate(sku.tiers):
-        upper = INT64_MAX if upto is None else upto
-        portion = max(0, min(cum_after, upper) - max(cum_before, lower))
-        if portion or (quantity_micro == 0 and lower <= cum_before < upper):
-            parts.append((k, lower, upto, portion, price))
-        lower = upper
-    if not parts:  # only past INT64_MAX, which ingestion never accepts
+    table, row = split if split is not None else (RateTable.build([sku.rate_row]), 0)
+    try:
+        parts = price_segments(table, row, cum_before, quantity_micro)
+    except ValueError:  # past INT64_MAX, which ingestion never accepts
+        raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier") from None
+    if not parts:
         raise ExportError(f"SKU {sku.code!r}: quantity beyond the last tier")
-    amounts = [qty * price for _, _, _, qty, price in parts]
+    if len(parts) == 1:  # the whole cost (what sharing by one amount gives, exactly)
+        (p,) = parts
+        return [
+            Segment(
+                p.quantity_micro,
+                p.unit_price_nano,
+                cost_nano,
+                p.tier,
+                p.tier_from_micro,
+                p.tier_upto_micro,
+            )
+        ]
+    amounts = [part.quantity_micro * part.unit_price_nano for part in parts]
     total = sum(amounts)
     billed: list[int] = []
     running = shared = 0
@@ -75,8 +89,15 @@ def segments(sku: PricedSku, quantity_micro: int, cost_nano: int, cum_before: in
         billed.append(upto_here - shared)
         shared = upto_here
     return [
-        Segment(qty, price, b, k, lo, upto)
-        for (k, lo, upto, qty, price), b in zip(parts, billed, strict=True)
+        Segment(
+            p.quantity_micro,
+            p.unit_price_nano,
+            b,
+            p.tier,
+            p.tier_from_micro,
+            p.tier_upto_micro,
+        )
+        for p, b in zip(parts, billed, strict=True)
     ]
 
 
@@ -91,13 +112,17 @@ class LogPricing:
                 self._index[v.version] = i
         self._cumulative: dict[tuple[str, str], int] = {}
 
+    def _version_index(self, row: LoggedEvent) -> int:
+        vi = self._index.get(row.version)
+        if vi is None and self.catalog is not None:  # not expected: versions are never deleted
+            vi = self.catalog.history.index_at(_EPOCH + timedelta(microseconds=row.epoch_us))
+        return -1 if vi is None else vi
+
     def sku_of(self, row: LoggedEvent) -> tuple[RateCardVersion, PricedSku]:
         if self.catalog is None:
             raise ExportError("the project's rate card no longer exists")
         history = self.catalog.history
-        vi = self._index.get(row.version)
-        if vi is None:  # not expected: versions are never deleted
-            vi = history.index_at(_EPOCH + timedelta(microseconds=row.epoch_us))
+        vi = self._version_index(row)
         sku = history.priced(vi).get(row.sku) if vi >= 0 else None
         if sku is None:
             raise ExportError(
@@ -112,7 +137,7 @@ class LogPricing:
         if self.catalog is None or vi is None:
             return False
         priced = self.catalog.history.priced(vi).get(sku)
-        return priced is not None and bool(priced.tiers)
+        return priced is not None and priced.cumulative
 
     def set_counters(self, cumulative: dict[tuple[str, str], int]) -> None:
         """Take the counters (month, SKU) -> quantity as they stand before the next event."""
@@ -120,9 +145,14 @@ class LogPricing:
 
     def segments(self, row: LoggedEvent, sku: PricedSku) -> list[Segment]:
         """The event's priced parts; advances the tier counter exactly as ingestion did."""
-        if not sku.tiers:
-            return segments(sku, row.quantity_micro, row.cost_nano, 0)
+        split: SplitParts = None
+        if self.catalog is not None:
+            rate_row = self.catalog.row_of.get((self._version_index(row), row.sku))
+            if rate_row is not None:
+                split = (self.catalog.table, rate_row)
+        if not sku.cumulative:
+            return segments(sku, row.quantity_micro, row.cost_nano, 0, split)
         key = (month_of(row.epoch_us), row.sku)
         before = self._cumulative.get(key, 0)
         self._cumulative[key] = before + row.quantity_micro
-        return segments(sku, row.quantity_micro, row.cost_nano, before)
+        return segments(sku, row.quantity_micro, row.cost_nano, before, split)

@@ -49,7 +49,7 @@ def row_facts(catalog: PricingCatalog) -> _RowFacts:
     for (vi, _code), row in catalog.row_of.items():
         version[row] = catalog.history.versions[vi].version
     facts = (
-        [bool(s.tiers) for s in skus],
+        [s.cumulative for s in skus],
         [s.category for s in skus],
         ["f" if s.fixed else "e" for s in skus],
         version,

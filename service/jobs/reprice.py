@@ -24,7 +24,7 @@ import msgspec
 from ..errors import Conflict
 from ..ledger.folding import settle
 from ..projects.service import project_settings
-from ..ratecards.model import RateCardIn, RateCardVersion, Sku
+from ..ratecards.model import RateCardIn, RateCardVersion, Sku, pricing_facts
 from ..ratecards.service import SharedCardForbidden, add_version, check_version
 from .model import HOLD_MS, AffectedProject, Job, JobParams
 from .service import new_job_id, queue_job
@@ -88,7 +88,7 @@ def _hour_in_span(day: str, hour: int, span: tuple[datetime, datetime | None]) -
 
 def _pricing(sku: Sku) -> tuple[object, ...]:
     """What of a SKU prices an event (its description and source do not)."""
-    return (sku.category, sku.unit, sku.unit_price, sku.fixed, sku.tiers, sku.power_watts)
+    return pricing_facts(sku)
 
 
 def changed_skus(

@@ -30,8 +30,8 @@ Definitions
 * **Tiers across stages.** Graduated tiers apply to the plan's cumulative quantity of each SKU,
   taken in stage order, and within a stage in the order: model-derived hours, ``resources``,
   ``overheads``. So if pretraining uses the first 50 TB-month of hot storage, post-training's
-  storage is priced from the next tier on. This is the same tier arithmetic as the ledger's
-  pricer (``costcore.price_batch_reference`` prices the lines), but the plan does not reset the
+  storage is priced from the next tier on. This is the ledger's pricer itself
+  (``costcore.price_batch`` prices the lines), but the plan does not reset the
   counters at month boundaries as a rate card's monthly tiers do: usage of a tiered SKU spread
   over several months is priced as if it fell in one month, which with volume discounts
   understates the bill. Each tiered line shows its per-tier breakdown (``tiers``): the
@@ -273,7 +273,7 @@ def _line_estimate(
         stage.energy += energy
         energy_text = fixed_text(energy, 3)
     tiers: list[TierSegment] | None = None
-    if sku.tiers:
+    if sku.cumulative:
         tiers = [
             TierSegment(quantity=format_quantity(q), unit_price=format_money(p))
             for q, p in tier_segments(sku, start, qty)

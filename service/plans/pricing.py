@@ -2,9 +2,9 @@
 
 **Tiers across stages.** Graduated tiers apply to the plan's cumulative quantity of each SKU,
 taken in stage order, and within a stage in the order: model-derived hours, ``resources``,
-``overheads``. This is the same tier arithmetic as the ledger's pricer
-(``costcore.price_batch_reference`` prices the lines), without the monthly reset of a rate
-card's tiers (see :mod:`service.plans.estimate`).
+``overheads``. This is the ledger's pricer itself (``costcore.price_batch`` prices the lines,
+``costcore.price_segments`` shows a line's parts), without the monthly reset of a rate card's
+tiers (see :mod:`service.plans.estimate`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,7 @@ from array import array
 from typing import Literal
 
 # Only costcore's public API (its package ``__all__``), not its submodules' layout.
-from costcore import (
-    STATUS_OVERFLOW,
-    RateRow,
-    RateTable,
-    price_batch_reference,
-)
+from costcore import STATUS_OVERFLOW, RateTable, price_batch, price_segments
 
 from ..ratecards.model import COST_CATEGORIES, PricedSku
 from .model import PlanError, ResourceIn
@@ -44,20 +39,12 @@ def tier_segments(sku: PricedSku, start: int, quantity: int) -> list[tuple[int, 
     Returns ``(quantity_micro, unit_price_nano)`` pairs with a non-zero quantity (a single pair
     at the SKU's unit price when it has no tiers).
     """
-    if not sku.tiers:
-        return [(quantity, sku.unit_price_nano)]
-    end = start + quantity
-    out: list[tuple[int, int]] = []
-    lower = 0
-    for upto, price in sku.tiers:
-        upper = end if upto is None else upto
-        overlap = min(end, upper) - max(start, lower)
-        if overlap > 0:
-            out.append((overlap, price))
-        if upto is None or upto >= end:
-            break
-        lower = upto
-    return out
+    parts = price_segments(RateTable.build([sku.rate_row]), 0, start, quantity)
+    return [
+        (part.quantity_micro, part.unit_price_nano)
+        for part in parts
+        if part.quantity_micro or part.tier is None
+    ]
 
 
 class Sums:
@@ -83,7 +70,7 @@ class Sums:
 
 
 def price_lines(items: list[Item], skus: dict[str, PricedSku]) -> list[int]:
-    """Cost in nano of each line, priced in order by ``costcore.price_batch_reference``.
+    """Cost in nano of each line, priced in order by ``costcore.price_batch``.
 
     One rate row per SKU used and one tier counter per tiered SKU (starting at 0), so tiers
     apply to the plan's cumulative quantity of the SKU in line order.
@@ -93,12 +80,10 @@ def price_lines(items: list[Item], skus: dict[str, PricedSku]) -> list[int]:
     for _, _, code, _ in items:
         if code not in rows:
             rows[code] = len(rows)
-            if skus[code].tiers:
+            if skus[code].cumulative:
                 slots[code] = len(slots)
-    table = RateTable.build(
-        [RateRow(skus[code].unit_price_nano, skus[code].tiers) for code in rows]
-    )
-    result = price_batch_reference(
+    table = RateTable.build([skus[code].rate_row for code in rows])
+    result = price_batch(
         array("q", [qty for *_, qty in items]),
         array("i", [rows[code] for _, _, code, _ in items]),
         array("i", range(len(items))),

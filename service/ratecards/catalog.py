@@ -45,7 +45,7 @@ def build_catalog(name: str, revision: int, versions: list[RateCardVersion]) -> 
     for vi in range(len(history.versions)):
         for code, sku in history.priced(vi).items():
             row_of[(vi, code)] = len(rows)
-            rows.append(RateRow(sku.unit_price_nano, sku.tiers))
+            rows.append(sku.rate_row)
             skus.append(sku)
     return PricingCatalog(name, revision, history, RateTable.build(rows), row_of, skus)
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from costcore.money import parse_price, parse_quantity
+from costcore.rates import RateRow
 
 from ..errors import Invalid
 from ..events.model import DECIMAL_PATTERN, UNSAFE_TEXT_REASON, safe_text
@@ -64,6 +65,12 @@ class Sku(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     power_watts: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
     description: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     source: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+
+
+def pricing_facts(sku: Sku) -> tuple[object, ...]:
+    """What of a SKU prices an event (its description and source do not): a new version that
+    changes any of it for past events needs repricing. A new pricing rule's field goes here."""
+    return (sku.category, sku.unit, sku.unit_price, sku.fixed, sku.tiers, sku.power_watts)
 
 
 class RateCardIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -115,6 +122,18 @@ class PricedSku(msgspec.Struct, frozen=True):
     unit_price_nano: int
     tiers: tuple[tuple[int | None, int], ...]  # (upto_micro or None, price_nano)
     power_watts: int | None
+
+    @property
+    def rate_row(self) -> RateRow:
+        """The SKU's pricing rule as the pricing core reads it: its row of a
+        `costcore.RateTable`, which `costcore.price_batch` and `costcore.price_segments` apply."""
+        return RateRow(self.unit_price_nano, self.tiers)
+
+    @property
+    def cumulative(self) -> bool:
+        """Whether its price depends on the quantity before an event (graduated tiers read the
+        month's tier counter)."""
+        return bool(self.tiers)
 
 
 class RateCardError(Invalid, ValueError):
