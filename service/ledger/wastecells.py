@@ -16,6 +16,7 @@ whole.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import Final
 
@@ -38,6 +39,7 @@ SAMPLE: Final = 20  # = service/waste/model.py MAX_EVIDENCE_IDS (tests hold them
 _TAGS: Final = ("dataset", "dest_region", "created", "reservation", "data_class")
 _CROSS_REGION: Final = "network.cross_region"
 _DAY_US: Final = 86_400_000_000
+_NO_TAGS: Final = ("", "", "", "", "")
 _ids_decoder = msgspec.msgpack.Decoder(list[str])
 _tags_decoder = msgspec.msgpack.Decoder(list[dict[str, str] | None])
 
@@ -53,14 +55,6 @@ def unpack_sample(raw: bytes) -> list[Pair]:
     return [(int(flat[i]), str(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
-def _keep(have: list[Pair] | None, pair: Pair, keep: int) -> list[Pair]:
-    if have is None:
-        return [pair]
-    if len(have) >= keep and pair >= have[-1]:
-        return have
-    return sorted({*have, pair})[:keep]
-
-
 class WasteSums:
     """The waste cells and facts of some log entries: sums, and samples to merge."""
 
@@ -74,52 +68,58 @@ class WasteSums:
         key = (address, field)
         self.sums[key] = self.sums.get(key, 0) + delta
 
-    def _sample(self, address: SumsHash, field: str, pair: Pair, keep: int) -> None:
-        have = self.samples.get((address, field))
-        self.samples[(address, field)] = (keep, _keep(have[1] if have else None, pair, keep))
-
     def add_entry(self, entry: CodedLog) -> None:
-        """Add one log entry's events (as stored)."""
+        """Add one log entry's events (as stored): grouped by their codes first, so that the
+        per-event work is one tuple and one dict lookup (the fold's cost per event)."""
         ids = _ids_decoder.decode(entry.ids)
         tags_of = _tags_decoder.decode(entry.tags)
+        costs, epochs = entry.cost_nano, entry.epoch_us
+        groups: dict[tuple[int, int, int, tuple[str, ...], int], list[int]] = {}
+        for i, (epoch_us, rate, coded_experiment, cost, tags) in enumerate(
+            zip(epochs, entry.rate_codes, entry.experiment_codes, costs, tags_of, strict=True)
+        ):
+            waste_tags = tuple(tags.get(t, "") for t in _TAGS) if tags else _NO_TAGS
+            sign = (cost > 0) - (cost < 0)
+            key = (epoch_us // _DAY_US, rate, coded_experiment, waste_tags, sign)
+            members = groups.get(key)
+            if members is None:
+                groups[key] = [i]
+            else:
+                members.append(i)
         facts = SumsHash(WASTE_FACTS)
-        days: dict[int, SumsHash] = {}
-        experiments, rates = entry.experiments, entry.rates
-        for i, epoch_us in enumerate(entry.epoch_us):
-            _, sku, category, _ = rates[entry.rate_codes[i]]
-            experiment = experiments[entry.experiment_codes[i]]
-            tags = tags_of[i] or {}
-            cost = entry.cost_nano[i]
-            day = epoch_us // _DAY_US
-            address = days.get(day)
-            if address is None:
-                address = days[day] = SumsHash(WASTE_CELLS, day_name(day))
-            cell = (
-                FIELD_SEP.join((sku, category, experiment, *(tags.get(t, "") for t in _TAGS)))
-                + FIELD_SEP
-                + str((cost > 0) - (cost < 0))
-            )
-            pair = (epoch_us, ids[i])
-            self._add(address, "c|" + cell, cost)
-            self._add(address, "q|" + cell, entry.quantity_micro[i])
-            self._add(address, "n|" + cell, 1)
-            self._sample(address, "s|" + cell, pair, SAMPLE)
-            self._add(facts, "sku|" + sku, 1)
-            if "reservation" in tags:
-                self._add(facts, "res|" + tags["reservation"], 1)
+        quantities = entry.quantity_micro
+        for (day, rate, experiment_code, waste_tags, sign), members in groups.items():
+            _, sku, category, _ = entry.rates[rate]
+            experiment = entry.experiments[experiment_code]
+            address = SumsHash(WASTE_CELLS, day_name(day))
+            cell = FIELD_SEP.join((sku, category, experiment, *waste_tags, str(sign)))
+            self._add(address, "c|" + cell, sum(costs[i] for i in members))
+            self._add(address, "q|" + cell, sum(quantities[i] for i in members))
+            self._add(address, "n|" + cell, len(members))
+            first = heapq.nsmallest(SAMPLE, ((epochs[i], ids[i]) for i in members))
+            self._samples(address, "s|" + cell, first, SAMPLE)
+            self._add(facts, "sku|" + sku, len(members))
+            dataset, region, _, reservation, _ = waste_tags
+            if reservation:  # (an empty one names no fixed SKU)
+                self._add(facts, "res|" + reservation, len(members))
             if experiment:
-                self._sample(facts, "xf|" + experiment + FIELD_SEP + sku, pair, 1)
-            dataset = tags.get("dataset")
+                self._samples(facts, "xf|" + experiment + FIELD_SEP + sku, first[:1], 1)
             if dataset and sku.startswith(_CROSS_REGION):
-                field = FIELD_SEP.join((dataset, tags.get("dest_region", ""), sku))
-                self._sample(facts, "tf|" + field, pair, 1)
+                field = FIELD_SEP.join((dataset, region, sku))
+                self._samples(facts, "tf|" + field, first[:1], 1)
+
+    def _samples(self, address: SumsHash, field: str, pairs: list[Pair], keep: int) -> None:
+        have = self.samples.get((address, field))
+        if have is None:
+            self.samples[(address, field)] = (keep, pairs[:keep])
+        else:
+            self.samples[(address, field)] = (keep, sorted({*have[1], *pairs})[:keep])
 
     def add(self, other: WasteSums) -> None:
         for (address, field), delta in other.sums.items():
             self._add(address, field, delta)
         for (address, field), (keep, pairs) in other.samples.items():
-            for pair in pairs:
-                self._sample(address, field, pair, keep)
+            self._samples(address, field, pairs, keep)
 
     def increments(self) -> list[tuple[SumsHash, str, int]]:
         return [(address, field, delta) for (address, field), delta in self.sums.items()]

@@ -175,7 +175,7 @@ class WasteFacts:
         self.skus.add(row.sku)
         tags = row.tags or {}
         reservation = tags.get("reservation")
-        if reservation is not None:
+        if reservation:  # (an empty one names no fixed SKU)
             self.reservations.add(reservation)
         if row.experiment:
             key = (row.experiment, row.sku)
