@@ -33,10 +33,11 @@ from costcore import CodedEntry, CodedGroups, coded_sums_for
 from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .eventlog import CodedLog, decode_log_entry
+from .fields import joined_dims
 from .hashes import DAILY, HOURLY, LOG_INDEX, TIER_INDEX, TOTALS, SumsHash
 from .logindex import day_name, entry_hours, entry_tier_quantities
 from .rollups import ROLLUP_VERSION, rollup_increments
-from .store import Merges, joined_dims
+from .store import Merges
 from .wastecells import WasteSums
 
 if TYPE_CHECKING:

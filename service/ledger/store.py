@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,7 +14,7 @@ import msgspec
 from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.increments import increment_args
-from ..storage.keys import FIELD_SEP, TAG_SEP, Keys
+from ..storage.keys import Keys
 from ..storage.limbs import LIMB, combined_fields, split_value
 from ..storage.replies import as_bytes, as_text, with_high
 from .hashes import (
@@ -133,36 +133,6 @@ async def _encoded(
     if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
         return await asyncio.to_thread(_fold_args, project, head, events, increments, merges)
     return _fold_args(project, head, events, increments, merges)
-
-
-# --- the totals' fields ----------------------------------------------------------------
-# A totals field is a kind (``c|`` cost, ``q|`` quantity, ``n|`` events) and the cell's dims
-# joined by FIELD_SEP; the dims element of the attributed tags joins ``k=v`` pairs by TAG_SEP
-# (the layout: service/storage/keys.py). Only these functions read or write that text.
-
-
-def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
-    """The event's tags that the project attributes costs by, canonically ordered."""
-    if not tags or not keys:
-        return ""
-    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
-
-
-def tags_of(text: str) -> dict[str, str]:
-    """The tags of an attributed-tags dims element."""
-    if not text:
-        return {}
-    return dict(pair.split("=", 1) for pair in text.split(TAG_SEP))
-
-
-def dims_of(text: str) -> list[str]:
-    """The dims of a totals field (after its kind), as stored."""
-    return text.split(FIELD_SEP)
-
-
-def joined_dims(dims: Iterable[str]) -> str:
-    """A totals field's dims text (`dims_of` reversed)."""
-    return FIELD_SEP.join(dims)
 
 
 class LedgerStore:

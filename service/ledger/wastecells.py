@@ -22,6 +22,7 @@ from typing import Final
 
 import msgspec
 
+from ..storage.keys import FIELD_SEP
 from .eventlog import CodedLog
 from .hashes import WASTE_CELLS, WASTE_FACTS, SumsHash
 from .logindex import day_name
@@ -34,7 +35,6 @@ __all__ = [
     "unpack_sample",
 ]
 
-FIELD_SEP: Final = "\x1f"
 SAMPLE: Final = 20  # = service/waste/model.py MAX_EVIDENCE_IDS (tests hold them equal)
 _TAGS: Final = ("dataset", "dest_region", "created", "reservation", "data_class")
 _CROSS_REGION: Final = "network.cross_region"
@@ -75,13 +75,19 @@ class WasteSums:
         tags_of = _tags_decoder.decode(entry.tags)
         costs, epochs = entry.cost_nano, entry.epoch_us
         groups: dict[tuple[int, int, int, tuple[str, ...], int], list[int]] = {}
+        get, no_tags, day_us = groups.get, _NO_TAGS, _DAY_US
+        # zip without strict: the columns are one length by construction (the hot loop)
         for i, (epoch_us, rate, coded_experiment, cost, tags) in enumerate(
-            zip(epochs, entry.rate_codes, entry.experiment_codes, costs, tags_of, strict=True)
+            zip(epochs, entry.rate_codes, entry.experiment_codes, costs, tags_of)  # noqa: B905
         ):
-            waste_tags = tuple(tags.get(t, "") for t in _TAGS) if tags else _NO_TAGS
-            sign = (cost > 0) - (cost < 0)
-            key = (epoch_us // _DAY_US, rate, coded_experiment, waste_tags, sign)
-            members = groups.get(key)
+            key = (
+                epoch_us // day_us,
+                rate,
+                coded_experiment,
+                tuple([tags.get(t, "") for t in _TAGS]) if tags else no_tags,
+                (cost > 0) - (cost < 0),
+            )
+            members = get(key)
             if members is None:
                 groups[key] = [i]
             else:
@@ -96,7 +102,8 @@ class WasteSums:
             self._add(address, "c|" + cell, sum(costs[i] for i in members))
             self._add(address, "q|" + cell, sum(quantities[i] for i in members))
             self._add(address, "n|" + cell, len(members))
-            first = heapq.nsmallest(SAMPLE, ((epochs[i], ids[i]) for i in members))
+            pairs = [(epochs[i], ids[i]) for i in members]
+            first = sorted(pairs) if len(pairs) <= SAMPLE else heapq.nsmallest(SAMPLE, pairs)
             self._samples(address, "s|" + cell, first, SAMPLE)
             self._add(facts, "sku|" + sku, len(members))
             dataset, region, _, reservation, _ = waste_tags
