@@ -52,7 +52,7 @@ def pack_sample(pairs: Iterable[Pair]) -> bytes:
 
 def unpack_sample(raw: bytes) -> list[Pair]:
     flat: list[int | str] = msgspec.msgpack.decode(raw)
-    return [(int(flat[i]), str(flat[i + 1])) for i in range(0, len(flat), 2)]
+    return list(zip(flat[::2], flat[1::2], strict=True))  # type: ignore[arg-type]
 
 
 class WasteSums:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from ..ledger.eventlog import LoggedEvent
+from ..ledger.wastecells import unpack_sample
 from .days import DAY_US
 from .model import CROSS_REGION_PREFIX, MAX_EVIDENCE_IDS
 
@@ -40,6 +41,7 @@ __all__ = [
     "facts_of_rows",
     "merge_sample",
     "row_unit",
+    "sample_of",
     "unit_of_cell",
 ]
 
@@ -65,7 +67,16 @@ class Unit(NamedTuple):
     quantity_micro: int
     cost_nano: int
     events: int
-    sample: Sample  # the first MAX_EVIDENCE_IDS (epoch µs, id) in time order
+    # the first MAX_EVIDENCE_IDS (epoch µs, id) in time order, or as stored (msgpack, read
+    # only for the units of a finding: `sample_of`)
+    sample: Sample | bytes
+
+
+def sample_of(unit: Unit) -> Sample:
+    """The unit's sample, read from its stored form if need be."""
+    if isinstance(unit.sample, bytes):
+        return tuple(unpack_sample(unit.sample))
+    return unit.sample
 
 
 def _sign(cost: int) -> int:
@@ -99,7 +110,9 @@ def _waste_tags(key: CellKey) -> dict[str, str] | None:
     return tags or None
 
 
-def unit_of_cell(key: CellKey, quantity: int, cost: int, count: int, sample: Sample) -> Unit:
+def unit_of_cell(
+    key: CellKey, quantity: int, cost: int, count: int, sample: Sample | bytes
+) -> Unit:
     day = key[0]
     return Unit(
         "",

@@ -10,6 +10,7 @@ twice.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from costcore.money import format_money, format_quantity
 
 from ..ratecards.model import PricedSku
-from .cells import Unit, WasteFacts, merge_sample
+from .cells import Unit, WasteFacts, sample_of
 from .days import date_of
 from .model import (
     CROSS_REGION_PREFIX,
@@ -93,11 +94,18 @@ class Scan:
     def ids(self, indexes: Iterable[int]) -> tuple[list[str], int]:
         """The first MAX_EVIDENCE_IDS ids of these units' events, in time order, and their
         count (a cell's sample holds its first ones: `cells`)."""
-        sample: tuple[tuple[int, str], ...] = ()
-        count = 0
-        for i in sorted(set(indexes)):
-            sample = merge_sample(sample, self.rows[i].sample)
-            count += self.rows[i].events
+        chosen = sorted(set(indexes), key=lambda i: self.rows[i].epoch_us)
+        count = sum(self.rows[i].events for i in chosen)
+        pairs: list[tuple[int, str]] = []
+        for i in chosen:
+            # A unit's events are at or after its `epoch_us`: once MAX_EVIDENCE_IDS are before
+            # it, no later unit's sample is read.
+            if len(pairs) >= MAX_EVIDENCE_IDS:
+                pairs = heapq.nsmallest(MAX_EVIDENCE_IDS, set(pairs))
+                if pairs[-1][0] < self.rows[i].epoch_us:
+                    break
+            pairs += sample_of(self.rows[i])
+        sample = heapq.nsmallest(MAX_EVIDENCE_IDS, set(pairs))
         return [event_id for _, event_id in sample[:MAX_EVIDENCE_IDS]], count
 
 

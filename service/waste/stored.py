@@ -15,12 +15,12 @@ __all__ = ["facts_of_fields", "units_of_fields"]
 def units_of_fields(day: int, fields: Mapping[bytes, bytes]) -> list[Unit]:
     """The cells of one day's ``wcell`` hash."""
     sums: dict[str, list[int]] = {}
-    samples: dict[str, list[tuple[int, str]]] = {}
+    samples: dict[str, bytes] = {}
     for raw, value in fields.items():
         name = as_text(raw)
         kind, cell = name[:2], name[2:]
         if kind == "s|":
-            samples[cell] = unpack_sample(value)
+            samples[cell] = value  # read only if a finding shows the cell
             continue
         have = sums.setdefault(cell, [0, 0, 0])
         have["cqn".index(kind[0])] = int(value)
@@ -30,7 +30,7 @@ def units_of_fields(day: int, fields: Mapping[bytes, bytes]) -> list[Unit]:
             continue
         sku, category, experiment, tags, sign = parse_cell(cell)
         key: CellKey = (day, sku, category, experiment, *tags, sign)  # type: ignore[assignment]
-        units.append(unit_of_cell(key, quantity, cost, count, tuple(samples.get(cell, ()))))
+        units.append(unit_of_cell(key, quantity, cost, count, samples.get(cell, ())))
     return units
 
 
