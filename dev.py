@@ -5,8 +5,10 @@
     python3 dev.py demo       # replay a simulated 7B training run and show what the ledger finds
     python3 dev.py test       # run the whole test suite (extra arguments go to pytest)
     python3 dev.py test-unit  # the unit tests alone (tests/unit: no Redis, no server; ~1 min)
-    python3 dev.py check      # ruff, mypy, the import rules and the OpenAPI freshness check
+    python3 dev.py check      # ruff, mypy, the import rules, the OpenAPI and config-docs freshness
     python3 dev.py openapi    # regenerate openapi/openapi.json
+    python3 dev.py formats-table  # the webhook formats table of the budgets-and-webhooks guide
+    python3 dev.py config-docs  # regenerate the variables tables of docs/reference/configuration.md
     python3 dev.py lock       # refresh the image's locks, requirements/{image,build}.txt
 
 It creates `.venv` and installs the project (compiling the Cython core) on first use,
@@ -99,6 +101,7 @@ def check(argv: list[str]) -> int:
         [str(BIN / "mypy")],
         [str(BIN / "lint-imports"), "--no-cache"],
         [str(BIN / "trainledger"), "openapi", "--check", "openapi/openapi.json"],
+        [str(BIN / "python"), "-m", "trainledger.config.docs", CONFIG_DOC, "--check"],
     ]
     for step in steps:
         print(
@@ -115,6 +118,23 @@ def openapi(argv: list[str]) -> int:
     return subprocess.call(
         [str(BIN / "trainledger"), "openapi", "--output", "openapi/openapi.json"], cwd=ROOT
     )
+
+
+def formats_table(argv: list[str]) -> int:
+    """Write the webhook formats table of the guide again from service/webhooks/formats/table.py."""
+    code = (
+        "import pathlib; from trainledger.webhooks.formats.table import DOCS_PAGE, with_table; "
+        "page = pathlib.Path(DOCS_PAGE); page.write_text(with_table(page.read_text()))"
+    )
+    return subprocess.call([str(BIN / "python"), "-c", code], cwd=ROOT)
+
+
+CONFIG_DOC = "docs/reference/configuration.md"
+
+
+def config_docs(argv: list[str]) -> int:
+    """The tables of variables in the configuration page, from service/config/settings.py."""
+    return subprocess.call([str(BIN / "python"), "-m", "trainledger.config.docs", CONFIG_DOC])
 
 
 # The image's locks: exact versions with their hashes, from PyPI, for the image's platform.
@@ -152,6 +172,8 @@ COMMANDS = {
     "test-unit": test_unit,
     "check": check,
     "openapi": openapi,
+    "formats-table": formats_table,
+    "config-docs": config_docs,
     "lock": lock,
 }
 

@@ -11,8 +11,12 @@ the median is shown in milliseconds, with the growth per 10x of history beside e
   `daily_for`, `burn_down_points`), kept here as the reference;
 * "after" rows call the service's code as it is now (`FocusExport.rows` over the log index,
   `budgets.spend.counters_now` and `spend_by_day` over the kept totals);
-* the cost-effect report: before, `cost_effect` over every logged event; after,
-  `cost_effect_report` (the finest totals a day at a time);
+* the cost-effect report: before, `cost_effect` over every logged event; "finest totals",
+  the read it had until the cost-effect sums (`_spend_from_totals`: the finest totals a day
+  at a time); after, `cost_effect_report` (the cost-effect sums kept at fold time, whole
+  months at once); and again with a regression's restart day (read from the log);
+* the regression check: `report_results` (`POST /v1/evaluations`) of a result that regresses
+  a general benchmark not fired yet, then the same batch again (nothing new to fire);
 * the waste report: before, the per-event reference rules (`waste.reference`) over every
   logged event; after, `waste_report` over the fold's day cells (`wcell`), the facts
   (`wfacts`) and the few row days it reads as events; the dashboard calls the same report.
@@ -42,7 +46,15 @@ from trainledger.budgets.model import BudgetIn, counters_for, daily_for, new_bud
 from trainledger.budgets.spend import counters_now, spend_by_day
 from trainledger.dashboard.series import burn_down_of_days, burn_down_points
 from trainledger.evaluations.effect import ReportFilter, cost_effect
-from trainledger.evaluations.service import cost_effect_report, evaluation_settings, list_results
+from trainledger.evaluations.model import EvaluationSettings, ResultsIn
+from trainledger.evaluations.service import (
+    _spend_from_totals,
+    cost_effect_report,
+    evaluation_settings,
+    list_results,
+    report_results,
+    set_evaluation_settings,
+)
 from trainledger.events.decoding import MSGPACK, decode_events
 from trainledger.export.pricing import LogPricing
 from trainledger.export.stream import _window_us, prepare_export, rows_of_batch
@@ -192,18 +204,28 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
         async def effect_before() -> bytes:
             _, catalog = await project_catalog(store, cards, project)
             assert catalog is not None
-            accelerators = {
-                code
-                for i in range(len(catalog.history.versions))
-                for code, sku in catalog.history.priced(i).items()
-                if sku.power_watts is not None
-            }
+            accelerators = _accelerators(catalog)
             last = await store.ledger.last_log_entry(project)
             events = [row async for _, rows in read_log(store, project, last) for row in rows]
             settings = await evaluation_settings(store, project)
             results = await list_results(store, project)
             report = cost_effect(
                 project, catalog.currency, settings, events, accelerators, results, ReportFilter()
+            )
+            return msgspec.json.encode(report)
+
+        async def effect_from_totals() -> bytes:
+            _, catalog = await project_catalog(store, cards, project)
+            assert catalog is not None
+            accelerators = _accelerators(catalog)
+            settings = await evaluation_settings(store, project)
+            results = await list_results(store, project)
+            filters = ReportFilter()
+            spend = await _spend_from_totals(
+                store, project, settings, results, accelerators, filters
+            )
+            report = cost_effect(
+                project, catalog.currency, settings, [], accelerators, results, filters, spend
             )
             return msgspec.json.encode(report)
 
@@ -216,7 +238,25 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
         if before:
             assert await effect_before() == await effect()
             out["cost-effect report, before"] = await _median_ms(effect_before, max(1, reps // 2))
+        assert await effect_from_totals() == await effect()
+        out["cost-effect report, finest totals (the read replaced)"] = await _median_ms(
+            effect_from_totals, max(1, reps // 2)
+        )
         out["cost-effect report, after"] = await _median_ms(effect, max(1, reps // 2))
+        out["(fields of kept sums the cost-effect report reads)"] = float(
+            await _fields_read(store, effect)
+        )
+        out["(fields the finest totals' read of it read)"] = float(
+            await _fields_read(store, effect_from_totals)
+        )
+        out.update(await _regression_check(store, cards, mid, reps))
+        assert await effect_from_totals() == await effect()  # with a rework restart day
+        out["cost-effect report with a restart day, finest totals"] = await _median_ms(
+            effect_from_totals, max(1, reps // 2)
+        )
+        out["cost-effect report with a restart day, after"] = await _median_ms(
+            effect, max(1, reps // 2)
+        )
 
         factory = EventFactory(WORKLOAD, tag="zz")
         ingestor = Ingestor(store, cards, dedup_window_days=WORKLOAD.days + 2)
@@ -231,6 +271,93 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
     finally:
         await store.close()
     return out
+
+
+async def _fields_read(store: Stores, read: Callable[[], Awaitable[Any]]) -> int:
+    """The hash fields of kept sums (totals, roll-ups, cost-effect sums) `read` gets back."""
+    ledger, counted = store.ledger, [0]
+    originals = {name: getattr(ledger, name) for name in ("totals_hashes", "totals_fields")}
+
+    def counting(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def wrapped(*args: Any, **kwargs: Any) -> Any:
+            replies = await method(*args, **kwargs)
+            counted[0] += sum(len(r) for r in replies)
+            return replies
+
+        return wrapped
+
+    try:
+        for name, method in originals.items():
+            setattr(ledger, name, counting(method))
+        await read()
+    finally:
+        for name in originals:
+            delattr(ledger, name)
+    return counted[0]
+
+
+def _accelerators(catalog: Any) -> set[str]:
+    return {
+        code
+        for i in range(len(catalog.history.versions))
+        for code, sku in catalog.history.priced(i).items()
+        if sku.power_watts is not None
+    }
+
+
+async def _regression_check(
+    store: Stores, cards: RateCards, mid: datetime, reps: int
+) -> dict[str, float]:
+    """`POST /v1/evaluations`'s use case (`report_results`) with a result that regresses a
+    general benchmark not fired yet (so the check reads the report, with exp-001's restart
+    day, noon of the middle day, from the log), and the same batch again (nothing new: the
+    check reads the results only)."""
+    project = WORKLOAD.project
+    rep = itertools.count()
+    settings = EvaluationSettings(baseline="exp-000", benchmarks={})
+
+    def batch(n: int) -> ResultsIn:
+        benchmark = f"qa{n}"
+        good, bad = mid + timedelta(hours=12, minutes=7), mid + timedelta(days=3)
+        rows = [
+            ("exp-000", "50", bad),
+            ("exp-001", "50", good),
+            ("exp-001", "40", bad),
+        ]
+        return msgspec.convert(
+            {
+                "project": project,
+                "results": [
+                    {
+                        "id": f"{benchmark}-{i}",
+                        "experiment": e,
+                        "benchmark": benchmark,
+                        "value": v,
+                        "time": t.isoformat(),
+                    }
+                    for i, (e, v, t) in enumerate(rows)
+                ],
+            },
+            ResultsIn,
+        )
+
+    times, again = [], []
+    for _ in range(reps):
+        n = next(rep)
+        settings.benchmarks[f"qa{n}"] = "general"
+        await set_evaluation_settings(store, project, settings)
+        alerts = await store.evaluations.fired_regressions(project)
+        t0 = time.perf_counter()
+        await report_results(store, cards, batch(n))
+        times.append((time.perf_counter() - t0) * 1000)
+        assert len(await store.evaluations.fired_regressions(project)) == len(alerts) + 1
+        t0 = time.perf_counter()
+        await report_results(store, cards, batch(n))
+        again.append((time.perf_counter() - t0) * 1000)
+    return {
+        "POST of results that fires a regression (the check's report)": statistics.median(times),
+        "POST of the same results again (nothing new)": statistics.median(again),
+    }
 
 
 async def _fold_cost(url: str, reps: int) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .auth.store import TokenStore
+from .bills.store import BillStore
 from .budgets.store import BudgetStore
 from .evaluations.store import EvaluationStore
 from .ingest.rejected_store import RejectedStore
@@ -38,6 +39,7 @@ class Stores:
     webhooks: WebhookStore
     evaluations: EvaluationStore
     jobs: JobStore
+    bills: BillStore
 
     @classmethod
     def on(cls, connection: Connection) -> Stores:
@@ -57,6 +59,7 @@ class Stores:
             webhooks=WebhookStore(connection),
             evaluations=EvaluationStore(connection, projects),
             jobs=JobStore(connection),
+            bills=BillStore(connection),
         )
 
     @classmethod

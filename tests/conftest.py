@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +31,7 @@ from trainledger.config import Settings
 from trainledger.http.app import create_app
 from trainledger.storage.connection import cluster_options
 from trainledger.storage.embedded import EmbeddedValkey
+from trainledger.storage.sealing import load_sealer
 from trainledger.stores import Stores
 
 from tests.cluster import ValkeyCluster
@@ -41,11 +42,13 @@ from tests.small_fs import small_filesystem
 # loopback, so every client shares one context instead of building its own.
 _TLS_CONTEXT = ssl.create_default_context()
 
-# The key that seals webhook URLs and secrets in Redis (service/storage/sealing.py). Apps and
-# delivery workers the tests run in this process read it from the environment; tests that
-# start `trainledger serve` on an external Redis pass it on (an external Redis needs one).
+# The key that seals webhook URLs and secrets in Redis (service/storage/sealing.py). Apps the
+# tests run in this process get it in their settings (`ServerThread`), delivery workers as
+# `TEST_SEALER`; `trainledger serve` processes the tests start inherit the variable (an
+# external Redis needs one).
 TEST_SECRET_KEY = "dGVzdHMtb25seSBrZXksIG5ldmVyIGluIHVzZTogMDE="
 os.environ.setdefault("TRAINLEDGER_SECRET_KEY", TEST_SECRET_KEY)
+TEST_SEALER = load_sealer(None, key=os.environ["TRAINLEDGER_SECRET_KEY"])
 CLUSTER_ENABLED = os.environ.get("TRAINLEDGER_TEST_CLUSTER", "1") != "0"
 
 
@@ -170,8 +173,10 @@ class ServerThread:
     ) -> None:
         self.port = port or free_port()  # a port again: the same service back after a stop
         self.base_url = f"http://127.0.0.1:{self.port}"
-        # Test receivers listen on loopback over http: allow-list it (service/webhooks/targets.py).
+        # Test receivers listen on loopback over http: allow-list it (webhooks/targets/checks.py).
         settings = settings or Settings(redis_url=redis_url, webhook_allowlist=("127.0.0.1",))
+        if settings.secret_key is None and settings.secret_key_file is None:
+            settings = replace(settings, secret_key=os.environ["TRAINLEDGER_SECRET_KEY"])
         app = create_app(settings, redis_url=redis_url)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"

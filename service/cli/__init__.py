@@ -11,13 +11,13 @@ trainledger.client). `spool put` and `spool failed` need no service, nor does `s
 from __future__ import annotations
 
 import argparse
-import os
 
 import httpx
 
 from .. import __version__
 from ..config import ConfigError, Settings
-from . import commands, events, imports, oncall, serve, slurm_hook, spec, tokens
+from ..config.settings import variable_of
+from . import bills, commands, events, imports, oncall, serve, slurm_hook, spec, tokens
 from .client import ApiError, CliError, print_problem, report_connection_error
 from .spec import openapi_json
 from .ui import ui
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_parser(sub)
     commands.add_parsers(sub)
     imports.add_parsers(sub)
+    bills.add_parsers(sub)
     events.add_parsers(sub)
     oncall.add_parsers(sub)
     slurm_hook.add_parser(sub)
@@ -92,8 +93,8 @@ def _refuse_configuration(args: argparse.Namespace, error: ConfigError) -> int:
     if args.command == "serve":
         from .serve_logging import log, setup_logging
 
-        fmt = args.log_format or os.environ.get("TRAINLEDGER_LOG_FORMAT", "").strip().lower()
-        setup_logging(fmt if fmt in ("json", "text") else "json", "info")
+        fmt = args.log_format or error.values.get(variable_of("log_format")) or "json"
+        setup_logging(fmt, "info")
         for problem in error.problems:
             log.error("cannot start: %s", problem)
         return error.code if isinstance(error.code, int) else 2

@@ -3,7 +3,6 @@ in the data dir, or one the operator supplies as a file (a Docker or Kubernetes 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..auth.model import supplied_token_problem
@@ -17,14 +16,13 @@ ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_TOKEN_FILE_ENV = "TRAINLEDGER_ADMIN_TOKEN_FILE"
 
 
-def supplied_admin_token() -> str | None:
-    """The token in the file `$TRAINLEDGER_ADMIN_TOKEN_FILE` names; raises ValueError saying
-    why it cannot be used (never showing it)."""
-    path = os.environ.get(ADMIN_TOKEN_FILE_ENV)
-    if not path:
+def supplied_admin_token(path: Path | None) -> str | None:
+    """The token in the file `path` (the setting `$TRAINLEDGER_ADMIN_TOKEN_FILE`); raises
+    ValueError saying why it cannot be used (never showing it)."""
+    if path is None:
         return None
     try:
-        token = Path(path).read_text().strip()
+        token = path.read_text().strip()
     except OSError as exc:
         raise ValueError(f"{ADMIN_TOKEN_FILE_ENV}: cannot read {path}: {exc.strerror}") from exc
     problem = supplied_token_problem(token)

@@ -11,7 +11,6 @@ directory (`$TRAINLEDGER_DATA_DIR/admin-token`; by default the user data dir, e.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ from rich.text import Text
 from ..client import ApiError as ApiError
 from ..client import Client as HttpClient
 from ..client import RetryPolicy
-from ..config import Settings
-from .admin_token import ADMIN_TOKEN_FILE, ADMIN_TOKEN_FILE_ENV
+from ..config import DEFAULT_URL, Settings
+from .admin_token import ADMIN_TOKEN_FILE
 from .ui import ui
-
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 class CliError(Exception):
@@ -44,18 +41,18 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
 
 
-def resolve_url(args: argparse.Namespace) -> str:
-    return str(args.url or os.environ.get("TRAINLEDGER_URL") or DEFAULT_URL).rstrip("/")
+def resolve_url(args: argparse.Namespace, settings: Settings) -> str:
+    return str(args.url or settings.client_url).rstrip("/")
 
 
 def resolve_token(args: argparse.Namespace, settings: Settings) -> str:
-    token = args.token or os.environ.get("TRAINLEDGER_TOKEN")
+    token = args.token or settings.token
     if token:
         return str(token).strip()
     # A mounted secret; else the admin token serve was given, or wrote in the data dir.
-    path = Path(
-        os.environ.get("TRAINLEDGER_TOKEN_FILE")
-        or os.environ.get(ADMIN_TOKEN_FILE_ENV)
+    path = (
+        settings.token_file
+        or settings.admin_token_file
         or Path(settings.data_dir) / ADMIN_TOKEN_FILE
     )
     try:
@@ -89,7 +86,7 @@ class Client(HttpClient):
         cls, args: argparse.Namespace, settings: Settings, *, posting: bool = False
     ) -> Client:
         return cls(
-            resolve_url(args),
+            resolve_url(args, settings),
             resolve_token(args, settings),
             args.timeout,
             retry=POSTING if posting else INTERACTIVE,

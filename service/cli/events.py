@@ -9,7 +9,6 @@ through trainledger.client: connection errors, timeouts, 429 and 5xx are retried
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -104,8 +103,8 @@ def _progress(label: str) -> Progress:
 # --- spool put / flush ----------------------------------------------------------------------
 
 
-def spool_from_args(args: argparse.Namespace) -> Spool:
-    directory = args.spool or os.environ.get("TRAINLEDGER_SPOOL")
+def spool_from_args(args: argparse.Namespace, settings: Settings) -> Spool:
+    directory = args.spool or settings.spool
     if not directory:
         raise CliError("no spool: pass --spool DIR or set TRAINLEDGER_SPOOL")
     try:
@@ -115,7 +114,7 @@ def spool_from_args(args: argparse.Namespace) -> Spool:
 
 
 def cmd_spool_put(args: argparse.Namespace, settings: Settings) -> int:
-    spool = spool_from_args(args)
+    spool = spool_from_args(args, settings)
     events = [_decimal_decoder.decode(line) for line in read_events(args.file)]
     try:
         spool.put(events)
@@ -126,7 +125,7 @@ def cmd_spool_put(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_spool_flush(args: argparse.Namespace, settings: Settings) -> int:
-    spool = spool_from_args(args)
+    spool = spool_from_args(args, settings)
     with Client.from_args(args, settings, posting=True) as client:
         try:
             report = spool.drain(client, batch_size=args.batch_size, wait=True)
@@ -181,7 +180,7 @@ def _say_set_aside(spool: Spool, report: DrainReport, notes: list[str]) -> None:
 
 def cmd_spool_failed(args: argparse.Namespace, settings: Settings) -> int:
     """The spool's dead letters: what drains set aside in failed/, and why."""
-    spool = spool_from_args(args)
+    spool = spool_from_args(args, settings)
     entries = spool.set_aside()
     if args.json:
         print_json([msgspec.to_builtins(e) for e in entries])
@@ -216,7 +215,7 @@ class Stopping(Exception):
 def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     """Drain the spool every --interval seconds until SIGTERM/SIGINT. Stopping never loses an
     event: a file leaves the spool only once the service has answered for it."""
-    spool = spool_from_args(args)
+    spool = spool_from_args(args, settings)
     stop = threading.Event()
     _on_signals(lambda: stop.set())
 
@@ -227,7 +226,7 @@ def cmd_agent(args: argparse.Namespace, settings: Settings) -> int:
     # Retries never give up here: the agent waits out any outage (the spool keeps the events).
     policy = RetryPolicy(attempts=1_000_000, base=0.5, cap=args.max_backoff)
     token = resolve_token(args, settings)
-    url = resolve_url(args)
+    url = resolve_url(args, settings)
     ui.err.print(f"agent: draining {spool.directory} to {url}", highlight=False)
     said: set[str] = set()  # what was said of an entry left behind, said once while it lasts
     with Client(url, token, args.timeout, retry=policy, sleep=sleep) as client:

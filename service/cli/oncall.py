@@ -16,6 +16,7 @@ from rich.text import Text
 from costcore.money import amount_for_people
 
 from ..config import Settings
+from ..webhooks.formats.table import HTTP_NAMES
 from .client import Client, CliError, add_client_options
 from .commands import print_json, read_json_file
 from .figures import count, none_line
@@ -23,8 +24,9 @@ from .ui import ui
 
 # The kinds of `GET /v1/alerts` and of a webhook's `kinds` (budgets/model.py's AlertKind).
 ALERT_KINDS = ("threshold", "forecast", "growth", "evaluation_regression")
-# Every format but email, whose sender, recipients and login take a JSON body (the API).
-CLI_WEBHOOK_FORMATS = ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
+# Every format a URL and a secret describe (`webhooks.formats.table`): not email, whose sender,
+# recipients and login take a JSON body (the API).
+CLI_WEBHOOK_FORMATS = HTTP_NAMES
 
 
 def money(amount: object, currency: str | None = None) -> str:

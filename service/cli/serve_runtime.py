@@ -18,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
+from ..config.environment import share_prometheus_metrics
+from ..config.handoff import hand_down
 from ..ledger.folding import Folder
 from ..runtime import tune_garbage_collector
 from ..storage.embedded import DataDirOwned, EmbeddedValkey
@@ -41,7 +43,7 @@ def _share_metrics_between_workers(data_dir: Path) -> None:
     directory = (data_dir / "prometheus-multiproc").resolve()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(mode=0o700, parents=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    share_prometheus_metrics(str(directory))
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -64,7 +66,7 @@ def _name_process(name: str) -> None:
         libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
 
 
-def fold_forever(url: str, parent: int) -> None:
+def fold_forever(settings: Settings, parent: int) -> None:
     """The folding process: folds every project's log into its totals every 2 seconds, until
     `trainledger serve` (process `parent`) is gone. One process for all the workers keeps
     the fold's Python off the request workers (in a worker it took turns with the requests
@@ -74,16 +76,15 @@ def fold_forever(url: str, parent: int) -> None:
     _name_process(FOLD_PROCESS_NAME)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     handler = logging.StreamHandler()
-    if os.environ.get("TRAINLEDGER_LOG_FORMAT", "json") == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
+    if settings.log_format == "text":
         handler.setFormatter(TextFormatter())
-    logging.basicConfig(
-        level=os.environ.get("TRAINLEDGER_LOG_LEVEL", "info").upper(), handlers=[handler]
-    )
+    else:
+        handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
 
     async def go() -> None:
-        async with open_store(url) as store:
+        assert settings.redis_url is not None  # `serve` set it: its store's
+        async with open_store(settings.redis_url) as store:
             tune_garbage_collector()
             folder = Folder(store, every_project=True)
             await folder.run(keep_going=lambda: os.getppid() == parent)
@@ -91,9 +92,9 @@ def fold_forever(url: str, parent: int) -> None:
     asyncio.run(go())
 
 
-def _start_folder(url: str) -> multiprocessing.process.BaseProcess:
+def _start_folder(settings: Settings) -> multiprocessing.process.BaseProcess:
     process = multiprocessing.get_context("spawn").Process(
-        target=fold_forever, args=(url, os.getpid()), name="trainledger-fold", daemon=True
+        target=fold_forever, args=(settings, os.getpid()), name="trainledger-fold", daemon=True
     )
     process.start()
     return process
@@ -155,17 +156,24 @@ def log_level_of(args: argparse.Namespace, settings: Settings) -> str:
     return str(getattr(args, "log_level", None) or settings.log_level)
 
 
-def _tell_workers(args: argparse.Namespace, settings: Settings, url: str) -> None:
-    """Set the environment the worker processes start from."""
-    os.environ["TRAINLEDGER_REDIS_URL"] = url
-    os.environ["TRAINLEDGER_DATA_DIR"] = str(settings.data_dir)
-    # Every worker process sets up its logging from these (see create_app).
-    os.environ["TRAINLEDGER_LOG_FORMAT"] = log_format_of(args, settings)
-    os.environ["TRAINLEDGER_LOG_LEVEL"] = log_level_of(args, settings)
+def workers_settings(args: argparse.Namespace, settings: Settings, url: str) -> Settings:
+    """The settings of the worker processes and the folding process: `serve`'s own, with its
+    store's URL and logging, and no folding in the workers (the folding process does it)."""
+    return replace(
+        settings,
+        redis_url=url,
+        # Every worker process sets up its logging from these (see create_app).
+        log_format="text" if log_format_of(args, settings) == "text" else "json",
+        log_level=log_level_of(args, settings),  # type: ignore[arg-type]
+        fold_in_workers=False,
+    )
+
+
+def _tell_workers(args: argparse.Namespace, settings: Settings) -> None:
+    """Hand the workers their settings, whole (they exit with this process)."""
     if args.workers > 1:
         _share_metrics_between_workers(settings.data_dir)
-    os.environ["TRAINLEDGER_FOLD_IN_WORKERS"] = "0"
-    os.environ["TRAINLEDGER_SERVE_PID"] = str(os.getpid())  # workers exit with it
+    hand_down(settings, os.getpid())
 
 
 # uvicorn's exit status when its server did not start.
@@ -234,8 +242,9 @@ def _serve(
         announce_admin_token(
             token, settings.data_dir / ADMIN_TOKEN_FILE, log_format_of(args, settings)
         )
-    _tell_workers(args, settings, url)
-    folder = _start_folder(url)
+    settings = workers_settings(args, settings, url)
+    _tell_workers(args, settings)
+    folder = _start_folder(settings)
     try:
         _run_workers(
             args,
@@ -269,8 +278,6 @@ def _warn_of_an_older_data_dir(data_dir: Path) -> None:
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     """`trainledger serve` with its options: until stopped, or the reason it cannot start."""
-    from ..http.protocol import read_timeouts
-
     settings = replace(
         settings,
         redis_url=args.redis_url or settings.redis_url,
@@ -292,15 +299,16 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     # Valkey, leaving it running, orphaned, on a data dir whose lock is gone. Exit instead.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        read_timeouts()  # the workers read them too: refuse bad values here, once
-    except ValueError as exc:
-        return _cannot_start(exc)
-    try:
         # With the embedded Valkey the data dir is this server's own: a key is made there on
         # first start. An external Redis may be shared by several servers, which must all
         # use one key: it has to be given.
-        sealer = load_sealer(settings.data_dir, create=url is None)
-        supplied = supplied_admin_token()
+        sealer = load_sealer(
+            settings.data_dir,
+            create=url is None,
+            key=settings.secret_key,
+            key_file=settings.secret_key_file,
+        )
+        supplied = supplied_admin_token(settings.admin_token_file)
     except (SecretKeyError, ValueError) as exc:
         return _cannot_start(exc)
     try:

@@ -19,7 +19,6 @@ Exit status: 0 when the job's GPU usage was spooled (or it had none); 1 when som
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from datetime import UTC
 
 from ..config import Settings
+from ..config.environment import child_environment, outside_variable
 from ..importers.common import ImportResult
 from ..importers.scontrol import scontrol_to_sacct
 from ..importers.slurm import SACCT_FIELDS, SacctFormatError, import_sacct
@@ -50,7 +50,7 @@ class AccountingUnreadable(Exception):
 def job_ids_from(args: argparse.Namespace) -> list[str]:
     ids: list[str] = list(args.job_ids)
     if not ids:
-        ids = [os.environ[n] for n in JOB_ID_VARIABLES if os.environ.get(n)][:1]
+        ids = [v for n in JOB_ID_VARIABLES if (v := outside_variable(n))][:1]
     if not ids:
         raise CliError("no job id: pass one, or run from Slurm ($SLURM_JOB_ID or $JOBID)")
     for job_id in ids:
@@ -64,7 +64,7 @@ def run_slurm_command(argv: list[str]) -> str:
     try:
         done = subprocess.run(
             argv,
-            env=os.environ | {"TZ": "UTC"},
+            env=child_environment(TZ="UTC"),
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -128,7 +128,7 @@ def read_ended_job(
 
 def cmd_slurm_hook(args: argparse.Namespace, settings: Settings) -> int:
     mapping = mapping_from_args(args)
-    spool = spool_from_args(args)
+    spool = spool_from_args(args, settings)
     job_ids = job_ids_from(args)
 
     def parse(text: str) -> ImportResult:

@@ -20,6 +20,7 @@ from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from .capacity import AUDIT_KEPT, DEFAULT_MAX_RESULTS
 from .effect import Cell, CostEffectReport, ReportFilter, _micros, cost_effect, spend_of_cells
+from .kept_spend import exact_days, spend_from_effect_sums
 from .model import (
     AuditPage,
     EvaluationResult,
@@ -343,7 +344,9 @@ async def cost_effect_report(
     store: Stores, rate_cards: RateCards, project: str, filters: ReportFilter
 ) -> CostEffectReport:
     """The report over every accepted event and every result (the rules: `effect.py`): the
-    events summed from the kept totals where whole days do (`_spend_from_totals`)."""
+    events summed from the cost-effect sums kept at fold time (`spend_from_effect_sums`),
+    else from the finest totals where whole days do (`_spend_from_totals`), else from every
+    logged event."""
     settings, catalog = await project_catalog(store, rate_cards, project)
     accelerators: set[str] = set()
     if catalog is not None:
@@ -352,7 +355,13 @@ async def cost_effect_report(
             accelerators |= {code for code, sku in priced.items() if sku.power_watts is not None}
     settings_now = await evaluation_settings(store, project)
     results = await list_results(store, project)
-    spend = await _spend_from_totals(store, project, settings_now, results, accelerators, filters)
+    spend: Mapping[str, Any] | None = await spend_from_effect_sums(
+        store, project, settings_now, results, accelerators, filters
+    )
+    if spend is None:  # sums folded before the cost-effect sums existed: the finest totals
+        spend = await _spend_from_totals(
+            store, project, settings_now, results, accelerators, filters
+        )
     events: list[LoggedEvent] = []
     if spend is None:  # tags filter, or a log from before its index: every event
         async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
@@ -395,15 +404,7 @@ async def _spend_from_totals(
     indexed, _ = await store.ledger.log_index_state(project)
     if not indexed:
         return None
-    exact: set[int] = set()
-    for edge in (filters.time_from, filters.time_to):
-        if edge is not None and _micros(edge) % _DAY_US:
-            exact.add(_micros(edge) // _DAY_US)
-    # Where the rework exposure restarts depends on the results alone (effect.py).
-    timed = ReportFilter(time_from=filters.time_from, time_to=filters.time_to)
-    for row in cost_effect(project, "", settings, [], set(), results, timed).rows:
-        if row.rework_since is not None:
-            exact.add(_micros(row.rework_since) // _DAY_US)
+    exact = exact_days(project, settings, results, filters)
     whole = [d for d in sorted(daily) if _day_us(d) // _DAY_US not in exact]
     whole = [d for d in whole if filters.keeps_time(_day_us(d))]
     if complete and whole:

@@ -41,14 +41,19 @@ CONTENT_TYPES = (JSON, NDJSON, MSGPACK, CLOUDEVENT, CLOUDEVENT_BATCH)
 
 
 class UnsupportedContentType(Problem, ValueError):
-    """A body of a media type the ingest does not read (415)."""
+    """A body of a media type the ingest does not read (415); on a route that reads one
+    format (`route_media_type`), a body of any other."""
 
     status = 415
     title = "Unsupported media type"
     kind = "unsupported-media-type"
 
+    def __init__(self, media: str, accepted: tuple[str, ...] = CONTENT_TYPES) -> None:
+        super().__init__(media)
+        self.accepted = accepted
+
     def problem_detail(self) -> str:
-        return f"{self} is not accepted; use one of {', '.join(CONTENT_TYPES)}"
+        return f"{self} is not accepted; use one of {', '.join(self.accepted)}"
 
 
 class TooManyEvents(Invalid, ValueError):
@@ -178,6 +183,23 @@ def media_type_of(content_type: str | None) -> str:
         return NDJSON
     if media not in CONTENT_TYPES:
         raise UnsupportedContentType(media)
+    return media
+
+
+def route_media_type(content_type: str | None, route_media: str) -> str:
+    """The format of a body posted to a route that reads only `route_media` (one of
+    `CONTENT_TYPES`, `POST /v1/events/ndjson` for instance): that type, sent under its name,
+    one of its aliases (`media_type_of`) or no content type at all. A body sent as any other
+    type is a 415 (UnsupportedContentType) naming the route's: the path says what the body
+    is, so a body that says otherwise was sent to the wrong route."""
+    if content_type is None:
+        return route_media
+    try:
+        media = media_type_of(content_type)
+    except UnsupportedContentType as exc:
+        raise UnsupportedContentType(str(exc), (route_media,)) from None
+    if media != route_media:
+        raise UnsupportedContentType(media, (route_media,))
     return media
 
 

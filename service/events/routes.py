@@ -39,23 +39,25 @@ from ..ingest.report import IngestReport
 from ..ingest.service import CHECK_IN_THREAD_EVENTS
 from ..metrics import count_ingest
 from .decoding import (
+    CLOUDEVENT,
+    CLOUDEVENT_BATCH,
+    MSGPACK,
+    NDJSON,
     media_type_of,
+    route_media_type,
 )
 
 
 @dataclass
 class EventsOperation(Operation):
-    """OpenAPI for `POST /v1/events`: the body is read raw so that every content type works;
-    `service/http/openapi.py` documents each with its own schema (`events_body_content`)."""
+    """OpenAPI for the ingest routes (`POST /v1/events` and one route per other format): the
+    body is read raw so that its format decides how it is decoded; `service/http/openapi.py`
+    documents each route's one content type with its schema (`add_wire_schemas`)."""
 
     def __post_init__(self) -> None:
         self.request_body = RequestBody(
             required=True,
-            description=(
-                "One event or a batch. JSON (one `EventIn` or an array), NDJSON (one event a "
-                "line), msgpack, or CloudEvents 1.0 (structured or batch). Fields, limits and "
-                "the CloudEvents mapping: docs/reference/events.md."
-            ),
+            description="Fields, limits and the CloudEvents mapping: docs/reference/events.md.",
             content={},  # filled by `add_wire_schemas`
         )
 
@@ -167,6 +169,16 @@ def _reported_now(report: IngestReport) -> Response[Any]:
     return _answer(report)
 
 
+async def _ingest(request: Request[Principal, str, Any], media: str) -> Response[IngestReport]:
+    """The body of an ingest route, read within its limit and ingested as `media`."""
+    services: Services = request.app.state.services
+    body = await read_body(request, services.settings.max_body_bytes)
+    report = await ingest_body(
+        services.ingestor, body, media, request.user, services.settings.max_batch_events
+    )
+    return await _reported(report)
+
+
 class EventsController(Controller):
     path = "/v1/events"
     tags = ["events"]
@@ -182,9 +194,12 @@ class EventsController(Controller):
         status_code=200,
         summary="Post one usage event or a batch",
         description=(
-            "Answers with the number accepted, the duplicates (already counted, by id) and each "
-            "rejected event with its index, id and reason. Rejected events are kept for "
-            "`GET /v1/events/rejected`. 422 when every event was rejected."
+            "The body is JSON: one `EventIn` or an array of them. Answers with the number "
+            "accepted, the duplicates (already counted, by id) and each rejected event with "
+            "its index, id and reason. Rejected events are kept for `GET /v1/events/rejected`. "
+            "422 when every event was rejected. Each other format has its own operation "
+            "(`/v1/events/cloudevents`, `/cloudevent`, `/ndjson`, `/msgpack`); this one also "
+            "still reads them when the body is sent under their content type."
         ),
         responses={},
         # Its own limit, `max_body_bytes` (read_body); the app's is for the other routes.
@@ -193,13 +208,93 @@ class EventsController(Controller):
     )
     async def post_events(self, request: Request[Principal, str, Any]) -> Response[IngestReport]:
         authorize(request, "ingest")
-        services: Services = request.app.state.services
-        media = media_type_of(request.headers.get("content-type"))
-        body = await read_body(request, services.settings.max_body_bytes)
-        report = await ingest_body(
-            services.ingestor, body, media, request.user, services.settings.max_batch_events
-        )
-        return await _reported(report)
+        return await _ingest(request, media_type_of(request.headers.get("content-type")))
+
+    # One route per other format, each documenting one body: a generated client gets one
+    # function per format (openapi-python-client cannot generate an operation with several
+    # bodies that works: docs/reference/api.md, "Generating a client"). Same checks, same
+    # limit, same service call as `POST /v1/events`; only the format comes from the path.
+    @post(
+        "/cloudevents",
+        operation_class=EventsOperation,
+        status_code=200,
+        summary="Post a batch of CloudEvents",
+        description=(
+            "The body is a CloudEvents 1.0 batch (`application/cloudevents-batch+json`): an "
+            "array of `CloudEvent` envelopes, each one usage event. Answers as "
+            "`POST /v1/events`."
+        ),
+        responses={},
+        request_max_body_size=None,
+        operation_id="postCloudEvents",
+    )
+    async def post_cloud_events(
+        self, request: Request[Principal, str, Any]
+    ) -> Response[IngestReport]:
+        authorize(request, "ingest")
+        content_type = request.headers.get("content-type")
+        return await _ingest(request, route_media_type(content_type, CLOUDEVENT_BATCH))
+
+    @post(
+        "/cloudevent",
+        operation_class=EventsOperation,
+        status_code=200,
+        summary="Post one CloudEvent",
+        description=(
+            "The body is one CloudEvents 1.0 envelope in structured mode "
+            "(`application/cloudevents+json`): one usage event. Answers as `POST /v1/events`."
+        ),
+        responses={},
+        request_max_body_size=None,
+        operation_id="postCloudEvent",
+    )
+    async def post_cloud_event(
+        self, request: Request[Principal, str, Any]
+    ) -> Response[IngestReport]:
+        authorize(request, "ingest")
+        content_type = request.headers.get("content-type")
+        return await _ingest(request, route_media_type(content_type, CLOUDEVENT))
+
+    @post(
+        "/ndjson",
+        operation_class=EventsOperation,
+        status_code=200,
+        summary="Post a batch of events as NDJSON",
+        description=(
+            "The body is NDJSON (`application/x-ndjson`, or `application/jsonl`): one `EventIn` "
+            "JSON object a line, blank lines skipped. Answers as `POST /v1/events`."
+        ),
+        responses={},
+        request_max_body_size=None,
+        operation_id="postEventsNdjson",
+    )
+    async def post_events_ndjson(
+        self, request: Request[Principal, str, Any]
+    ) -> Response[IngestReport]:
+        authorize(request, "ingest")
+        content_type = request.headers.get("content-type")
+        return await _ingest(request, route_media_type(content_type, NDJSON))
+
+    @post(
+        "/msgpack",
+        operation_class=EventsOperation,
+        status_code=200,
+        summary="Post one event or a batch as msgpack",
+        description=(
+            "The body is msgpack (`application/msgpack`, or `application/vnd.msgpack`, "
+            "`application/x-msgpack`): one `EventIn` map or an array of them. Answers as "
+            "`POST /v1/events`."
+        ),
+        responses={},
+        request_max_body_size=None,
+        operation_id="postEventsMsgpack",
+    )
+    async def post_events_msgpack(
+        self, request: Request[Principal, str, Any]
+    ) -> Response[IngestReport]:
+        authorize(request, "ingest")
+        content_type = request.headers.get("content-type")
+        return await _ingest(request, route_media_type(content_type, MSGPACK))
 
     @get(
         "/rejected",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from litestar import Controller, get
+from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
@@ -14,6 +15,8 @@ from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.problems import invalid
 from ..http.security import requires
+from ..jobs.model import Job
+from ..jobs.service import queue_export
 from .aggregate import Granularity
 from .focus import FOCUS_VERSION
 from .stream import export_filename, first_chunk_read, prepare_export
@@ -54,6 +57,15 @@ def _utc(when: datetime | None) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
+def _window(
+    from_time: datetime | None, to_time: datetime | None
+) -> tuple[datetime | None, datetime | None]:
+    start, end = _utc(from_time), _utc(to_time)
+    if start and end and end <= start:
+        raise invalid("to", "must be after 'from'", status=400)
+    return start, end
+
+
 class ExportController(Controller):
     path = "/v1/export"
     tags = ["export"]
@@ -86,9 +98,7 @@ class ExportController(Controller):
         to_time: ToTime = None,
         granularity: GranularityParam = "event",
     ) -> Stream:
-        start, end = _utc(from_time), _utc(to_time)
-        if start and end and end <= start:
-            raise invalid("to", "must be after 'from'", status=400)
+        start, end = _window(from_time, to_time)
         export = await prepare_export(services.store, services.rate_cards, project)
         filename = export_filename(project, start, end)
         chunks = await first_chunk_read(export.csv_chunks(start, end, granularity=granularity))
@@ -97,3 +107,40 @@ class ExportController(Controller):
             media_type=CSV,
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
+
+    @post(
+        "/focus/jobs",
+        guards=[requires("read")],
+        status_code=202,
+        summary="Export as a job: the same FOCUS CSV, written in the background",
+        description=(
+            "The export `GET /v1/export/focus` streams, with the same parameters, run as a "
+            "job instead: `202` with the job (and its `href` in `Location`) at once; poll "
+            "`GET /v1/jobs/{job_id}` for its progress (events written, of the window's), and "
+            "once it succeeded download its file at `download.href` "
+            "(`GET /v1/jobs/{job_id}/file`, kept 24 hours). The file holds the log as it "
+            "stood when the job was asked (a worker's restart runs the job again to the same "
+            "file). Cancel it as any job (`DELETE /v1/jobs/{job_id}`). One export job per "
+            "project is queued or running at a time: another is a 409 naming it."
+        ),
+        operation_id="postFocusExportJob",
+        responses={
+            202: ResponseSpec(Job, description="Queued: poll it at its `href`"),
+            409: ResponseSpec(
+                None,
+                description="An export job of the project is already queued or running, or "
+                "the project's rate card no longer exists",
+            ),
+        },
+    )
+    async def focus_job(
+        self,
+        project: ProjectParam,
+        services: NamedDependency[Services],
+        from_time: FromTime = None,
+        to_time: ToTime = None,
+        granularity: GranularityParam = "event",
+    ) -> Response[Job]:
+        window = _window(from_time, to_time)
+        job = await queue_export(services.store, services.rate_cards, project, window, granularity)
+        return Response(job, status_code=202, headers={"Location": job.href})

@@ -84,6 +84,18 @@ def rows_of_batch(
         yield focus_row(ctx, row, version, sku, seg)
 
 
+def _inside(batch: Sequence[LoggedEvent], start_us: int | None, end_us: int | None) -> int:
+    """How many of the batch's events have their time in ``[start, end)``."""
+    if start_us is None and end_us is None:
+        return len(batch)
+    return sum(
+        1
+        for row in batch
+        if (start_us is None or row.epoch_us >= start_us)
+        and (end_us is None or row.epoch_us < end_us)
+    )
+
+
 def _has_tiers(catalog: PricingCatalog | None) -> bool:
     """Whether any version of the card has a graduated price (its counters run per month)."""
     if catalog is None:
@@ -107,6 +119,10 @@ class FocusExport:
     tier_fields: dict[tuple[str, ...], list[tuple[tuple[int, int], str, str, int]]] = field(
         default_factory=dict
     )
+    # What the export did so far (an export job's progress): the events of the window read,
+    # the CSV rows written (header excluded).
+    events_read: int = 0
+    rows_written: int = 0
 
     def rows(
         self, start: datetime | None = None, end: datetime | None = None
@@ -149,6 +165,7 @@ class FocusExport:
         async for entry_id, batch in batches:
             if prefix is not None:  # the counters as the entries before this one left them
                 pricing.set_counters(prefix.before(entry_id))
+            self.events_read += _inside(batch, start_us, end_us)
             yield pricing, batch
 
     async def csv_chunks(
@@ -179,6 +196,7 @@ class FocusExport:
             for i in _TEXT_POSITIONS:
                 cells[i] = neutralise(cells[i])
             writer.writerow(cells)
+            self.rows_written += 1
             if buffer.tell() >= chunk_bytes:
                 yield buffer.getvalue().encode()
                 buffer.seek(0)

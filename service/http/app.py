@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -25,8 +24,10 @@ from litestar.types import ControllerRouterHandler, Empty
 from .. import __version__
 from ..analysis.routes import AnalysisController
 from ..auth.routes import TokenController
+from ..bills.routes import BillController
 from ..budgets.routes import AlertController, BudgetController
 from ..config import Settings
+from ..config.handoff import handed_down
 from ..costs.routes import CostsController
 from ..dashboard.routes import DashboardController
 from ..dashboard.routes import root as dashboard_root
@@ -51,9 +52,8 @@ from ..storage.processes import exit_with_parent
 from ..storage.sealing import Sealer, load_sealer
 from ..stores import Stores
 from ..waste.routes import ExperimentController, ReportController
-from ..webhooks.config import DeliveryConfig
+from ..webhooks.delivery.worker import DeliveryWorker
 from ..webhooks.routes import WebhookController
-from ..webhooks.worker import DeliveryWorker
 from .bodies import BoundedRequest, ClientGone, client_gone_answer
 from .deadline import StoreDeadlineMiddleware
 from .deps import Services
@@ -146,6 +146,7 @@ _ROUTE_HANDLERS: list[ControllerRouterHandler] = [
     EvaluationController,
     CostEffectController,
     JobController,
+    BillController,
 ]
 
 
@@ -159,7 +160,7 @@ def _start_background(
     app.state.settings = settings
     worker = DeliveryWorker(
         store,
-        DeliveryConfig.from_env(),
+        settings.webhook_delivery,
         settings.public_url,
         allowlist=settings.webhook_allowlist,
         sealer=sealer,
@@ -202,7 +203,10 @@ def _lifespan(
             raise RuntimeError(
                 "no Redis URL: set TRAINLEDGER_REDIS_URL or start with `trainledger serve`"
             )
-        sealer = load_sealer(settings.data_dir)  # `trainledger serve` made sure there is one
+        # `trainledger serve` made sure there is one.
+        sealer = load_sealer(
+            settings.data_dir, key=settings.secret_key, key_file=settings.secret_key_file
+        )
         store = Stores.from_url(url)
         time_redis_commands(store)
         background = _start_background(app, settings, store, sealer)
@@ -302,9 +306,10 @@ def _share_the_interpreter_finely() -> None:
 def serve_app() -> Litestar:
     """The app as `trainledger serve` runs it (one per worker process): `create_app` plus
     process-wide tuning that an app embedded in another process (the tests) must not get."""
-    app = create_app()
-    if serve_pid := os.environ.get("TRAINLEDGER_SERVE_PID"):
-        exit_with_parent(int(serve_pid))  # a worker process leaves with `serve`
+    handoff = handed_down()  # the settings `serve` built, whole
+    app = create_app(handoff.settings if handoff is not None else None)
+    if handoff is not None:
+        exit_with_parent(handoff.serve_pid)  # a worker process leaves with `serve`
     app.on_startup.append(tune_garbage_collector)
     app.on_startup.append(_share_the_interpreter_finely)
     return app

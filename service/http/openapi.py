@@ -1,4 +1,4 @@
-"""OpenAPI additions Litestar cannot infer: the raw multi-format body of `POST /v1/events`,
+"""OpenAPI additions Litestar cannot infer: the raw bodies of the ingest routes (one format each),
 the error answers (RFC 9457 problem details rather than Litestar's default shape, with
 `Retry-After` on 429 and 503), the tags, and the request examples the routes give.
 
@@ -10,6 +10,7 @@ the HTTP method, a tag from `API_TAGS`, a summary and a description, and for a b
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from typing import Any
 
@@ -61,6 +62,11 @@ API_TAGS = [
         "ones (dead letters). See docs/reference/events.md.",
     ),
     Tag(name="costs", description="Cost queries: grouped costs and a project's summary."),
+    Tag(
+        name="bills",
+        description="The provider's bills (FOCUS exports) imported, mapped to projects and "
+        "reconciled with the ledger (docs/guides/reconciliation.md).",
+    ),
     Tag(name="projects", description="Project settings, the project list, rebuilds."),
     Tag(name="tokens", description="Bearer tokens: a role and an optional list of projects."),
     Tag(name="budgets", description="Budgets and the rules that fire their alerts."),
@@ -76,7 +82,10 @@ API_TAGS = [
         description="The waste report, its policy and experiment progress "
         "(docs/guides/waste.md); the cost-effect table (docs/guides/cost-effect.md).",
     ),
-    Tag(name="export", description="The FOCUS cost-and-usage CSV export."),
+    Tag(
+        name="export",
+        description="The FOCUS cost-and-usage CSV export, streamed or as a job.",
+    ),
     Tag(name="webhooks", description="Webhooks for budget alerts and their deliveries."),
     Tag(
         name="evaluations",
@@ -85,7 +94,8 @@ API_TAGS = [
     Tag(
         name="jobs",
         description="Long work run in the background (a repricing after a past-dated rate-card "
-        "version, a rebuild): state, progress, result, cancel. One runs per project at a time.",
+        "version, a rebuild, a FOCUS export): state, progress, result, an export's file, "
+        "cancel. One runs per project at a time.",
     ),
 ]
 
@@ -151,6 +161,23 @@ def _cloud_event_schemas(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _defaults_described(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with each optional property's default said in its description rather than as
+    `default`. The server fills a missing field in; a `default` on a request-only schema's
+    field only makes openapi-typescript (its `defaultNonNullable`, on by default) type the
+    field as required, so that a client had to send `stage`, `experiment`, `owner`, `tags`."""
+    properties = {}
+    for name, field in schema["properties"].items():
+        if "default" in field and name not in schema.get("required", []):
+            field = {k: v for k, v in field.items() if k != "default"}
+            said = f"optional, default {json.dumps(schema['properties'][name]['default'])}"
+            field["description"] = (
+                f"{said}; {field['description']}" if "description" in field else said
+            )
+        properties[name] = field
+    return {**schema, "properties": properties}
+
+
 def add_wire_schemas(app: Litestar) -> None:
     """Put the event model and the CloudEvents envelope into the app's OpenAPI document
     (`#/components/schemas/EventIn`, `CloudEvent`, `CloudEventData`), and the body of
@@ -158,6 +185,7 @@ def add_wire_schemas(app: Litestar) -> None:
     _, components = msgspec.json.schema_components(
         [EventIn], ref_template="#/components/schemas/{name}"
     )
+    components["EventIn"] = _defaults_described(components["EventIn"])
     components.update(_cloud_event_schemas(components["EventIn"]))
     schema = app.openapi_schema
     assert schema.components is not None
@@ -165,15 +193,29 @@ def add_wire_schemas(app: Litestar) -> None:
     for name, raw in components.items():
         registry[name] = _RawSchema(raw)
     schema.components.schemas = registry
+    bodies = events_body_content()
     for item in (schema.paths or {}).values():
         post = item.post
-        if post is not None and post.operation_id == "postEvents":
+        media = INGEST_FORMATS.get(post.operation_id or "") if post is not None else None
+        if post is not None and media is not None:
             assert isinstance(post.request_body, RequestBody)
-            post.request_body.content = events_body_content()
+            post.request_body.content = {media: bodies[media]}
+
+
+# The ingest operations, each with the one content type it documents (service/events/
+# routes.py): one body per operation, so that a generated client has one function per format.
+# `POST /v1/events` still reads the others too (sent under their content type), undocumented.
+INGEST_FORMATS = {
+    "postEvents": JSON,
+    "postCloudEvents": CLOUDEVENT_BATCH,
+    "postCloudEvent": CLOUDEVENT,
+    "postEventsNdjson": NDJSON,
+    "postEventsMsgpack": MSGPACK,
+}
 
 
 def events_body_content() -> dict[str, OpenAPIMediaType]:
-    """The body of `POST /v1/events`: one schema per content type."""
+    """The body of each content type the ingest reads, with its schema."""
     event = Reference(ref="#/components/schemas/EventIn")
     cloud = Reference(ref="#/components/schemas/CloudEvent")
     binary = {"type": "string", "format": "binary"}
@@ -250,7 +292,7 @@ INGEST_PROBLEM_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": True,
 }
-INGEST_OPERATIONS = ("postEvents", "postRejectedEventsReplay")
+INGEST_OPERATIONS = (*INGEST_FORMATS, "postRejectedEventsReplay")
 
 RETRY_AFTER: dict[str, OpenAPIHeader | Reference] = {
     "Retry-After": OpenAPIHeader(

@@ -15,50 +15,23 @@ long as it likes. Here:
   started) and closes; the handler waiting for the body sees the client as gone.
 
 The idle time between requests stays ``timeout_keep_alive`` (`trainledger.cli.serve_runtime`). Both
-timeouts are read from the environment once per process.
+timeouts are settings (`trainledger.config`), the process's once (`process_settings`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-import os
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..config.handoff import process_settings
+from ..config.settings import variable_of
 from .problems import PROBLEM_BASE
 
-HEADER_TIMEOUT_ENV = "TRAINLEDGER_HEADER_TIMEOUT_S"
-BODY_TIMEOUT_ENV = "TRAINLEDGER_BODY_TIMEOUT_S"
-DEFAULT_HEADER_TIMEOUT_S = 10.0
-DEFAULT_BODY_TIMEOUT_S = 30.0
-
-
-def parse_timeout(name: str, raw: str | None, default: float) -> float:
-    """A timeout from the environment: a positive number of seconds (`ValueError` names
-    the variable)."""
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{name} must be a positive number of seconds, got {raw!r}")
-    return value
-
-
-@functools.cache
-def read_timeouts() -> tuple[float, float]:
-    """(header, body) timeouts in seconds, from the environment."""
-    return (
-        parse_timeout(
-            HEADER_TIMEOUT_ENV, os.environ.get(HEADER_TIMEOUT_ENV), DEFAULT_HEADER_TIMEOUT_S
-        ),
-        parse_timeout(BODY_TIMEOUT_ENV, os.environ.get(BODY_TIMEOUT_ENV), DEFAULT_BODY_TIMEOUT_S),
-    )
+HEADER_TIMEOUT_ENV = variable_of("header_timeout_s")
+BODY_TIMEOUT_ENV = variable_of("body_timeout_s")
 
 
 def _timeout_answer(detail: str) -> bytes:
@@ -85,7 +58,11 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.header_timeout_s, self.body_timeout_s = read_timeouts()
+        # uvicorn makes this object for each connection, without our settings: the
+        # process's (`trainledger serve` hands its own to each worker).
+        settings = process_settings()
+        self.header_timeout_s = settings.header_timeout_s
+        self.body_timeout_s = settings.body_timeout_s
         self._read_timer: asyncio.TimerHandle | None = None
         self._request_started = False  # a byte of the current request has arrived
 

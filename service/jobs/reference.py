@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 @dataclass
 class ProjectJobs:
-    """One project's lease, queue, job hashes and the ids holding its budget alerts, as the
-    script sees them."""
+    """One project's lease, queue, job hashes, the ids holding its budget alerts and the last
+    exclusive job's id, as the script sees them."""
 
     lease: str | None = None
     queue: list[str] = field(default_factory=list)
     jobs: dict[str, dict[str, str]] = field(default_factory=dict)
     holds: set[str] = field(default_factory=set)
+    exclusive: str | None = None  # the last exclusive job's id
 
     def hold(self, job_id: str) -> int:
         self.holds.add(job_id)
@@ -29,7 +30,13 @@ class ProjectJobs:
         self.holds.discard(job_id)
         return 1
 
-    def add(self, job_id: str, fields: dict[str, str], holds: bool = False) -> int:
+    def add(
+        self, job_id: str, fields: dict[str, str], holds: bool = False, exclusive: bool = False
+    ) -> int:
+        if exclusive:
+            if self.exclusive is not None and self.exclusive in self.queue:
+                return 0  # the last one is queued or running still
+            self.exclusive = job_id
         if holds:
             self.holds.add(job_id)
         self.jobs.setdefault(job_id, {}).update(fields)

@@ -6,15 +6,22 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..export.aggregate import Granularity
+from ..export.stream import first_chunk_read
 from ..rebuild.service import RebuildError, RebuildReport, rebuild_project, settle_budget_alerts
+from .export import export_file, export_params, run_export
 from .model import (
+    EXCLUSIVE_KINDS,
     HOLD_MS,
     KEEP_MS,
+    ExportFile,
+    ExportRunning,
     Job,
     JobCancelled,
     JobFinished,
@@ -32,6 +39,7 @@ log = logging.getLogger("trainledger.jobs")
 
 _params_decoder = msgspec.json.Decoder(JobParams)
 _result_decoder = msgspec.json.Decoder(RebuildReport)
+_file_decoder = msgspec.json.Decoder(ExportFile)
 
 
 def _now() -> str:
@@ -46,6 +54,7 @@ def job_of(fields: dict[str, str]) -> Job:
     """A job's hash as the API shows it."""
     project, job_id = fields["project"], fields["id"]
     result = fields.get("result")
+    exported = fields["kind"] == "export"
     return Job(
         id=job_id,
         project=project,
@@ -58,7 +67,8 @@ def job_of(fields: dict[str, str]) -> Job:
         finished_at=_time(fields.get("finished_at")),
         attempts=int(fields.get("attempts", "0")),
         cancel_requested=fields.get("cancel") == "1",
-        result=_result_decoder.decode(result) if result else None,
+        result=_result_decoder.decode(result) if result and not exported else None,
+        download=_file_decoder.decode(result) if result and exported else None,
         error=fields.get("error") or None,
         href=f"/v1/jobs/{job_id}?project={project}",
     )
@@ -78,7 +88,8 @@ async def queue_job(
 ) -> Job:
     """Queue a job for the project: it runs after the project's jobs queued before it. A
     repricing holds the project's budget alert decisions until it ends (its figures mix two
-    prices until then; `settle_released` decides them once the hold is gone)."""
+    prices until then; `settle_released` decides them once the hold is gone). An export is
+    refused (ExportRunning) while the project's last export job is queued or running."""
     job_id = job_id or new_job_id()
     fields = {
         "id": job_id,
@@ -91,7 +102,12 @@ async def queue_job(
         "created_at": _now(),
     }
     hold_ms = HOLD_MS if kind == "reprice" else 0
-    await store.jobs.add(project, job_id, fields, int(time.time() * 1000), KEEP_MS, hold_ms)
+    exclusive = kind in EXCLUSIVE_KINDS
+    now_ms = int(time.time() * 1000)
+    if not await store.jobs.add(
+        project, job_id, fields, now_ms, KEEP_MS, hold_ms, exclusive=exclusive
+    ):
+        raise ExportRunning(project, await store.jobs.last_exclusive(project) or "")
     return job_of(fields)
 
 
@@ -115,6 +131,20 @@ async def queue_rebuild(store: Stores, project: str) -> Job:
     return await queue_job(store, project, "rebuild", JobParams(), int(meta.get("accepted", "0")))
 
 
+async def queue_export(
+    store: Stores,
+    rate_cards: RateCards,
+    project: str,
+    window: tuple[datetime | None, datetime | None],
+    granularity: Granularity,
+) -> Job:
+    """`POST /v1/export/focus/jobs`: the export of the window as a job, the log read up to
+    its last entry now. Raises ExportRunning while the project's last export job is queued
+    or running, ExportError when the log cannot be exported (its rate card is gone)."""
+    params, total = await export_params(store, rate_cards, project, window, granularity)
+    return await queue_job(store, project, "export", params, total)
+
+
 def wants_async(prefer: str | None) -> bool:
     """Whether a `Prefer` header asks for `respond-async` (RFC 7240: comma-separated
     preferences, each maybe with parameters after `;`)."""
@@ -130,6 +160,15 @@ async def find_job(store: Stores, project: str, job_id: str) -> Job:
     if fields is None or fields.get("project") != project:
         raise JobNotFound(project, job_id)
     return job_of(fields)
+
+
+async def job_file(store: Stores, project: str, job_id: str) -> tuple[str, AsyncIterator[bytes]]:
+    """A succeeded export job's file name and CSV chunks (the first already read: a store
+    outage there is an error answer). Raises JobNotFound, or FileGone (no file, or expired)."""
+    job = await find_job(store, project, job_id)
+    chunks = await export_file(store, job)
+    assert job.download is not None  # export_file saw it
+    return job.download.filename, await first_chunk_read(chunks)
 
 
 async def project_jobs(store: Stores, project: str) -> list[Job]:
@@ -171,11 +210,19 @@ class RunningJob:
             raise JobCancelled(self.job_id)
 
 
-async def run_job(store: Stores, rate_cards: RateCards, job: RunningJob) -> RebuildReport:
-    """The work of a job: both kinds are a rebuild of the project (a repricing prices the
-    whole log again; the days it names are those whose figures change). Raises JobCancelled
-    when a cancel was seen before the rebuild swapped its totals in, RebuildError when the
-    rebuild cannot be done."""
+async def run_job(
+    store: Stores, rate_cards: RateCards, job: RunningJob
+) -> RebuildReport | ExportFile:
+    """The work of a job: an export writes its file (service/jobs/export.py); the other
+    kinds are a rebuild of the project (a repricing prices the whole log again; the days it
+    names are those whose figures change). Raises JobCancelled when a cancel was seen before
+    the rebuild swapped its totals in (or the export's file was complete), RebuildError when
+    the rebuild cannot be done, ExportError or ExportTooLarge when the export cannot."""
+    if job.kind == "export":
+        fields = await store.jobs.job(job.project, job.job_id) or {}
+        job.total = int(fields.get("total", "0"))
+        params = _params_decoder.decode(fields.get("params", "{}"))
+        return await run_export(store, rate_cards, job, params)
     settings = await store.projects.project_meta(job.project)
     job.total = int(settings.get("accepted", "0"))
     await job.on_batch(0)  # a cancel already seen stops it here, whatever the log holds
@@ -185,7 +232,11 @@ async def run_job(store: Stores, rate_cards: RateCards, job: RunningJob) -> Rebu
 
 
 async def finish_job(
-    store: Stores, job: RunningJob, state: str, result: RebuildReport | None, error: str = ""
+    store: Stores,
+    job: RunningJob,
+    state: str,
+    result: RebuildReport | ExportFile | None,
+    error: str = "",
 ) -> bool:
     """Record the end of a job; False when the lease was no longer the worker's (another
     worker has the job now, and nothing is written)."""

@@ -1,12 +1,13 @@
 """The jobs' Redis access: each job's hash, the project's queue and lease, the set of
-projects with work (service/storage/scripts/jobs.lua changes a job's state)."""
+projects with work (service/storage/scripts/jobs.lua changes a job's state), and an export
+job's file (a list of compressed chunks)."""
 
 from __future__ import annotations
 
 from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.keys import Keys
-from ..storage.replies import as_text
+from ..storage.replies import as_bytes, as_text
 from .model import HOLD_MS
 
 # Jobs a listing shows at most (newest first).
@@ -29,14 +30,26 @@ class JobStore:
         now_ms: int,
         keep_ms: int,
         hold_ms: int = 0,
-    ) -> None:
+        *,
+        exclusive: bool = False,
+    ) -> bool:
         """Store a queued job at the end of the project's queue (the index forgets the ids
         created more than `keep_ms` ago); with `hold_ms`, the job holds the project's budget
-        alert decisions until it ends (or the hold, not renewed, expires)."""
+        alert decisions until it ends (or the hold, not renewed, expires). An `exclusive`
+        job is refused (False, nothing written) while the project's last exclusive job is
+        queued or running."""
         pairs = [x for item in fields.items() for x in item]
-        await self._change(project, job_id, "add", now_ms, keep_ms, hold_ms, *pairs)
+        flag = "1" if exclusive else "0"
+        if not await self._change(project, job_id, "add", now_ms, keep_ms, hold_ms, flag, *pairs):
+            return False
         # After the push: a worker that forgets the project re-checks its queue afterwards.
         await self.client.sadd(Keys.job_projects(), project)
+        return True
+
+    async def last_exclusive(self, project: str) -> str | None:
+        """The id of the project's last exclusive job (what refused an `add`)."""
+        raw = await self.client.get(Keys.job_exclusive(project))
+        return None if raw is None else as_text(raw)
 
     async def job(self, project: str, job_id: str) -> dict[str, str] | None:
         raw = await self.client.hgetall(Keys.job(project, job_id))
@@ -148,9 +161,45 @@ class JobStore:
             Keys.job(project, job_id),
             Keys.jobs(project),
             Keys.budget_hold(project),
+            Keys.job_exclusive(project),
         ]
         return int(await self.conn.run_script(self._jobs, keys, [op, job_id, *args]))
 
     async def end_lease(self, project: str) -> None:
         """Drop the project's lease whoever holds it: what its expiry does (tests)."""
         await self.client.delete(Keys.job_lease(project))
+
+    # An export job's file: a list of compressed chunks, each attempt its own key.
+
+    async def append_chunk(
+        self, project: str, job_id: str, attempt: str, chunk: bytes, keep_ms: int
+    ) -> None:
+        """Add a chunk at the end of the attempt's file (which expires `keep_ms` after its
+        last chunk: an attempt whose worker died leaves nothing behind for long)."""
+        key = Keys.job_file(project, job_id, attempt)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(key, chunk)
+        pipe.pexpire(key, keep_ms)
+        await pipe.execute()
+
+    async def publish_file(self, project: str, job_id: str, attempt: str, keep_ms: int) -> None:
+        """The attempt's complete file becomes the job's (replacing any earlier attempt's:
+        every attempt writes the same file), kept `keep_ms`."""
+        final = Keys.job_file(project, job_id)
+        source = Keys.job_file(project, job_id, attempt)
+        if not await self.client.exists(source):  # an empty file has no chunk: none to move
+            await self.client.delete(final)
+            return
+        await self.client.rename(source, final)
+        await self.client.pexpire(final, keep_ms)
+
+    async def drop_file(self, project: str, job_id: str, attempt: str = "") -> None:
+        await self.client.delete(Keys.job_file(project, job_id, attempt))
+
+    async def file_chunks(self, project: str, job_id: str) -> int:
+        """How many chunks the job's file holds (0: none, or expired)."""
+        return int(await self.client.llen(Keys.job_file(project, job_id)))
+
+    async def file_chunk(self, project: str, job_id: str, index: int) -> bytes | None:
+        raw = await self.client.lindex(Keys.job_file(project, job_id), index)
+        return None if raw is None else as_bytes(raw)

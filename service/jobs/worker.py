@@ -17,9 +17,10 @@ import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ..export.pricing import ExportError
 from ..rebuild.service import RebuildError, RebuildReport
 from ..storage.connection import StoreError
-from .model import HOLD_MS, KEEP_MS, JobCancelled
+from .model import HOLD_MS, KEEP_MS, ExportFile, ExportTooLarge, JobCancelled
 from .service import RunningJob, finish_job, run_job, settle_released
 
 if TYPE_CHECKING:
@@ -89,11 +90,11 @@ class JobWorker:
         beat = asyncio.create_task(self._heartbeat(job, work))
         ended = False
         try:
-            report: RebuildReport | None = await work
+            report: RebuildReport | ExportFile | None = await work
             ended = await finish_job(self.store, job, "succeeded", report)
         except JobCancelled:
             ended = await finish_job(self.store, job, "cancelled", None)
-        except RebuildError as exc:
+        except (RebuildError, ExportError, ExportTooLarge) as exc:
             ended = await finish_job(self.store, job, "failed", None, str(exc))
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -115,7 +116,9 @@ class JobWorker:
         if ended:  # its hold on the budget alerts went with its end: decide them now
             await settle_released(self.store, self.rate_cards, job.project)
 
-    async def _heartbeat(self, job: RunningJob, work: asyncio.Task[RebuildReport]) -> None:
+    async def _heartbeat(
+        self, job: RunningJob, work: asyncio.Task[RebuildReport | ExportFile]
+    ) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
             if not await self._beat(job):

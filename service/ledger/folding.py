@@ -32,6 +32,7 @@ from costcore import CodedEntry, CodedGroups, coded_sums_for
 
 from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
+from .effectsums import effect_increments
 from .eventlog import CodedLog, decode_log_entry
 from .fields import joined_dims
 from .hashes import DAILY, HOURLY, LOG_INDEX, TIER_INDEX, TOTALS, SumsHash
@@ -199,8 +200,8 @@ class CellSums:
 
     def increments(self) -> list[tuple[SumsHash, str, int]]:
         """Every totals increment these sums make, as (hash, field, delta): finest cells (``c|``,
-        ``q|``, ``n|``), the daily index, the hourly cells and the roll-ups (with their event
-        count)."""
+        ``q|``, ``n|``), the daily index, the hourly cells, the roll-ups and the cost-effect sums
+        (effectsums.py; both with their event count)."""
         out: list[tuple[SumsHash, str, int]] = []
         daily: dict[str, int] = {}
         totals_key: dict[str, SumsHash] = {}
@@ -246,6 +247,7 @@ class CellSums:
                 key = tier_key[month] = SumsHash(TIER_INDEX, month)
             out.append((key, field, quantity))
         out += rollup_increments(cell_keys, costs, quantities, counts)
+        out += effect_increments(cell_keys, costs, quantities, counts)
         out += self.waste.increments()
         return out
 

@@ -20,7 +20,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..storage.replies import as_text
-from .eventlog import LoggedEvent, decode_log, read_log
+from .eventlog import (
+    CodedLog,
+    LoggedEvent,
+    decode_log,
+    decode_log_entry,
+    read_log,
+    read_log_entries,
+)
 from .folding import entry_order
 from .logindex import day_name
 
@@ -109,6 +116,43 @@ async def read_log_range(
             stats.entries += 1
             yield entry_id, rows
         return
+    async for entry_id, blob in _range_entries(
+        store, project, last, cursor, (start_us, end_us), whole_months, stats
+    ):
+        yield entry_id, decode_log(blob)
+
+
+async def read_coded_range(
+    store: Stores, project: str, last: str, start_us: int, end_us: int
+) -> AsyncIterator[tuple[str, CodedLog]]:
+    """`read_log_range` of [start_us, end_us) as the entries' coded columns (`CodedLog`: no
+    event ids or tags decoded), for a reader that sums them (an entry of an unknown format,
+    none is written, is left out)."""
+    complete, cursor = await store.ledger.log_index_state(project)
+    if complete and last:
+        entries = _range_entries(
+            store, project, last, cursor, (start_us, end_us), False, RangeStats()
+        )
+    else:
+        entries = read_log_entries(store, project, last)
+    async for entry_id, blob in entries:
+        entry = decode_log_entry(blob)
+        if entry is not None:
+            yield entry_id, entry
+
+
+async def _range_entries(
+    store: Stores,
+    project: str,
+    last: str,
+    cursor: str,
+    bounds: tuple[int | None, int | None],
+    whole_months: bool,
+    stats: RangeStats,
+) -> AsyncIterator[tuple[str, bytes]]:
+    """The entries (id, blob) `read_log_range` yields when the log is indexed up to the fold's
+    `cursor` (read before the index)."""
+    start_us, end_us = bounds
     stats.indexed = True
     # The tail (after the cursor read above) first: an entry folded meanwhile is in both.
     tail: list[tuple[str, bytes]] = []
@@ -135,10 +179,10 @@ async def read_log_range(
     for at in range(0, len(ids), _FETCH_PAGE):
         for entry_id, blob in await store.ledger.entries_by_id(project, ids[at : at + _FETCH_PAGE]):
             stats.entries += 1
-            yield entry_id, decode_log(blob)
+            yield entry_id, blob
     for entry_id, blob in tail:
         stats.entries += 1
-        yield entry_id, decode_log(blob)
+        yield entry_id, blob
 
 
 class TierPrefix:

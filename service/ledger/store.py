@@ -307,8 +307,17 @@ class LedgerStore:
         keys = [self._totals_key(project, source, p) for p in periods]
         if kinds == "cqn":
             return await self._hashes(keys)
+        return await self._scanned(keys, f"[{kinds}]|*")
+
+    async def matching_fields(
+        self, project: str, source: str, periods: Sequence[str], match: str
+    ) -> list[dict[bytes, bytes]]:
+        """The fields matching the glob `match` of each hash of `source` (as `totals_hashes`),
+        the others left on the server (HSCAN with MATCH)."""
+        return await self._scanned([self._totals_key(project, source, p) for p in periods], match)
+
+    async def _scanned(self, keys: Sequence[str], match: str) -> list[dict[bytes, bytes]]:
         pipe = self.client.pipeline(transaction=False)
-        match = f"[{kinds}]|*"
         for key in keys:
             pipe.hscan(key, 0, match=match, count=1_000_000)
         for key in keys:
@@ -359,19 +368,6 @@ class LedgerStore:
         and that cursor ("" when the project has no batch yet)."""
         complete, cursor = await self.client.hmget(Keys.meta(project), ["logix", "fold_cursor"])
         return as_text(complete or b"") == "1", as_text(cursor or b"")
-
-    async def waste_cells_state(self, project: str) -> bool:
-        """Whether the waste cells and facts cover every folded entry (meta ``wastecells``)."""
-        return as_text(await self.client.hget(Keys.meta(project), "wastecells") or b"") == "1"
-
-    async def waste_cells(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
-        """The waste cells of each day (service/ledger/wastecells.py)."""
-        return await self._hashes([Keys.waste_cells(project, day) for day in days])
-
-    async def waste_facts(self, project: str) -> dict[bytes, bytes]:
-        """The waste rules' facts of the whole log (service/ledger/wastecells.py)."""
-        raw = await self.client.hgetall(Keys.waste_facts(project))
-        return {as_bytes(k): as_bytes(v) for k, v in raw.items()}
 
     async def log_index(self, project: str, days: Sequence[str]) -> list[dict[bytes, bytes]]:
         """The log index of each day: ``HH|<entry id>`` -> events (service/ledger/ranges.py)."""

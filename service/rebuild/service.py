@@ -24,6 +24,7 @@ from ..budgets.model import Budget, counters_for, daily_for
 from ..errors import Conflict
 from ..ingest.batches import PendingEvent, PricedBatch
 from ..ingest.pricing import price_events, tier_keys_needed
+from ..ledger.effectsums import live_effect_sums
 from ..ledger.eventlog import LoggedEvent, decode_log, decode_log_entry, read_log_entries
 from ..ledger.folding import CellSums, settle, sums_of_log
 from ..ledger.hashes import BUDGET_DAILY, BUDGET_SPEND, TIER, SumsHash
@@ -199,7 +200,7 @@ async def _rebuild_once(
     await settle(store, project)  # the figure before includes batches still queued
     daily_before = await store.ledger.daily_costs(project)
     before = sum(daily_before.values())
-    rollups = live_rollups(daily_before)
+    rollups = live_rollups(daily_before) + live_effect_sums(daily_before)
     if not await store.ledger.replace_sums(
         project, last, hashes, rollups, (cost_bound, quantity_bound), replay.samples()
     ):

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess, values
 from prometheus_client.registry import Collector
 
 from ..budgets.firing import spend_field
@@ -292,7 +291,7 @@ def process_metrics() -> bytes:
     """The ledger's own metrics in the text format: this process's, or with several workers
     (PROMETHEUS_MULTIPROC_DIR set) the sum over all of them."""
     registry: Any = REGISTRY
-    if "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ:
+    if values.ValueClass is not values.MutexValue:  # prometheus_client's multiprocess mode
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return generate_latest(registry)

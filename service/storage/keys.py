@@ -24,9 +24,14 @@ tl:P:tier:<yyyymm>              hash    sku -> cumulative quantity micro (gradua
 tl:P:ru:<name>:<period>         hash    ``tot`` rolled up onto a few dimensions, per day
                                         (yyyymmdd) and per month (yyyymm): ``c|``/``q|``/``n|``
                                         + the projected dims (service/ledger/rollups.py)
+tl:P:ru:eff:<period>            hash    the cost-effect sums per day or month: ``c|``/``n|`` +
+                                        experiment,stage,owner,category; ``ru:effq:<period>``:
+                                        ``q|`` + experiment,stage,owner,sku
+                                        (service/ledger/effectsums.py)
 tl:P:ru:events                  hash    roll-up version -> events the roll-ups hold (queries
                                         use them only when it equals meta ``accepted`` less
-                                        ``pend_events``)
+                                        ``pend_events``); ``eff1``: those the cost-effect
+                                        sums hold
 tl:P:logix:<yyyymmdd>           hash    ``HH|<log entry id>`` -> events of that entry in that
                                         hour (the log indexed by event time, written by the
                                         fold, rebuilt by a rebuild; meta ``logix`` = 1 once it
@@ -82,6 +87,11 @@ tl:P:jobq                       list    queued job ids, oldest first; the head i
                                         that runs (it stays there while running)
 tl:P:joblease                   string  the token of the worker running the project's job
                                         (PX: lease, renewed by its heartbeat)
+tl:P:jobx                       string  the id of the project's last export job (one queued
+                                        or running at a time: jobs.lua `add`)
+tl:P:jobfile:<id>[:<attempt>]   list    an export job's file: zlib-compressed CSV chunks in
+                                        order; an attempt writes its own key, renamed to
+                                        the job's at its end (PX: 24 h)
 tl:P:bhold                      hash    reprice job ids holding the project's budget alert
                                         decisions (service/jobs, the ingest script reads it;
                                         PX: renewed while the jobs are queued or running)
@@ -105,6 +115,17 @@ tl:rl:<token>:<second>          string  requests of a token in that second (rate
 tl:tokens                       hash    token id -> sha256, for listing and revoking
 {tl:tokens}:unscoped-admins      set     ids of admin tokens for every project (same slot as
                                         tl:tokens: the last one is never revoked)
+tl:{bills}:imports              hash    content sha256 -> JSON of a committed bill import
+                                        (service/bills: id, rows, days, newest ChargePeriodEnd);
+                                        one HSETNX commits an import (one slot: ``{bills}``)
+tl:{bills}:rows:<id>:<yyyymmdd>  hash    ``b|``/``e|``/``q|``/``n|``/``k|`` + bill key -> billed,
+                                        effective (nano), quantity (nano), rows, corrections of
+                                        that import's rows charged that day (read only once
+                                        the import is in tl:{bills}:imports)
+tl:{bills}:staging              zset    import ids being written, by start time (ms): an
+                                        import that never committed is swept after an hour
+tl:{bills}:stagedays:<id>       set     the days an import being written has rows for (to sweep)
+tl:{bills}:mappings             hash    project -> JSON bill mapping (rows, SKUs)
 ==============================  ======  =====================================================
 
 Redis Cluster (``redis+cluster://host:port``, see docs/scaling.md): every script declares
@@ -287,6 +308,15 @@ class Keys:
         return f"{NAMESPACE}:{project_tag(project)}:joblease"
 
     @staticmethod
+    def job_exclusive(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:jobx"
+
+    @staticmethod
+    def job_file(project: str, job_id: str, attempt: str = "") -> str:
+        suffix = f":{attempt}" if attempt else ""
+        return f"{NAMESPACE}:{project_tag(project)}:jobfile:{job_id}{suffix}"
+
+    @staticmethod
     def budget_hold(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:bhold"
 
@@ -355,6 +385,28 @@ class Keys:
     @staticmethod
     def delivery_done(project: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:dlvdone"
+
+    # --- bills (service/bills): one hash tag, so an import commits in one command ---------
+
+    @staticmethod
+    def bill_imports() -> str:
+        return f"{NAMESPACE}:{{bills}}:imports"
+
+    @staticmethod
+    def bill_rows(import_id: str, day: str) -> str:
+        return f"{NAMESPACE}:{{bills}}:rows:{import_id}:{day}"
+
+    @staticmethod
+    def bill_staging() -> str:
+        return f"{NAMESPACE}:{{bills}}:staging"
+
+    @staticmethod
+    def bill_staged_days(import_id: str) -> str:
+        return f"{NAMESPACE}:{{bills}}:stagedays:{import_id}"
+
+    @staticmethod
+    def bill_mappings() -> str:
+        return f"{NAMESPACE}:{{bills}}:mappings"
 
 
 def seen_shard(event_id: str) -> int:

@@ -25,7 +25,6 @@ with a key that cannot open what is stored refuses to start instead of failing e
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -128,18 +127,20 @@ def _create_key_file(path: Path) -> None:
 
 
 def load_sealer(
-    data_dir: Path | None, *, create: bool = False, environ: Mapping[str, str] | None = None
+    data_dir: Path | None,
+    *,
+    create: bool = False,
+    key: str | None = None,
+    key_file: Path | None = None,
 ) -> Sealer:
-    """The key as configured (see the module's documentation). `create`: make the data
-    directory's key file if no key is configured (the embedded Valkey's case only).
-    `SecretKeyError` says what to set when there is none."""
-    env = os.environ if environ is None else environ
-    text = env.get(KEY_ENV, "").strip()
-    if text:
-        return Sealer.parse(text, KEY_ENV)
-    file = env.get(KEY_FILE_ENV, "").strip()
-    if file:
-        return _read_key_file(Path(file), KEY_FILE_ENV)
+    """The key as configured (see the module's documentation): `key` and `key_file` are the
+    settings of ``TRAINLEDGER_SECRET_KEY`` and ``TRAINLEDGER_SECRET_KEY_FILE``. `create`:
+    make the data directory's key file if no key is configured (the embedded Valkey's case
+    only). `SecretKeyError` says what to set when there is none."""
+    if key and key.strip():
+        return Sealer.parse(key.strip(), KEY_ENV)
+    if key_file is not None:
+        return _read_key_file(key_file, KEY_FILE_ENV)
     if data_dir is not None:
         path = data_dir / KEY_FILE_NAME
         if create:

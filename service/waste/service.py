@@ -138,7 +138,7 @@ async def _waste_report(
     policy = await waste_policy(store, project)
     when = now or datetime.now(UTC)
     currency = settings.currency or ""
-    if not await store.ledger.waste_cells_state(project):
+    if not await store.waste.cells_state(project):
         events: list[LoggedEvent] = []
         async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
             events.extend(rows)
@@ -147,13 +147,13 @@ async def _waste_report(
         )
     await settle(store, project)  # the cells hold every batch accepted before the request
     last = await store.ledger.last_log_entry(project)
-    facts = facts_of_fields(await store.ledger.waste_facts(project))
+    facts = facts_of_fields(await store.waste.facts(project))
     plan = plan_report(facts, skus, policy, progress, when, window_from, window_to)
     cell_days = [d for d in range(plan.read_from, plan.last_day + 1) if d not in plan.row_days]
     units: list[Unit] = []
     for at in range(0, len(cell_days), _DAYS_PER_READ):
         days = cell_days[at : at + _DAYS_PER_READ]
-        hashes = await store.ledger.waste_cells(project, [day_name(d) for d in days])
+        hashes = await store.waste.cells(project, [day_name(d) for d in days])
         for day, fields in zip(days, hashes, strict=True):
             units += units_of_fields(day, fields)
     for day in sorted(plan.row_days):

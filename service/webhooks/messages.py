@@ -17,8 +17,7 @@ from costcore.money import format_money, parse_money
 from ..budgets.model import REGRESSION_KIND, Budget, PeriodBounds, forecast, linear_forecast
 from ..budgets.service import AlertView, find_budget
 from ..costs.report import cost_report
-from .formats import AlertMessage, CrossedThreshold, Message
-from .regression_text import RegressionMessage
+from .formats.message import AlertMessage, CrossedThreshold, Message, RegressionMessage
 
 if TYPE_CHECKING:
     from ..stores import Stores

@@ -15,11 +15,12 @@ import msgspec
 from ..errors import Invalid
 from ..events.model import SAFE_TEXT_PATTERN, ProjectName
 from ..storage.sealing import Sealer, Unsealable
-from .formats import AlertMessage, build_request
-from .mail import EmailSettings, build_email
-from .redaction import redacted_url
-from .signing import generate_secret
-from .targets import (
+from .formats.build import build_request
+from .formats.mail import EmailSettings, build_email
+from .formats.message import AlertMessage
+from .formats.signing import generate_secret
+from .formats.table import NAMES, format_of
+from .targets.checks import (
     RESOLVE_TIMEOUT_S,
     AllowList,
     Resolver,
@@ -29,14 +30,18 @@ from .targets import (
     check_smtp_target,
     resolve_target,
 )
-from .targets import check_target as _check_target
+from .targets.checks import check_target as _check_target
+from .targets.redaction import redacted_url
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
 log = logging.getLogger("trainledger.webhooks")
 
-WebhookFormat = Literal["standard", "slack", "feishu", "dingtalk", "wecom", "teams", "email"]
+if TYPE_CHECKING:
+    WebhookFormat = str
+else:  # the API's enum: the names of `formats.table.FORMATS`, in its order
+    WebhookFormat = Literal[NAMES]
 AlertKindName = Literal["threshold", "forecast", "growth", "evaluation_regression"]
 
 
@@ -46,7 +51,7 @@ AlertKindName = Literal["threshold", "forecast", "growth", "evaluation_regressio
 def check_target(url: str, allowlist: AllowList | Sequence[str] = ()) -> Target:
     """Raise `UnsafeTarget` unless `url` may be a webhook target as written: http(s), a
     valid host, no credentials, https unless the host is allow-listed, and a literal address
-    public unless allow-listed. `service.webhooks.targets` has the rules; resolving the host
+    public unless allow-listed. `service.webhooks.targets.checks` has the rules; resolving the host
     (`resolve_target`) happens at registration and again before every attempt."""
     allow = allowlist if isinstance(allowlist, AllowList) else AllowList.parse(allowlist)
     return _check_target(url, allow)
@@ -215,7 +220,8 @@ _SAMPLE_ALERT = AlertMessage(
 
 def webhook_target(url: str, fmt: str, email: EmailSettings | None, allowlist: AllowList) -> Target:
     """The checked target of a webhook: its SMTP server for `email`, else its HTTP URL."""
-    if fmt == "email":
+    spec = format_of(fmt)
+    if spec is not None and spec.over_smtp:
         return check_smtp_target(url, allowlist, (email.tls or "") if email else "")
     return check_target(url, allowlist)
 
@@ -248,15 +254,17 @@ def new_webhook(
         webhook_target(data.url, data.format, email, allowlist or AllowList())
     except UnsafeTarget as exc:
         raise WebhookError("$.url", str(exc)) from exc
+    spec = format_of(data.format)
+    assert spec is not None  # WebhookIn's enum holds only the names of the formats
     secret = data.secret
-    if data.format == "standard" and secret is None:
+    if spec.secret == "generated" and secret is None:
         secret = generate_secret()
-    if data.format in ("slack", "wecom", "teams") and secret is not None:
+    if spec.secret == "none" and secret is not None:
         raise WebhookError(
             "$.secret", f"{data.format} webhooks are not signed; the URL is the secret"
         )
     try:  # a dry run validates the URL and the secret the way every delivery will use them
-        if data.format != "email":
+        if not spec.over_smtp:
             build_request(_SAMPLE_ALERT, data.format, data.url, secret)
     except ValueError as exc:
         field = "$.secret" if "secret" in str(exc) else "$.url"
@@ -290,7 +298,9 @@ def webhook_view(record: WebhookRecord) -> WebhookView:
 
 
 def created_view(record: WebhookRecord) -> WebhookCreated:
-    secret = record.secret if record.format == "standard" else None
+    spec = format_of(record.format)
+    generated = spec is not None and spec.secret == "generated"
+    secret = record.secret if generated else None
     return WebhookCreated(**msgspec.structs.asdict(webhook_view(record)), secret=secret)
 
 

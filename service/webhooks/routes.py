@@ -13,7 +13,7 @@ from ..auth.model import Principal
 from ..http.deps import Services
 from ..http.params import ProjectParam
 from ..http.security import requires
-from .deliveries import (
+from .delivery.deliveries import (
     DeliveryPage,
     DeliveryStatus,
     RedeliverIn,
@@ -143,6 +143,7 @@ class WebhookController(Controller):
             webhook_id,
             kind=kind,
             public_url=services.settings.public_url,
+            config=services.settings.webhook_delivery,
             allowlist=services.settings.webhook_allowlist,
         )
 

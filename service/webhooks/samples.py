@@ -11,10 +11,9 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from ..budgets.model import REGRESSION_KIND, RegressionFacts
-from .formats import AlertMessage, Message
+from .formats.message import AlertMessage, Message, RegressionMessage
 from .messages import dashboard_link, driver_name, sample_message
 from .registry import AlertKindName
-from .regression_text import RegressionMessage
 
 __all__ = ["sample_for"]
 

@@ -14,9 +14,10 @@ import msgspec
 from ..auth.model import Principal
 from ..errors import Forbidden, NotFound
 from ..storage.sealing import Sealer
-from .config import DeliveryConfig
-from .formats import build_request
-from .redaction import scrub, secret_parts
+from .delivery.config import DeliveryConfig
+from .delivery.sending import send_checked
+from .delivery.smtp import deliver_email
+from .formats.build import build_request
 from .registry import (
     AlertKindName,
     WebhookCreated,
@@ -32,9 +33,8 @@ from .registry import (
     webhook_view,
 )
 from .samples import sample_for
-from .sending import send_checked
-from .smtp import deliver_email
-from .targets import AllowList, Resolver, UnsafeTarget
+from .targets.checks import AllowList, Resolver, UnsafeTarget
+from .targets.redaction import scrub, secret_parts
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -164,9 +164,9 @@ async def send_test_message(
 
     if webhook.unsealable is not None:
         return result(None, webhook.unsealable)
-    timeout_s = (config or DeliveryConfig.from_env()).timeout_s
+    timeout_s = (config or DeliveryConfig()).timeout_s
     tls = ssl_context or httpx.create_ssl_context()
-    if webhook.format == "email":  # one SMTP session, as a delivery makes (`smtp.py`)
+    if webhook.format == "email":  # one SMTP session, as a delivery makes (`delivery/smtp.py`)
         mailed = await deliver_email(
             webhook, message, allowlist=allow, resolver=resolver, ssl_context=tls,
             timeout_s=timeout_s,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 
 from tests.conftest import TEST_CARD, Api, event
 
@@ -53,6 +54,8 @@ PROJECT_LESS: dict[str, str] = {
     "POST /v1/webhooks/{webhook_id}/test": "sends a made-up sample, no project's data, and only "
     "to webhooks limited to the caller's projects "
     "(test_authz_admin.py::test_scoped_admin_cannot_see_or_delete_other_webhooks)",
+    "POST /v1/bills/imports": "a bill spans every project it maps to: only an admin for every "
+    "project may import one (test_bills.py::test_only_an_admin_for_every_project_imports)",
 }
 
 
@@ -113,7 +116,48 @@ EXAMPLE_BODIES: dict[str, Callable[[str], Any]] = {
         "mixes": [{"name": "m", "scores": {"general_qa": "70"}}],
     },
     "POST /v1/webhooks/deliveries/redeliver": lambda p: {"ids": ["none"]},
+    "PUT /v1/bills/mappings/{project}": lambda p: {
+        "match": [{"tag_key": "project", "tag_value": p}]
+    },
 }
+
+
+def _cloud_event(project: str) -> dict[str, Any]:
+    usage = event("matrix-1", project=project)
+    return {
+        "specversion": "1.0",
+        "id": usage["id"],
+        "source": "//matrix",
+        "type": "dev.trainledger.usage",
+        "time": usage["time"],
+        "subject": project,
+        "data": {"sku": usage["sku"], "quantity": usage["quantity"]},
+    }
+
+
+# The ingest operations whose events name their project where the body's schema cannot show
+# it (a CloudEvent's `subject`, an NDJSON line, a msgpack map): each one's content type and a
+# body of one event in the project. They name a project in their body, as `POST /v1/events`.
+ENCODED_BODIES: dict[str, tuple[str, Callable[[str], bytes]]] = {
+    "POST /v1/events/cloudevents": (
+        "application/cloudevents-batch+json",
+        lambda p: json.dumps([_cloud_event(p)]).encode(),
+    ),
+    "POST /v1/events/cloudevent": (
+        "application/cloudevents+json",
+        lambda p: json.dumps(_cloud_event(p)).encode(),
+    ),
+    "POST /v1/events/ndjson": (
+        "application/x-ndjson",
+        lambda p: json.dumps(event("matrix-1", project=p)).encode() + b"\n",
+    ),
+    "POST /v1/events/msgpack": (
+        "application/msgpack",
+        lambda p: msgspec.msgpack.encode([event("matrix-1", project=p)]),
+    ),
+}
+INGEST_OPERATIONS = {"POST /v1/events", *ENCODED_BODIES}
+MEDIA_BY_PATH = {key.split(" ", 1)[1]: media for key, (media, _) in ENCODED_BODIES.items()}
 
 
 def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +217,8 @@ def _ops() -> list[Op]:
             names = sorted(
                 {n for c in bodies.values() if "schema" in c if (n := _body_names(c["schema"]))}
             )
+            if f"{method.upper()} {path}" in ENCODED_BODIES:
+                names = ["project"]
             ops.append(
                 Op(
                     method=method.upper(),
@@ -211,6 +257,8 @@ def _request(
     params = [("project", project)] if op.in_query else []
     params += query or []
     body = None
+    if op.key in ENCODED_BODIES:
+        return op.method, path, params, ENCODED_BODIES[op.key][1](project)
     if op.has_body:
         assert op.key in EXAMPLE_BODIES, f"add an example body for {op.key} to EXAMPLE_BODIES"
         body = EXAMPLE_BODIES[op.key](project)
@@ -224,7 +272,8 @@ async def _send(
     c: httpx.AsyncClient, request: tuple[str, str, list[tuple[str, str]], bytes | None]
 ) -> httpx.Response:
     method, url, params, content = request
-    headers = {"content-type": "application/json"} if content is not None else {}
+    media = MEDIA_BY_PATH.get(url, "application/json")
+    headers = {"content-type": media} if content is not None else {}
     return await c.request(method, url, params=params, content=content, headers=headers)
 
 
@@ -345,10 +394,14 @@ def test_every_operation_is_classified() -> None:
 
 
 def test_every_project_operation_with_a_body_has_an_example() -> None:
-    missing = [op.key for op in PROJECT_OPS if op.has_body and op.key not in EXAMPLE_BODIES]
+    missing = [
+        op.key
+        for op in PROJECT_OPS
+        if op.has_body and op.key not in EXAMPLE_BODIES and op.key not in ENCODED_BODIES
+    ]
     assert not missing, f"add an example body for {missing} to EXAMPLE_BODIES"
-    stale = set(EXAMPLE_BODIES) - {op.key for op in PROJECT_OPS}
-    assert not stale, f"stale EXAMPLE_BODIES entries: {stale}"
+    stale = (set(EXAMPLE_BODIES) | set(ENCODED_BODIES)) - {op.key for op in PROJECT_OPS}
+    assert not stale, f"stale EXAMPLE_BODIES or ENCODED_BODIES entries: {stale}"
 
 
 async def test_a_scoped_token_never_reaches_another_project(api: Api) -> None:
@@ -419,7 +472,7 @@ async def test_a_body_project_must_be_one_string(api: Api) -> None:
     failures = []
     async with api.client(token) as c:
         for op in PROJECT_OPS:
-            if op.in_body != "project" or op.key == "POST /v1/events":
+            if op.in_body != "project" or op.key in INGEST_OPERATIONS:
                 continue  # events: each event's project is checked by the ingest (per event)
             request = _request(op, "pa")
             method, url, params, content = request
@@ -440,7 +493,7 @@ async def test_a_body_naming_its_project_twice_is_400(api: Api) -> None:
     failures = []
     async with api.client(token) as c:
         for op in PROJECT_OPS:
-            if op.in_body != "project" or op.key == "POST /v1/events":
+            if op.in_body != "project" or op.key in INGEST_OPERATIONS:
                 continue  # events: each event's project is checked by the ingest (per event)
             method, url, params, content = _request(op, "pa")
             assert content is not None

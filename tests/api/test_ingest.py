@@ -84,6 +84,86 @@ async def test_every_content_type_is_priced_the_same(api: Api) -> None:
     }
 
 
+async def test_each_format_has_its_own_route_read_as_post_events_reads_it(api: Api) -> None:
+    """`POST /v1/events/{cloudevents,cloudevent,ndjson,msgpack}`: the format their path names,
+    sent under its content type, an alias of it or none; any other type is a 415 naming the
+    route's, and changes nothing. The same events cost what `POST /v1/events` makes them."""
+    await put_card(api)
+    now = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+
+    def cloud(event_id: str) -> dict[str, object]:
+        return {
+            "specversion": "1.0",
+            "id": event_id,
+            "source": "//slurm/cluster-a",
+            "type": "dev.trainledger.usage",
+            "subject": "llm",
+            "time": now,
+            "data": {"sku": "gpu.h100.hour", "quantity": "1"},
+        }
+
+    def lines(*ids: str) -> bytes:
+        return b"".join(json.dumps(event(i, "1")).encode() + b"\n" for i in ids)
+
+    sent = [  # (route, content type or None, body, events accepted)
+        ("cloudevents", "application/cloudevents-batch+json", [cloud("c-1"), cloud("c-2")], 2),
+        ("cloudevents", None, [cloud("c-3")], 1),
+        ("cloudevent", "application/cloudevents+json; charset=utf-8", cloud("c-4"), 1),
+        ("cloudevent", None, cloud("c-5"), 1),
+        ("ndjson", "application/x-ndjson", lines("n-1", "n-2"), 2),
+        ("ndjson", "application/jsonl", lines("n-3"), 1),
+        ("ndjson", None, lines("n-4"), 1),
+        ("msgpack", "application/msgpack", msgspec.msgpack.encode([event("m-1", "1")]), 1),
+        ("msgpack", "application/vnd.msgpack", msgspec.msgpack.encode(event("m-2", "1")), 1),
+        ("msgpack", None, msgspec.msgpack.encode([event("m-3", "1")]), 1),
+    ]
+    answers = []
+    async with api.client() as c:
+        for route, media, body, _ in sent:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers = {} if media is None else {"content-type": media}
+            r = await c.post(f"/v1/events/{route}", content=data, headers=headers)
+            assert r.status_code == 200, (route, media, r.text)
+            answers.append(r.json()["accepted"])
+        refused = {}
+        for route, media in (
+            ("cloudevents", "application/json"),
+            ("cloudevents", "application/cloudevents+json"),
+            ("cloudevent", "application/cloudevents-batch+json"),
+            ("ndjson", "application/json"),
+            ("msgpack", "application/x-ndjson"),
+            ("msgpack", "text/plain"),
+        ):
+            r = await c.post(
+                f"/v1/events/{route}", content=lines("x-1"), headers={"content-type": media}
+            )
+            assert r.headers["content-type"].startswith("application/problem+json")
+            refused[(route, media)] = (r.status_code, r.json()["detail"].rsplit("; ", 1)[1])
+    assert answers == [n for *_, n in sent]
+    assert refused == {
+        ("cloudevents", "application/json"): (415, "use one of application/cloudevents-batch+json"),
+        ("cloudevents", "application/cloudevents+json"): (
+            415,
+            "use one of application/cloudevents-batch+json",
+        ),
+        ("cloudevent", "application/cloudevents-batch+json"): (
+            415,
+            "use one of application/cloudevents+json",
+        ),
+        ("ndjson", "application/json"): (415, "use one of application/x-ndjson"),
+        ("msgpack", "application/x-ndjson"): (415, "use one of application/msgpack"),
+        ("msgpack", "text/plain"): (415, "use one of application/msgpack"),
+    }
+    # 12 one-hour events at 2.50; the refused bodies counted nothing.
+    report = await total(api, group_by="sku")
+    assert (report["total_events"], report["total_cost"]) == (12, "30.00")
+    # `POST /v1/events` still reads every format under its content type.
+    assert (await post(api, lines("old-1"), "application/x-ndjson"))["accepted"] == 1
+    old_cloud = [cloud("old-2")]
+    assert (await post(api, old_cloud, "application/cloudevents-batch+json"))["accepted"] == 1
+    assert (await total(api))["total_events"] == 14
+
+
 async def test_unsupported_media_type_and_malformed_bodies(api: Api) -> None:
     await put_card(api)
     async with api.client() as c:

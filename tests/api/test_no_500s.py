@@ -15,7 +15,7 @@ from trainledger.auth.model import TokenIn
 from trainledger.budgets.model import BudgetIn
 from trainledger.events.model import PROJECT_PATTERN
 from trainledger.plans.model import PlanIn
-from trainledger.webhooks.targets import Target, UnsafeTarget, check_target
+from trainledger.webhooks.targets.checks import Target, UnsafeTarget, check_target
 
 from tests.api.test_plans_http import plan_body
 from tests.conftest import TEST_CARD, Api

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from trainledger.budgets.service import budget_status, list_budgets
-from trainledger.config import Settings
+from trainledger.config import Settings, spend_settings
 from trainledger.ratecards.catalog import RateCards
 from trainledger.spend_metrics.model import OTHER
 from trainledger.spend_metrics.service import read_snapshot
@@ -81,7 +81,8 @@ async def settled(api: Api, *projects: str) -> None:
 
 
 async def serve(redis_url: str, config: SpendConfig) -> AsyncIterator[Api]:
-    settings = Settings(redis_url=redis_url, metrics_spend=config)
+    settings = Settings(redis_url=redis_url, **spend_settings(config))
+    assert settings.metrics_spend == config
     server = await asyncio.to_thread(lambda: ServerThread(redis_url, settings).start())
     try:
         yield Api(server.base_url, await make_admin_token(redis_url), redis_url)

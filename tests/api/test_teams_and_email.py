@@ -36,11 +36,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from trainledger.auth.model import Principal
-from trainledger.storage.sealing import load_sealer
-from trainledger.webhooks import targets
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.delivery.config import DeliveryConfig
+from trainledger.webhooks.delivery.worker import DeliveryWorker
 from trainledger.webhooks.service import send_test_message
-from trainledger.webhooks.worker import DeliveryWorker
+from trainledger.webhooks.targets import checks as targets
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
@@ -60,7 +59,7 @@ from tests.api.test_webhooks import (
     store_of,
     wait_until,
 )
-from tests.conftest import Api, event, free_port, sync_client
+from tests.conftest import TEST_SEALER, Api, event, free_port, sync_client
 from tests.system.test_secrets_at_rest import everything_in
 from tests.system.test_webhook_targets import PUBLIC_V4, Names
 from tests.system.test_webhook_targets import ledger as strict_ledger
@@ -275,6 +274,7 @@ def mail_worker(store: Any, names: Names | None, pki: Pki | None) -> DeliveryWor
     return DeliveryWorker(
         store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK, resolver=names,
         ssl_context=pki.client if pki else None,
+        sealer=TEST_SEALER,
     )  # fmt: skip
 
 
@@ -346,7 +346,7 @@ async def test_an_email_webhook_gets_its_test_message_over_smtp(
             answers = [
                 await send_test_message(
                     store,
-                    load_sealer(None),
+                    TEST_SEALER,
                     Principal("t", "admin", None),
                     hook["id"],
                     kind=kind,
@@ -570,7 +570,9 @@ async def test_dns_rebinding_to_loopback_at_delivery_sends_nothing(
             await add_webhook(api, f"smtp://mail.test:{port}", "email", email=email_settings())
             await spend_6000(api)
             rebound = Names({"mail.test": [["127.0.0.1"]]})
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, resolver=rebound)
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, resolver=rebound, sealer=TEST_SEALER
+            )
             assert [await worker.run_once() for _ in range(2)] == [1, 1]
             (pending,) = (await deliveries(api, "pending"))["items"]
     assert accepted == []

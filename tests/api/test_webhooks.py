@@ -40,21 +40,22 @@ import httpx
 import pytest
 import standardwebhooks
 from litestar import Litestar
-from trainledger.config import Settings
+from trainledger.config import Settings, as_variables, delivery_settings
 from trainledger.storage.keys import Keys
 from trainledger.stores import Stores
-from trainledger.webhooks.config import DeliveryConfig, parse_retry_after, retry_delay
-from trainledger.webhooks.dispatch import DELIVERY_GROUP
-from trainledger.webhooks.redaction import redacted_url
+from trainledger.webhooks.delivery.config import DeliveryConfig, parse_retry_after, retry_delay
+from trainledger.webhooks.delivery.dispatch import DELIVERY_GROUP
+from trainledger.webhooks.delivery.worker import DeliveryWorker
+from trainledger.webhooks.formats.signing import generate_secret
 from trainledger.webhooks.registry import check_target
 from trainledger.webhooks.routes import WebhookController
-from trainledger.webhooks.signing import generate_secret
-from trainledger.webhooks.targets import UnsafeTarget
-from trainledger.webhooks.worker import DeliveryWorker
+from trainledger.webhooks.targets.checks import UnsafeTarget
+from trainledger.webhooks.targets.redaction import redacted_url
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
 from tests.conftest import (
+    TEST_SEALER,
     Api,
     ServerThread,
     event,
@@ -83,7 +84,7 @@ QUIET = DeliveryConfig(enabled=False)
 BY_HAND = DeliveryConfig(max_attempts=10, base_delay_s=0, lease_s=10.0, timeout_s=5.0)
 
 # The receivers here listen on loopback over http, which the ledger only sends to when
-# allow-listed (service/webhooks/targets.py; tests/system/test_webhook_targets.py tests the rules).
+# allow-listed (service/webhooks/targets/checks.py; tests/system/test_webhook_targets.py: rules).
 LOOPBACK = ("127.0.0.1",)
 
 FEISHU_SECRET = "feishu-bot-secret-0123"
@@ -193,11 +194,13 @@ def _attach_worker(server: ServerThread, redis_url: str, config: DeliveryConfig)
     async def start(app_: Litestar) -> None:
         wired = app_.state.get("delivery_worker")
         if wired is not None:
-            assert wired.config == config, "the app's worker must read DeliveryConfig.from_env()"
+            assert wired.config == config, "the app's worker must take the settings' delivery"
             return
         if config.enabled:
             store = Stores.from_url(redis_url)
-            worker = DeliveryWorker(store, config, PUBLIC_URL, allowlist=LOOPBACK)
+            worker = DeliveryWorker(
+                store, config, PUBLIC_URL, allowlist=LOOPBACK, sealer=TEST_SEALER
+            )
             held.update(store=store, task=asyncio.create_task(worker.run()))
 
     async def stop(app_: Litestar) -> None:
@@ -221,9 +224,12 @@ async def ledger(
     config: DeliveryConfig,
     token: str | None = None,
 ) -> AsyncIterator[Api]:
-    for name, value in config.env().items():
-        monkeypatch.setenv(name, value)
-    settings = Settings(redis_url=redis_url, public_url=PUBLIC_URL, webhook_allowlist=LOOPBACK)
+    settings = Settings(
+        redis_url=redis_url,
+        public_url=PUBLIC_URL,
+        webhook_allowlist=LOOPBACK,
+        **delivery_settings(config),
+    )
     server = ServerThread(redis_url, settings)
     _attach_worker(server, redis_url, config)
     await asyncio.to_thread(server.start)
@@ -492,7 +498,12 @@ async def test_errors_are_retried_and_retry_after_is_respected(
             await add_budget(api)
             await post(api, [event("e1", "3", time=this_month())])
             worker = DeliveryWorker(
-                store, BY_HAND, PUBLIC_URL, rng=random.Random(7), allowlist=LOOPBACK
+                store,
+                BY_HAND,
+                PUBLIC_URL,
+                rng=random.Random(7),
+                allowlist=LOOPBACK,
+                sealer=TEST_SEALER,
             )
             attempts = [await worker.run_once() for _ in range(5)]
             by_hook = {d["webhook_id"]: d for d in (await deliveries(api))["items"]}
@@ -532,7 +543,9 @@ async def test_dead_letters_are_listed_and_redelivered(
                 assert (await c.delete(f"/v1/webhooks/{gone['id']}")).status_code == 404
             await add_budget(api)
             await post(api, [event("d1", "3", time=this_month())])
-            worker = DeliveryWorker(store, config, PUBLIC_URL, allowlist=LOOPBACK)
+            worker = DeliveryWorker(
+                store, config, PUBLIC_URL, allowlist=LOOPBACK, sealer=TEST_SEALER
+            )
             # The deleted webhook got no delivery: it was gone before the alert was decided.
             assert [await worker.run_once() for _ in range(3)] == [1, 1, 0]
 
@@ -583,7 +596,7 @@ async def test_pending_deliveries_of_a_deleted_webhook_fail(
         hook = await add_webhook(api, "http://127.0.0.1:9/never")
         await add_budget(api)
         await post(api, [event("g1", "3", time=this_month())])
-        worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK)
+        worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK, sealer=TEST_SEALER)
         assert await worker.dispatch() == 1
         async with api.client() as c:
             assert (await c.delete(f"/v1/webhooks/{hook['id']}")).status_code == 204
@@ -616,6 +629,7 @@ async def test_an_alert_read_by_a_worker_that_died_is_delivered_by_another(
                 PUBLIC_URL,
                 consumer="survivor",
                 allowlist=LOOPBACK,
+                sealer=TEST_SEALER,
             )
 
             async def taken_over() -> bool:
@@ -646,7 +660,9 @@ async def test_a_delivery_leased_by_a_dead_sender_is_sent_after_the_lease(
                 paths[(await add_webhook(api, rx.url + path))["id"]] = path
             await add_budget(api)
             await post(api, [event("l1", "3", time=this_month())])
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK)
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK, sealer=TEST_SEALER
+            )
             assert await worker.dispatch() == 2
             # A sender leases both deliveries, one for ten minutes and one briefly, then dies.
             now = datetime.now(UTC)
@@ -821,12 +837,13 @@ def test_backoff_retry_after_and_targets() -> None:
         "https://oapi.example/…"
     )
 
-    assert DeliveryConfig.from_env(FAST.env()) == FAST
-    assert DeliveryConfig.from_env({}) == DeliveryConfig()
+    fast = delivery_settings(FAST)
+    assert Settings.from_env(as_variables(**fast)).webhook_delivery == FAST
+    assert Settings.from_env({}).webhook_delivery == DeliveryConfig()
     with pytest.raises(ValueError, match="lease_s"):
         DeliveryConfig(lease_s=5, timeout_s=5)
     with pytest.raises(SystemExit):
-        DeliveryConfig.from_env({"TRAINLEDGER_WEBHOOK_MAX_ATTEMPTS": "many"})
+        Settings.from_env({"TRAINLEDGER_WEBHOOK_MAX_ATTEMPTS": "many"})
 
 
 # --- messages people read: one per batch's crossings, in order, a test message --------------

@@ -38,9 +38,10 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from trainledger.config import as_variables, delivery_settings
 from trainledger.storage.embedded import EmbeddedValkey
 from trainledger.stores import Stores
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.webhooks.delivery.config import DeliveryConfig
 
 from tests.api.test_budgets import this_month
 from tests.conftest import (
@@ -106,7 +107,7 @@ class Service:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINLEDGER_")}
-        env.update(self.delivery.env())
+        env.update(as_variables(**delivery_settings(self.delivery)))
         env["TRAINLEDGER_REDIS_URL"] = self.redis_url
         env["TRAINLEDGER_SECRET_KEY"] = TEST_SECRET_KEY  # an external Redis needs one given
         env["TRAINLEDGER_DATA_DIR"] = str(self.data_dir)

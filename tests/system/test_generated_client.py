@@ -1,13 +1,14 @@
-"""A client generated from the committed `openapi/openapi.json` by openapi-python-client (from
-PyPI, in the test extras) with `openapi/openapi-python-client.yaml` and the templates in
-`openapi/templates/`: it generates without a warning, its modules import, and it drives a live
-service (a rate card put, events posted in each content type, the costs read, a budget created
-and read), every answer parsed by the generated models.
+"""A client generated from the committed `openapi/openapi.json` by stock openapi-python-client
+(its own templates; from PyPI, pinned to 0.29 in the test extras) with the options in
+`openapi/openapi-python-client.yaml`: it generates without a warning, its modules import, and it
+drives a live service through the generated functions (a rate card put; events posted as a JSON
+batch, a batch the ledger refuses, a CloudEvents batch, one CloudEvent, NDJSON and msgpack; the
+costs read; a budget created and read), every answer parsed by the generated models.
 
-`POST /v1/events` takes five content types. The stock 0.29 templates mis-generate an operation
-whose body has several (`Unset` used but not imported, `isinstance(body, list[CloudEvent])`,
-which Python refuses, and the last of two binary bodies always wins); the two templates in
-`openapi/templates/` fix that, and `post_events` is driven here in each content type."""
+Each ingest format is an operation of its own with one body (`POST /v1/events` JSON,
+`/v1/events/cloudevents`, `/cloudevent`, `/ndjson`, `/msgpack`): the stock templates cannot
+generate an operation with several bodies that works (upstream issues 1451 and 1276), and no
+operation of the document has several (tests/api/test_openapi.py)."""
 
 from __future__ import annotations
 
@@ -29,28 +30,27 @@ from tests.conftest import TEST_CARD, Api, event
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "openapi" / "openapi.json"
 CONFIG = ROOT / "openapi" / "openapi-python-client.yaml"
-TEMPLATES = ROOT / "openapi" / "templates"
 PACKAGE = "trainledger_api_client"
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    out = tmp_path_factory.mktemp("generated") / "client"
-    options = {
-        "--path": SPEC,
-        "--config": CONFIG,
-        "--custom-template-path": TEMPLATES,
-        "--output-path": out,
-    }
+def _generate(out: Path, *options: str) -> str:
+    """Run the generator on the committed document; its output (it must succeed)."""
+    command = [sys.executable, "-m", "openapi_python_client", "generate", *options]
     run = subprocess.run(
-        [sys.executable, "-m", "openapi_python_client", "generate"]
-        + [str(part) for pair in options.items() for part in pair],
+        [*command, "--path", str(SPEC), "--output-path", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
+    return output
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    out = tmp_path_factory.mktemp("generated") / "client"
+    output = _generate(out, "--config", str(CONFIG))
     assert "warning" not in output.lower(), output
     assert (out / PACKAGE / "__init__.py").exists(), output
     sys.path.insert(0, str(out))
@@ -82,43 +82,78 @@ def test_every_generated_module_imports(generated: Path) -> None:
     assert failures == {}
 
 
+def _cloud(event_id: str, hours: str, when: str) -> dict[str, Any]:
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": "//slurm/cluster-a",
+        "type": "dev.trainledger.usage",
+        "time": when,
+        "subject": "llm",
+        "data": {"sku": "gpu.h100.hour", "quantity": hours},
+    }
+
+
 def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
     # The generated functions are synchronous; the service runs in its own thread.
     client_module: Any = importlib.import_module(PACKAGE)
     models: Any = importlib.import_module(f"{PACKAGE}.models")
-    put_rate_card: Any = importlib.import_module(f"{PACKAGE}.api.rate_cards.put_rate_card")
-    get_costs: Any = importlib.import_module(f"{PACKAGE}.api.costs.get_costs")
-    post_budget: Any = importlib.import_module(f"{PACKAGE}.api.budgets.post_budget")
-    get_budget: Any = importlib.import_module(f"{PACKAGE}.api.budgets.get_budget")
-    post_events: Any = importlib.import_module(f"{PACKAGE}.api.events.post_events")
+    types: Any = importlib.import_module(f"{PACKAGE}.types")
+
+    def operation(tag: str, name: str) -> Any:
+        return importlib.import_module(f"{PACKAGE}.api.{tag}.{name}")
+
     client = client_module.AuthenticatedClient(
         base_url=api.base_url, token=api.admin_token, raise_on_unexpected_status=True
     )
-
-    card = put_rate_card.sync(
+    card = operation("rate_cards", "put_rate_card").sync(
         name="default", client=client, body=models.RateCardIn.from_dict(TEST_CARD)
     )
     assert isinstance(card, models.RateCardVersion) and card.name == "default", card
 
-    events = [models.EventIn.from_dict(event(f"gen-{i}", 2)) for i in range(3)]
-    posted = post_events.sync_detailed(client=client, body=events)
-    assert posted.status_code == 200, posted.content
-    report = posted.parsed
-    assert isinstance(report, models.IngestReport), report
-    assert (report.accepted, report.duplicates, report.rejected) == (3, 0, [])
+    def accepted(answer: Any) -> int:
+        assert answer.status_code == 200, answer.content
+        report = answer.parsed
+        assert isinstance(report, models.IngestReport), report
+        assert (report.duplicates, report.rejected) == (0, []), report
+        return int(report.accepted)
+
+    # JSON: a batch of three 2-hour events, then one the ledger refuses (an unknown SKU).
+    post_events = operation("events", "post_events")
+    batch = [models.EventIn.from_dict(event(f"gen-{i}", 2)) for i in range(3)]
+    assert accepted(post_events.sync_detailed(client=client, body=batch)) == 3
     unknown = models.EventIn.from_dict(event("gen-bad", 1, sku="no.such.sku"))
     refused = post_events.sync_detailed(client=client, body=[unknown])
     problem = refused.parsed
     assert refused.status_code == 422 and isinstance(problem, models.IngestProblem), problem
-    assert problem.status == 422 and problem.accepted == 0
-    assert [r.id for r in problem.rejected] == ["gen-bad"]
+    assert (problem.status, problem.accepted, problem.duplicates) == (422, 0, 0)
+    assert [(r.id, r.field) for r in problem.rejected] == [("gen-bad", "$[0].sku")]
 
-    costs = get_costs.sync(client=client, project="llm")
+    # Every other format through its own generated function, 1-hour events.
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    cloud_batch = [models.CloudEvent.from_dict(_cloud(f"ce-{i}", "1", hour_ago)) for i in (1, 2)]
+    answer = operation("events", "post_cloud_events").sync_detailed(client=client, body=cloud_batch)
+    assert accepted(answer) == 2
+    one = models.CloudEvent.from_dict(_cloud("ce-3", "1", hour_ago))
+    assert (
+        accepted(operation("events", "post_cloud_event").sync_detailed(client=client, body=one))
+        == 1
+    )
+    lines = b"".join(msgspec.json.encode(event(f"nd-{i}", 1)) + b"\n" for i in range(2))
+    ndjson = types.File(payload=BytesIO(lines))  # sent as `application/x-ndjson`
+    answer = operation("events", "post_events_ndjson").sync_detailed(client=client, body=ndjson)
+    assert accepted(answer) == 2
+    packed = types.File(payload=BytesIO(msgspec.msgpack.encode([event("mp-1", 1)])))
+    answer = operation("events", "post_events_msgpack").sync_detailed(client=client, body=packed)
+    assert accepted(answer) == 1
+
+    costs = operation("costs", "get_costs").sync(client=client, project="llm")
     assert isinstance(costs, models.CostReport), costs
-    assert Decimal(costs.total_cost) == Decimal("15") and costs.total_events == 3  # 3 × 2 h × 2.50
+    # 3 × 2 h and 6 × 1 h at 2.50 an hour; the refused event is not counted.
+    assert costs.total_events == 9 and Decimal(costs.total_cost) == Decimal("30")
 
     now = datetime.now(UTC)
-    budget = post_budget.sync(
+    budget = operation("budgets", "post_budget").sync(
         client=client,
         body=models.BudgetIn.from_dict(
             {
@@ -132,93 +167,50 @@ def test_generated_client_drives_the_service(api: Api, generated: Path) -> None:
         ),
     )
     assert isinstance(budget, models.Budget), budget
-    status = get_budget.sync(budget_id=budget.id, client=client, project="llm")
+    status = operation("budgets", "get_budget").sync(
+        budget_id=budget.id, client=client, project="llm"
+    )
     assert isinstance(status, models.BudgetStatus), status
-    assert Decimal(status.spent) == Decimal("15")
+    assert Decimal(status.spent) == Decimal("30")
 
 
-def test_generated_post_events_sends_each_content_type(api: Api, generated: Path) -> None:
-    client_module: Any = importlib.import_module(PACKAGE)
-    models: Any = importlib.import_module(f"{PACKAGE}.models")
-    types: Any = importlib.import_module(f"{PACKAGE}.types")
-    put_rate_card: Any = importlib.import_module(f"{PACKAGE}.api.rate_cards.put_rate_card")
-    post_events: Any = importlib.import_module(f"{PACKAGE}.api.events.post_events")
-    get_costs: Any = importlib.import_module(f"{PACKAGE}.api.costs.get_costs")
-    client = client_module.AuthenticatedClient(base_url=api.base_url, token=api.admin_token)
-    put_rate_card.sync(name="default", client=client, body=models.RateCardIn.from_dict(TEST_CARD))
-    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
-
-    def cloud(event_id: str) -> Any:
-        return models.CloudEvent.from_dict(
-            {
-                "specversion": "1.0",
-                "id": event_id,
-                "source": "//slurm/cluster-a",
-                "type": "dev.trainledger.usage",
-                "time": hour_ago,
-                "subject": "llm",
-                "data": {"sku": "gpu.h100.hour", "quantity": "1"},
-            }
-        )
-
-    def file(payload: bytes, mime_type: str | None) -> Any:
-        return types.File(payload=BytesIO(payload), mime_type=mime_type)
-
-    bodies = {
-        "application/cloudevents+json": cloud("ce-1"),
-        "application/cloudevents-batch+json": [cloud("ce-2"), cloud("ce-3")],
-        "application/json": models.EventIn.from_dict(event("json-1", 1)),
-        "application/x-ndjson": file(
-            b"".join(msgspec.json.encode(event(f"nd-{i}", 1)) + b"\n" for i in range(2)),
-            "application/x-ndjson",
-        ),
-        "application/msgpack": file(
-            msgspec.msgpack.encode([event("mp-1", 1)]), "application/msgpack"
-        ),
+def test_the_bare_command_generates_every_json_operation(tmp_path: Path) -> None:
+    """`openapi-python-client generate --path openapi/openapi.json`, no option at all (the
+    command of issue 27, which gave a `post_events` that did not import): every module it
+    writes imports, the JSON and CloudEvents ingest functions among them; it warns only that it
+    skips the two bytes bodies (NDJSON, msgpack), which `openapi-python-client.yaml` maps onto
+    its `File` body."""
+    out = tmp_path / "bare"
+    output = _generate(out)
+    skipped = {
+        line.split()[3] for line in output.splitlines() if line.startswith("WARNING parsing POST")
     }
-    accepted = {}
-    for content_type, body in bodies.items():
-        answer = post_events.sync_detailed(client=client, body=body)
-        assert answer.status_code == 200, (content_type, answer.content)
-        accepted[content_type] = answer.parsed.accepted
-    assert accepted == {
-        "application/cloudevents+json": 1,
-        "application/cloudevents-batch+json": 2,
-        "application/json": 1,
-        "application/x-ndjson": 2,
-        "application/msgpack": 1,
-    }
-    costs = get_costs.sync(client=client, project="llm")
-    assert costs.total_events == 7 and Decimal(costs.total_cost) == Decimal("17.5")  # 7 × 2.50
-
-    # A binary body must say which of the two binary types it is.
-    with pytest.raises(TypeError, match="mime_type"):
-        post_events.sync_detailed(client=client, body=file(b"{}", None))
-
-
-def test_stock_templates_still_mis_generate_post_events(tmp_path: Path) -> None:
-    """Why `openapi/templates/` is kept: with openapi-python-client's own templates (0.29.1)
-    `post_events` does not import (`Unset` used, not imported: upstream issue 1451), and were it
-    imported, its first call would test `isinstance(body, list[CloudEvent])`, which Python
-    refuses. No shape of the body avoids that while the spec documents its five content types
-    (tests/api/test_openapi.py): two of them take a JSON array, and a stock multi-body operation
-    tests every body's type with `isinstance`. When this fails, stock templates work: drop ours."""
-    out = tmp_path / "client"
-    options = ["--path", str(SPEC), "--config", str(CONFIG), "--output-path", str(out)]
-    run = subprocess.run(
-        [sys.executable, "-m", "openapi_python_client", "generate", *options],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    assert skipped == {"/v1/events/ndjson", "/v1/events/msgpack"}, output
+    assert output.count("Unsupported content type") == 2, output
+    root = out
+    package = next(p.name for p in root.iterdir() if (p / "client.py").exists())
+    modules = sorted(
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for path in (root / package).rglob("*.py")
     )
-    assert run.returncode == 0, run.stdout + run.stderr
-    source = (out / PACKAGE / "api" / "events" / "post_events.py").read_text()
-    assert "isinstance(body, list[CloudEvent])" in source
+    events = {m.rsplit(".", 1)[1] for m in modules if ".api.events." in m}
+    assert {"post_events", "post_cloud_events", "post_cloud_event"} <= events, events
+    program = (
+        "import importlib, sys\n"
+        "failures = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failures[name] = repr(exc)\n"
+        "print(failures)\n"
+    )
     imported = subprocess.run(
-        [sys.executable, "-c", f"import {PACKAGE}.api.events.post_events"],
-        cwd=out,
+        [sys.executable, "-c", program, *modules],
+        cwd=root,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert imported.returncode != 0 and "name 'Unset' is not defined" in imported.stderr
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == "{}", imported.stdout

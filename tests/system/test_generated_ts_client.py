@@ -2,8 +2,9 @@
 types by `openapi-typescript` (default options), the calls by `openapi-fetch`, both from npm.
 `ts_client/drive.ts` is compiled by `tsc --strict` against the generated types (a spec whose
 types did not fit its calls fails here) and run by node against a live service: it puts a
-rate card, posts events as a JSON batch, as a batch the ledger rejects, as a CloudEvent and
-as NDJSON, and reads the costs; this test checks the figures it prints.
+rate card, posts events as a JSON batch, as a batch the ledger rejects, as one CloudEvent, as
+a CloudEvents batch and as NDJSON (each format through its own operation), and reads the
+costs; this test checks the figures it prints.
 
 The npm packages (`ts_client/package.json`, pinned) are installed once into
 `~/.cache/trainledger/npm-<hash of package.json>` and reused. Without node or npm the test
@@ -91,8 +92,9 @@ def test_typescript_client_drives_the_service(api: Api, tmp_path: Path) -> None:
     assert answer["batch"] == {"status": 200, "accepted": 3}
     assert answer["refused"] == {"status": 422, "rejected": ["ts-bad"]}
     assert answer["cloud"] == {"status": 200, "accepted": 1}
+    assert answer["cloudBatch"] == {"status": 200, "accepted": 2}
     assert answer["ndjson"] == {"status": 200, "accepted": 1}
-    # 3 events × 2 h and two of 1 h, at 2.50 an hour.
-    assert answer["total_events"] == 5
-    assert Decimal(answer["total_cost"]) == Decimal("20")
-    assert [(key, Decimal(cost)) for key, cost in answer["rows"]] == [("ts", Decimal("20"))]
+    # 3 events × 2 h and four of 1 h, at 2.50 an hour.
+    assert answer["total_events"] == 7
+    assert Decimal(answer["total_cost"]) == Decimal("25")
+    assert [(key, Decimal(cost)) for key, cost in answer["rows"]] == [("ts", Decimal("25"))]

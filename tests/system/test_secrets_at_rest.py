@@ -33,14 +33,14 @@ from trainledger.storage.sealing import (
     load_sealer,
 )
 from trainledger.stores import Stores
+from trainledger.webhooks.delivery.worker import DeliveryWorker
+from trainledger.webhooks.formats.signing import generate_secret
 from trainledger.webhooks.registry import (
     WebhookIn,
     create_webhook,
     load_webhooks,
     webhook_view,
 )
-from trainledger.webhooks.signing import generate_secret
-from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
@@ -58,7 +58,7 @@ from tests.api.test_webhooks import (
     receiving,
     store_of,
 )
-from tests.conftest import TEST_SECRET_KEY, event, free_port, wait_until_ready
+from tests.conftest import TEST_SEALER, TEST_SECRET_KEY, event, free_port, wait_until_ready
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_WAIT_S = 60  # a bound on waiting for a refused start, not a speed assertion
@@ -271,7 +271,9 @@ async def test_a_wrong_key_fails_deliveries_clearly_and_the_right_one_signs(
             assert KEY_ENV in pending["last_error"]
             assert rx.at("/in") == []
 
-            right = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK)
+            right = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=LOOPBACK, sealer=TEST_SEALER
+            )
             assert await right.run_once() == 1
             (done,) = (await deliveries(api, "delivered"))["items"]
             assert done["attempts"] == 3
@@ -344,8 +346,8 @@ def test_keys_from_the_environment_a_file_or_the_data_dir(tmp_path: Path) -> Non
     key_a, key_b = new_key(), new_key()
     file = tmp_path / "key"
     file.write_text(f"{key_a}\n{key_b}\n")
-    from_file = load_sealer(None, environ={"TRAINLEDGER_SECRET_KEY_FILE": str(file)})
-    from_env = load_sealer(None, environ={KEY_ENV: f" {key_a} , {key_b} "})
+    from_file = load_sealer(None, key_file=file)
+    from_env = load_sealer(None, key=f" {key_a} , {key_b} ")
     token = from_file.seal(b"x")
     assert from_env.open(token) == b"x" and from_env.sealed_with_first_key(token)
     by_b = Sealer.parse(key_b, "b").seal(b"y")  # sealed by the second (older) key
@@ -354,11 +356,11 @@ def test_keys_from_the_environment_a_file_or_the_data_dir(tmp_path: Path) -> Non
     with pytest.raises(Unsealable):
         Sealer.parse(new_key(), "c").open(token)
 
-    made = load_sealer(tmp_path / "dd", create=True, environ={})
+    made = load_sealer(tmp_path / "dd", create=True)
     assert stat.S_IMODE((tmp_path / "dd" / KEY_FILE_NAME).stat().st_mode) == 0o600
-    assert load_sealer(tmp_path / "dd", environ={}).open(made.seal(b"z")) == b"z"
+    assert load_sealer(tmp_path / "dd").open(made.seal(b"z")) == b"z"
     with pytest.raises(SecretKeyError, match=KEY_ENV):
-        load_sealer(tmp_path / "empty", environ={})  # not created unless asked to
+        load_sealer(tmp_path / "empty")  # not created unless asked to
     assert not (tmp_path / "empty").exists()
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from trainledger.http.protocol import parse_timeout
+from trainledger.config import ConfigError, Settings
 
 from tests.conftest import free_port, wait_until_ready
 
@@ -212,9 +212,12 @@ def test_a_client_gone_mid_body_is_no_server_error(server: tuple[str, str], tmp_
 
 
 def test_timeouts_must_be_positive_numbers() -> None:
-    assert parse_timeout("X", None, 10.0) == 10.0
-    assert parse_timeout("X", "", 10.0) == 10.0
-    assert parse_timeout("X", "2.5", 10.0) == 2.5
+    name = "TRAINLEDGER_HEADER_TIMEOUT_S"
+    assert Settings.from_env({}).header_timeout_s == 10.0
+    assert Settings.from_env({name: ""}).header_timeout_s == 10.0
+    assert Settings.from_env({name: "2.5"}).header_timeout_s == 2.5
     for bad in ("0", "-1", "soon", "nan", "inf"):
-        with pytest.raises(ValueError, match="X must be a positive number of seconds"):
-            parse_timeout("X", bad, 10.0)
+        with pytest.raises(
+            ConfigError, match=f"{name}='{bad}' is not allowed: a number of seconds, more than 0"
+        ):
+            Settings.from_env({name: bad})

@@ -1,9 +1,9 @@
 """Webhook target safety (SSRF): which URLs and addresses the ledger sends to, and how.
 
-The rules are in `service/webhooks/targets.py`. Everything here runs for real: the ledger over
-HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
+The rules are in `service/webhooks/targets/checks.py`. Everything here runs for real: the ledger
+over HTTP, receivers on loopback (plain HTTP, or TLS with a certificate from a CA made for the
 test with the ``openssl`` command), and the delivery worker. The one thing replaced is the
-resolver, through its seam (`service.webhooks.targets.resolver`, or a worker's `resolver=`):
+resolver, through its seam (`service.webhooks.targets.checks.resolver`, or a worker's `resolver=`):
 a plain function answering the addresses a test chooses, since no test can own public DNS.
 The ``.test`` names used resolve nowhere else (RFC 6761), so a request that reaches a
 receiver under such a name went to the address the seam gave, not to a lookup of its own.
@@ -28,11 +28,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from trainledger.config import Settings
-from trainledger.webhooks import targets
-from trainledger.webhooks.config import DeliveryConfig
+from trainledger.config import Settings, delivery_settings
+from trainledger.webhooks.delivery.config import DeliveryConfig
+from trainledger.webhooks.delivery.worker import DeliveryWorker
 from trainledger.webhooks.registry import check_target
-from trainledger.webhooks.targets import (
+from trainledger.webhooks.targets import checks as targets
+from trainledger.webhooks.targets.checks import (
     AllowList,
     IPAddress,
     UnresolvedTarget,
@@ -41,7 +42,6 @@ from trainledger.webhooks.targets import (
     refusal_reason,
     resolve_target,
 )
-from trainledger.webhooks.worker import DeliveryWorker
 
 from tests.api.test_budgets import this_month
 from tests.api.test_ingest import post, put_card
@@ -54,7 +54,7 @@ from tests.api.test_webhooks import (
     store_of,
     wait_until,
 )
-from tests.conftest import Api, ServerThread, event, make_admin_token
+from tests.conftest import TEST_SEALER, Api, ServerThread, event, make_admin_token
 
 PUBLIC_V4 = "93.184.215.14"  # a public address; nothing is ever sent to it (see `Names`)
 PUBLIC_V6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
@@ -199,9 +199,12 @@ async def ledger(
     allowlist: tuple[str, ...] = (),
     config: DeliveryConfig = QUIET,
 ) -> AsyncIterator[Api]:
-    for name, value in config.env().items():
-        monkeypatch.setenv(name, value)
-    settings = Settings(redis_url=redis_url, public_url=PUBLIC_URL, webhook_allowlist=allowlist)
+    settings = Settings(
+        redis_url=redis_url,
+        public_url=PUBLIC_URL,
+        webhook_allowlist=allowlist,
+        **delivery_settings(config),
+    )
     server = ServerThread(redis_url, settings)
     await asyncio.to_thread(server.start)
     try:
@@ -590,7 +593,9 @@ async def test_dns_rebinding_public_at_registration_loopback_at_delivery_sends_n
             r = await register(api, f"https://rebind.test:{rx.port}/hook")
             assert r.status_code == 201, r.text
             await an_alert(api)
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, ssl_context=pki.client)
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, ssl_context=pki.client, sealer=TEST_SEALER
+            )
             assert [await worker.run_once() for _ in range(4)] == [1, 1, 1, 0]
             (dead,) = (await deliveries(api, "failed"))["items"]
             assert dead["attempts"] == 3 and dead["last_status_code"] is None
@@ -629,6 +634,7 @@ async def test_tls_is_pinned_to_the_checked_address_with_the_name_verified(
             worker = DeliveryWorker(
                 store, BY_HAND, PUBLIC_URL, allowlist=("127.0.0.1",), resolver=names,
                 ssl_context=pki.client,
+                sealer=TEST_SEALER,
             )  # fmt: skip
             assert await worker.run_once() == 2
             assert sorted(names.asked) == ["other.test", "rebind.test"]
@@ -656,7 +662,9 @@ async def test_redirects_are_never_followed(
             for path in ("/metadata", "/moved"):
                 assert (await register(api, f"http://127.0.0.1:{rx.port}{path}")).status_code == 201
             await an_alert(api)
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=("127.0.0.1",))
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=("127.0.0.1",), sealer=TEST_SEALER
+            )
             assert await worker.run_once() == 2
             errors = {
                 d["last_status_code"]: d["last_error"] for d in (await deliveries(api))["items"]
@@ -682,7 +690,9 @@ async def test_https_only_is_enforced_again_when_sending(
             assert (await register(api, f"http://receiver.test:{rx.port}/x")).status_code == 201
             await an_alert(api)
             # This worker's allow-list has the address but not the name: http is refused.
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=("127.0.0.1",))
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=("127.0.0.1",), sealer=TEST_SEALER
+            )
             assert await worker.run_once() == 1
             (pending,) = (await deliveries(api, "pending"))["items"]
             assert pending["attempts"] == 1
@@ -692,7 +702,9 @@ async def test_https_only_is_enforced_again_when_sending(
             )
             assert rx.connections == 0
             # With the name listed again it is delivered, on the retry.
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=("receiver.test",))
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=("receiver.test",), sealer=TEST_SEALER
+            )
             assert await worker.run_once() == 1
             assert await delivered_count(api) == 1
     assert len(rx.at("/x")) == 1
@@ -710,7 +722,9 @@ async def test_a_name_that_stops_resolving_fails_the_attempt_and_is_retried(
         ):
             assert (await register(api, f"http://receiver.test:{rx.port}/x")).status_code == 201
             await an_alert(api)
-            worker = DeliveryWorker(store, BY_HAND, PUBLIC_URL, allowlist=("receiver.test",))
+            worker = DeliveryWorker(
+                store, BY_HAND, PUBLIC_URL, allowlist=("receiver.test",), sealer=TEST_SEALER
+            )
             assert [await worker.run_once() for _ in range(4)] == [1, 1, 1, 0]
             (dead,) = (await deliveries(api, "failed"))["items"]
     assert dead["attempts"] == 3
@@ -775,7 +789,9 @@ async def test_secrets_are_never_returned_or_logged(
                 answers.append(r.text)
             standard_secret = [a for a in answers if "whsec_" in a]
             await an_alert(api)
-            worker = DeliveryWorker(store, echo, PUBLIC_URL, allowlist=("127.0.0.1",))
+            worker = DeliveryWorker(
+                store, echo, PUBLIC_URL, allowlist=("127.0.0.1",), sealer=TEST_SEALER
+            )
             assert await worker.run_once() == 3
             async with api.client() as c:
                 listed = (await c.get("/v1/webhooks")).text

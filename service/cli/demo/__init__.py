@@ -43,7 +43,6 @@ own service running at the end, for exploring.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import signal
 import threading
@@ -132,10 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _token_for(args: argparse.Namespace) -> str:
-    token = args.token or os.environ.get("TRAINLEDGER_TOKEN")
+    settings = Settings.from_env()
+    token = args.token or settings.token
     if token:
         return str(token).strip()
-    path = Settings.from_env().data_dir / "admin-token"
+    path = settings.data_dir / "admin-token"
     try:
         return path.read_text().strip()
     except OSError as exc:

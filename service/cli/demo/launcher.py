@@ -3,7 +3,6 @@ Valkey in a temporary directory, started and stopped around the walkthrough."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from ...config.environment import child_environment
 from .session import DemoError
 
 
@@ -46,8 +46,8 @@ def local_service() -> Iterator[tuple[str, str, Path]]:
     url = f"http://127.0.0.1:{port}"
     # Its own store and keys: not the Redis, the admin token or the secret key of a service
     # configured in this environment (a compose service's, for one).
-    env = {k: v for k, v in os.environ.items() if k not in _NOT_THE_DEMOS}
-    env.update(
+    env = child_environment(
+        _NOT_THE_DEMOS,
         TRAINLEDGER_DATA_DIR=str(data_dir),
         TRAINLEDGER_PUBLIC_URL=url,
         # The demo's receiver is plain http on loopback: allowed for this service only.

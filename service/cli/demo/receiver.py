@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ...webhooks.signing import verify_standard
+from ...webhooks.formats.signing import verify_standard
 
 
 @dataclass

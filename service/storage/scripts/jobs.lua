@@ -2,11 +2,13 @@
 -- lost its lease changes nothing (Python reference: service/jobs/reference.py).
 --   KEYS[1] joblease, KEYS[2] jobq, KEYS[3] job hash, KEYS[4] jobs (the project's index),
 --   KEYS[5] bhold (the reprice jobs holding the project's budget alert decisions: a job's id
---   leaves it in the same step as the job ends, and the hash expires unless renewed);
+--   leaves it in the same step as the job ends, and the hash expires unless renewed),
+--   KEYS[6] jobx (the id of the project's last exclusive job: an export);
 --   ARGV[1] op, ARGV[2] job id, then:
 --   add    ARGV[3] created (ms), ARGV[4] keep (ms), ARGV[5] hold (ms; 0: the job holds no
---          alerts), ARGV[6..] the job's fields and values: 1 (queued at the end; ids created
---          more than `keep` ago leave the index)
+--          alerts), ARGV[6] exclusive ('1': refused while the last exclusive job is still in
+--          the queue, i.e. queued or running), ARGV[7..] the job's fields and values: 1
+--          (queued at the end; ids created more than `keep` ago leave the index); 0 refused
 --   hold   ARGV[3] hold (ms): 1 (the id holds the alerts before its job is added)
 --   release: 1 (the id holds them no more: its job was never added)
 --   claim  ARGV[3] token, ARGV[4] lease ms, ARGV[5] now, ARGV[6] keep (ms), ARGV[7] hold (ms):
@@ -37,8 +39,13 @@ if op == 'release' then
   return 1
 end
 if op == 'add' then
+  if ARGV[6] == '1' then
+    local last = redis.call('GET', KEYS[6])
+    if last and redis.call('LPOS', KEYS[2], last) then return 0 end
+    redis.call('SET', KEYS[6], id)
+  end
   if tonumber(ARGV[5]) > 0 then hold(tonumber(ARGV[5])) end
-  redis.call('HSET', KEYS[3], unpack(ARGV, 6))
+  redis.call('HSET', KEYS[3], unpack(ARGV, 7))
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (tonumber(ARGV[3]) - tonumber(ARGV[4])))
   redis.call('ZADD', KEYS[4], tonumber(ARGV[3]), id)
   redis.call('RPUSH', KEYS[2], id)

@@ -1,8 +1,9 @@
 """The cost-effect report sums its events from the kept totals, whole days at a time, and
-from the log only for the days where a time it reads falls inside (service/evaluations/
-service.py `_spend_from_totals`): the same report as the sum over every logged event, on
-randomized events and results (regressions with restart points inside days, filters by stage,
-owner and time, midnight and not)."""
+from the log only for the days where a time it reads falls inside (the cost-effect sums:
+service/evaluations/kept_spend.py; the finest totals: service.py `_spend_from_totals`): the
+same report as the sum over every logged event, on randomized events and results
+(regressions with restart points inside days, filters by stage, owner and time, midnight and
+not)."""
 
 from __future__ import annotations
 
@@ -53,12 +54,19 @@ async def _reference(store: Stores, filters: ReportFilter) -> bytes:
     return msgspec.json.encode(report)
 
 
-@pytest.mark.parametrize("sparse", [0.0, 1.0], ids=["totals", "by-size"])
+async def _not_kept(*_: object) -> None:
+    return None
+
+
+@pytest.mark.parametrize("sparse", [0.0, 1.0, None], ids=["totals", "by-size", "cost-effect-sums"])
 async def test_the_report_from_totals_is_the_report_from_events(
-    store: Stores, sparse: float, monkeypatch: pytest.MonkeyPatch
+    store: Stores, sparse: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 0: every whole day from its totals; 1: the service's rule (these small days: the log).
-    monkeypatch.setattr(service, "SPARSE_EVENTS_PER_FIELD", sparse)
+    # 0: every whole day from its totals; 1: the service's rule (these small days: the log);
+    # None: the cost-effect sums kept at fold time (kept_spend.py), as the service reads.
+    if sparse is not None:  # the finest totals' read, as when the cost-effect sums are short
+        monkeypatch.setattr(service, "SPARSE_EVENTS_PER_FIELD", sparse)
+        monkeypatch.setattr(service, "spend_from_effect_sums", _not_kept)
     rng = random.Random(19)
     k = 0
     for b in range(25):

@@ -1,6 +1,6 @@
 """jobs.lua against its Python reference (service/jobs/reference.py): random sequences of
 every operation, from two workers' tokens on three jobs, give the same answers and leave the
-same lease, queue, job hashes and holds on the budget alerts."""
+same lease, queue, job hashes, holds on the budget alerts and last exclusive (export) job."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ HOLD_MS = 600_000
 LEASE_MS = 600_000  # never runs out by itself here: "expire" ends it, in both
 
 
-State = tuple[str | None, list[str], dict[str, dict[str, str]], set[str]]
+State = tuple[str | None, list[str], dict[str, dict[str, str]], set[str], str | None]
 
 
 async def _state(store: Stores) -> State:
@@ -33,7 +33,14 @@ async def _state(store: Stores) -> State:
         raw = await client.hgetall(Keys.job(PROJECT, job_id))
         if raw:
             jobs[job_id] = {as_text(k): as_text(v) for k, v in raw.items()}
-    return (None if lease is None else as_text(lease)), queue, jobs, holds
+    last = await client.get(Keys.job_exclusive(PROJECT))
+    return (
+        (None if lease is None else as_text(lease)),
+        queue,
+        jobs,
+        holds,
+        None if last is None else as_text(last),
+    )
 
 
 async def _step(store: Stores, ref: ProjectJobs, rng: random.Random, n: int) -> str:
@@ -44,12 +51,15 @@ async def _step(store: Stores, ref: ProjectJobs, rng: random.Random, n: int) -> 
     if op == "add":
         if job_id in ref.jobs:
             return "add (skipped: exists)"
-        kind = rng.choice(["rebuild", "reprice"])
+        kind = rng.choice(["rebuild", "reprice", "export"])
         fields = {"id": job_id, "project": PROJECT, "kind": kind, "state": "queued"}
-        holds = kind == "reprice"
-        await store.jobs.add(PROJECT, job_id, fields, n, KEEP_MS, HOLD_MS if holds else 0)
-        assert ref.add(job_id, fields, holds) == 1
-        return f"add {kind} {job_id}"
+        holds, exclusive = kind == "reprice", kind == "export"
+        added = await store.jobs.add(
+            PROJECT, job_id, fields, n, KEEP_MS, HOLD_MS if holds else 0, exclusive=exclusive
+        )
+        want = ref.add(job_id, fields, holds, exclusive)
+        assert int(added) == want, f"add {kind} {job_id}: script {added}, reference {want}"
+        return f"add {kind} {job_id} -> {want}"
     if op == "expire":
         await store.jobs.end_lease(PROJECT)
         ref.lease = None
@@ -95,13 +105,15 @@ async def test_the_script_follows_its_reference(store: Stores) -> None:
             Keys.job_queue(PROJECT),
             Keys.budget_hold(PROJECT),
             Keys.jobs(PROJECT),
+            Keys.job_exclusive(PROJECT),
             *[Keys.job(PROJECT, j) for j in IDS],
         )
         ref = ProjectJobs()
         done: list[str] = []
         for n in range(40):
             done.append(await _step(store, ref, rng, n))
-            assert await _state(store) == (ref.lease, ref.queue, ref.jobs, ref.holds), done
+            want = (ref.lease, ref.queue, ref.jobs, ref.holds, ref.exclusive)
+            assert await _state(store) == want, done
 
 
 async def test_one_lease_per_project_and_only_its_holder_writes(store: Stores) -> None:
@@ -180,3 +192,28 @@ async def test_a_repricing_holds_the_alerts_while_alive_and_no_longer(store: Sto
     assert await store.jobs.held(PROJECT)
     await asyncio.sleep(0.1)
     assert not await store.jobs.held(PROJECT)
+
+
+async def test_one_export_queued_or_running_per_project(store: Stores) -> None:
+    """An exclusive job is refused while the last one is in the queue (queued or running),
+    and accepted again once it ended; other kinds are never refused."""
+
+    def fields(job_id: str, kind: str) -> dict[str, str]:
+        return {"id": job_id, "project": PROJECT, "kind": kind, "state": "queued"}
+
+    assert await store.jobs.add(PROJECT, "j1", fields("j1", "export"), 1, KEEP_MS, exclusive=True)
+    assert not await store.jobs.add(
+        PROJECT, "j2", fields("j2", "export"), 2, KEEP_MS, exclusive=True
+    )
+    assert await store.jobs.job(PROJECT, "j2") is None  # nothing written
+    assert await store.jobs.add(PROJECT, "j3", fields("j3", "rebuild"), 3, KEEP_MS)
+    assert await store.jobs.claim(PROJECT, "j1", "w", LEASE_MS, "t", KEEP_MS) == 1
+    assert not await store.jobs.add(
+        PROJECT, "j2", fields("j2", "export"), 4, KEEP_MS, exclusive=True
+    )
+    assert await store.jobs.finish(PROJECT, "j1", "w", "t", ("succeeded", "", ""), (0, 0), KEEP_MS)
+    assert await store.jobs.add(PROJECT, "j2", fields("j2", "export"), 5, KEEP_MS, exclusive=True)
+    assert await store.jobs.last_exclusive(PROJECT) == "j2"
+    # A queued one cancelled leaves the queue: the next is accepted.
+    assert await store.jobs.cancel(PROJECT, "j2", "t", KEEP_MS) == 1
+    assert await store.jobs.add(PROJECT, "j4", fields("j4", "export"), 6, KEEP_MS, exclusive=True)

@@ -71,6 +71,10 @@ async def test_rebuild_reproduces_incremental_totals_exactly(api: Api, store: St
     assert any(b":ru:exp:" in k and len(k.rsplit(b":", 1)[1]) == 6 for k in before)
     assert any(b":ru:xsku:" in k and len(k.rsplit(b":", 1)[1]) == 8 for k in before)
     assert any(k.endswith(b":ru:events") for k in before)
+    # The cost-effect sums too (service/ledger/effectsums.py), with their coverage.
+    assert any(b":ru:eff:" in k and len(k.rsplit(b":", 1)[1]) == 6 for k in before)
+    assert any(b":ru:effq:" in k and len(k.rsplit(b":", 1)[1]) == 8 for k in before)
+    assert any(b"eff1" in fields for k, fields in before.items() if k.endswith(b":ru:events"))
 
     # Each logged event carries its cost: their sum is the running total.
     logged = 0

@@ -94,7 +94,7 @@ async def test_cells_report_equals_whole_log_and_survives_a_rebuild(
     for i in range(0, len(events), 25):
         await post(api, events[i : i + 25])
         await settle(store, "llm")  # one fold per batch: the script merges the samples
-    assert await store.ledger.waste_cells_state("llm")
+    assert await store.waste.cells_state("llm")
     report = await waste_report(store, rate_cards, "llm", None, None, NOW)
     kinds = {f.kind for f in report.findings}
     assert {"cross_region_repull", "storage_past_retention", "reserved_idle"} <= kinds, kinds
@@ -136,7 +136,7 @@ async def test_a_log_from_before_the_cells_is_read_whole_until_a_rebuild(
     assert read >= 1 and msgspec.json.encode(whole) == msgspec.json.encode(cells)
     async with api.client() as c:
         assert (await c.post("/v1/projects/llm/rebuild")).status_code == 200
-    assert await store.ledger.waste_cells_state("llm")
+    assert await store.waste.cells_state("llm")
 
 
 @dataclass
@@ -150,11 +150,12 @@ def counting(store: Stores) -> Iterator[Read]:
     """Count the log entries and waste fields the store hands back (at the store)."""
     read = Read()
     ledger: Any = store.ledger
+    waste: Any = store.waste
     by_id, pages, cells, facts = (
         ledger.entries_by_id,
         ledger.log_entries,
-        ledger.waste_cells,
-        ledger.waste_facts,
+        waste.cells,
+        waste.facts,
     )
 
     async def entries_by_id(*a: Any, **k: Any) -> Any:
@@ -178,12 +179,12 @@ def counting(store: Stores) -> Iterator[Read]:
         return out
 
     ledger.entries_by_id, ledger.log_entries = entries_by_id, log_entries
-    ledger.waste_cells, ledger.waste_facts = waste_cells, waste_facts
+    waste.cells, waste.facts = waste_cells, waste_facts
     try:
         yield read
     finally:
         ledger.entries_by_id, ledger.log_entries = by_id, pages
-        ledger.waste_cells, ledger.waste_facts = cells, facts
+        waste.cells, waste.facts = cells, facts
 
 
 async def report_work(

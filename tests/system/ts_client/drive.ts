@@ -1,7 +1,8 @@
 // Driven by tests/system/test_generated_ts_client.py: the types come from `openapi-typescript
 // openapi/openapi.json -o schema.d.ts` (stock options), the calls go through openapi-fetch.
-// It puts a rate card, posts events as JSON (a batch, and one the ledger rejects), as a
-// CloudEvent and as NDJSON, reads the costs, and prints what it got as one JSON line.
+// It puts a rate card, posts events as JSON (a batch, and one the ledger rejects), as one
+// CloudEvent, as a CloudEvents batch and as NDJSON (each format through its own operation),
+// reads the costs, and prints what it got as one JSON line.
 import createClient from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 
@@ -26,10 +27,9 @@ const usage = (id: string, quantity: string, sku = "gpu.h100.hour"): EventIn => 
   project: "llm",
   sku,
   quantity,
+  // `owner` and `tags` left out: optional (the server's defaults), as the types say.
   stage: "pretrain",
   experiment: "ts",
-  owner: "",
-  tags: {},
 });
 
 const card = await client.PUT("/v1/rate-cards/{name}", {
@@ -54,16 +54,28 @@ const cloudEvent: CloudEvent = {
   type: "dev.trainledger.usage",
   time: hourAgo,
   subject: "llm",
-  data: { sku: "gpu.h100.hour", quantity: "1", stage: "pretrain", experiment: "ts", owner: "", tags: {} },
+  data: { sku: "gpu.h100.hour", quantity: "1", experiment: "ts" },
 };
-const cloud = await client.POST("/v1/events", {
+// Each format has its own operation; openapi-fetch sends `application/json` unless told.
+const cloud = await client.POST("/v1/events/cloudevent", {
   body: cloudEvent,
   headers: { "Content-Type": "application/cloudevents+json" },
 });
 if (cloud.data === undefined) throw new Error(`POST CloudEvent: ${JSON.stringify(cloud.error)}`);
 
+const cloudBatch = await client.POST("/v1/events/cloudevents", {
+  body: [
+    { ...cloudEvent, id: "ts-ce-2" },
+    { ...cloudEvent, id: "ts-ce-3" },
+  ],
+  headers: { "Content-Type": "application/cloudevents-batch+json" },
+});
+if (cloudBatch.data === undefined) {
+  throw new Error(`POST CloudEvents: ${JSON.stringify(cloudBatch.error)}`);
+}
+
 // NDJSON is text the caller writes: sent as it is, under its own content type.
-const ndjson = await client.POST("/v1/events", {
+const ndjson = await client.POST("/v1/events/ndjson", {
   body: JSON.stringify(usage("ts-nd-1", "1")) + "\n",
   headers: { "Content-Type": "application/x-ndjson" },
   bodySerializer: (body) => body,
@@ -88,6 +100,7 @@ process.stdout.write(
           : null,
     },
     cloud: { status: cloud.response.status, accepted: cloud.data.accepted },
+    cloudBatch: { status: cloudBatch.response.status, accepted: cloudBatch.data.accepted },
     ndjson: { status: ndjson.response.status, accepted: ndjson.data.accepted },
     total_cost: costs.data.total_cost,
     total_events: costs.data.total_events,

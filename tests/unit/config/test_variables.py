@@ -6,9 +6,12 @@ variable is covered without editing these tests."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from msgspec import Meta
 from trainledger.config import (
     VARIABLES,
     ConfigError,
@@ -17,11 +20,15 @@ from trainledger.config import (
     default_data_dir,
     read_variables,
 )
+from trainledger.config.declare import declared, setting
+from trainledger.config.docs import with_tables
+from trainledger.config.handoff import hand_down, handed_down
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG_DOC = REPO / "docs" / "reference" / "configuration.md"
-# Set by `trainledger serve` for its own workers, and the test suite's own switches.
-NOT_SETTINGS = re.compile(r"TRAINLEDGER_(SERVE_PID|TEST_\w+)")
+# Set by `trainledger serve` for its own workers (the settings, whole), and the test suite's
+# own switches.
+NOT_SETTINGS = re.compile(r"TRAINLEDGER_(SERVE_SETTINGS|TEST_\w+)")
 
 
 @pytest.mark.parametrize("variable", VARIABLES, ids=[v.name for v in VARIABLES])
@@ -102,3 +109,47 @@ def test_every_variable_is_documented() -> None:
     doc = CONFIG_DOC.read_text()
     missing = [v.name for v in VARIABLES if f"`{v.name}`" not in doc]
     assert not missing, f"not in {CONFIG_DOC.relative_to(REPO)}: {missing}"
+
+
+def test_the_docs_tables_are_made_from_the_declarations() -> None:
+    doc = CONFIG_DOC.read_text()
+    assert with_tables(doc) == doc, "stale: run `python3 dev.py config-docs`"
+    for variable in VARIABLES:  # each row says what the error line says is allowed
+        (row,) = [line for line in doc.splitlines() if line.startswith(f"| `{variable.name}` |")]
+        assert f"| {variable.kind.allowed} |" in row
+
+
+def test_a_new_declaration_is_read_checked_and_documented() -> None:
+    """The 'Adding a setting' trace of docs/development.md: one field, nothing else."""
+
+    @dataclass(frozen=True)
+    class WithThreshold:
+        alert_threshold_percent: Annotated[int, Meta(ge=1, le=100)] = setting(
+            80, "TRAINLEDGER_ALERT_THRESHOLD_PERCENT", "the share of a budget that alerts"
+        )
+
+    (variable,) = declared(WithThreshold)
+    assert variable.kind.allowed == "a whole number from 1 to 100"
+    assert variable.convert("42") == 42
+    with pytest.raises(ValueError):
+        variable.convert(str(variable.kind.refused))
+    assert variable.shown_default == "`80`" and variable.env.section == "server"
+
+
+def test_serve_hands_its_workers_the_settings_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings.from_env(
+        {
+            "TRAINLEDGER_DATA_DIR": "/srv/ledger",
+            "TRAINLEDGER_WEBHOOK_ALLOWLIST": "127.0.0.1,10.0.0.0/8",
+            "TRAINLEDGER_METRICS_SPEND_DIMENSIONS": "owner",
+            "TRAINLEDGER_LOG_FORMAT": "text",
+            "TRAINLEDGER_SECRET_KEY_FILE": "/run/secrets/key",
+        }
+    )
+    monkeypatch.setenv("TRAINLEDGER_MAX_BATCH_EVENTS", "3")  # not what the workers read
+    monkeypatch.setenv("TRAINLEDGER_SERVE_SETTINGS", "")  # put back as it was afterwards
+    assert handed_down() is None
+    hand_down(settings, serve_pid=4242)
+    handoff = handed_down()
+    assert handoff is not None and handoff.serve_pid == 4242
+    assert handoff.settings == settings and handoff.settings.max_batch_events == 50_000

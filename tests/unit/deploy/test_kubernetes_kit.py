@@ -7,7 +7,7 @@ object it renders is validated: the built-in kinds with `kubernetes-validate` in
 the `openAPIV3Schema` of their CRDs, vendored in tests/data/crds, made strict the way the API
 server's strict field validation is (an object schema that lists its properties refuses others).
 The parts are then held against the code: the probes are the service's health routes (from the
-OpenAPI spec), every variable set is one service/config.py reads and parses, a secret goes by a
+OpenAPI spec), every variable set is one service/config/settings.py declares, a secret goes by a
 file where a `*_FILE` form exists, the PrometheusRule is the rule file and the dashboard
 ConfigMap the dashboard. The docs' own commands (docs/operations/kubernetes.md) are run as far as
 no cluster is needed: the `python3 -c` lines that make the secret files, and `kubectl create`
@@ -237,7 +237,7 @@ def test_every_variable_is_one_the_service_reads_and_accepts(
     docs = rendered[(overlay, False)]
     env = dict(environment(docs))
     unknown = set(env) - NAMES
-    assert not unknown, f"not in service/config.py VARIABLES: {sorted(unknown)}"
+    assert not unknown, f"not declared in service/config/settings.py: {sorted(unknown)}"
     for name, source in env.items():
         if f"{name}_FILE" in NAMES:
             pytest.fail(f"{name}: set {name}_FILE to a mounted Secret file instead")

@@ -1,5 +1,5 @@
 """The Teams and email channels' messages, the money they show, and the SMTP target rules
-(service.webhooks.teams, mail, people_text, targets.check_smtp_target). No I/O.
+(service.webhooks.formats.teams, mail, people_text, targets.check_smtp_target). No I/O.
 
 The Teams body is validated against the Adaptive Card schema subset in
 ``tests/data/adaptive-card-1.5-subset.schema.json`` (written for these tests from the
@@ -24,12 +24,12 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from trainledger.webhooks.formats import build_request
-from trainledger.webhooks.mail import EmailSettings, build_email
-from trainledger.webhooks.people_text import money_for_people
-from trainledger.webhooks.redaction import redacted_url, secret_parts
+from trainledger.webhooks.formats.build import build_request
+from trainledger.webhooks.formats.mail import EmailSettings, build_email
+from trainledger.webhooks.formats.people_text import money_for_people
 from trainledger.webhooks.registry import WebhookError, WebhookIn, new_webhook
-from trainledger.webhooks.targets import AllowList, UnsafeTarget, check_smtp_target
+from trainledger.webhooks.targets.checks import AllowList, UnsafeTarget, check_smtp_target
+from trainledger.webhooks.targets.redaction import redacted_url, secret_parts
 
 from costcore.money import format_money, minor_units
 from tests.unit.webhooks.test_webhook_formats import HOSTILE, NOW, make_alert

@@ -1,5 +1,5 @@
-"""Which alerts share one message (service.webhooks.deliveries.one_message_each) and which of
-them the message is about (highest_first)."""
+"""Which alerts share one message (service.webhooks.delivery.deliveries.one_message_each) and
+which of them the message is about (highest_first)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainledger.budgets.service import AlertView
-from trainledger.webhooks.deliveries import highest_first, one_message_each
+from trainledger.webhooks.delivery.deliveries import highest_first, one_message_each
 
 
 def view(pct: int | None, budget: str = "b1", kind: str = "threshold", **extra: Any) -> AlertView:

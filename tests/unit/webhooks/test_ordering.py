@@ -1,10 +1,10 @@
-"""One line of sends per endpoint (service.webhooks.ordering)."""
+"""One line of sends per endpoint (service.webhooks.delivery.ordering)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from trainledger.webhooks.ordering import EndpointLines, entry_order
+from trainledger.webhooks.delivery.ordering import EndpointLines, entry_order
 
 
 def test_entry_order_sorts_stream_ids_as_the_stream_does() -> None:

@@ -14,8 +14,9 @@ import msgspec
 import pytest
 import standardwebhooks
 from trainledger.budgets.model import RegressionFacts
-from trainledger.webhooks.formats import RegressionMessage, build_request
-from trainledger.webhooks.mail import build_email
+from trainledger.webhooks.formats.build import build_request
+from trainledger.webhooks.formats.mail import build_email
+from trainledger.webhooks.formats.message import RegressionMessage
 
 from tests.unit.webhooks.test_channel_formats import CARD, SETTINGS, TEAMS_URL, card_text, parsed
 from tests.unit.webhooks.test_webhook_formats import HOSTILE, NOW, SECRET, message_text
@@ -157,7 +158,7 @@ def test_every_list_of_alert_kinds_agrees() -> None:
 
     from trainledger.budgets.model import AlertKind
     from trainledger.cli.oncall import ALERT_KINDS
-    from trainledger.webhooks.formats import KINDS
+    from trainledger.webhooks.formats.message import KINDS
     from trainledger.webhooks.registry import AlertKindName
 
     assert get_args(AlertKind) == get_args(AlertKindName) == ALERT_KINDS

@@ -9,18 +9,19 @@ from decimal import Decimal
 from typing import get_args
 
 import pytest
-from trainledger.webhooks.formats import FORMATS, build_request
+from trainledger.webhooks.formats.build import build_request
+from trainledger.webhooks.formats.message import RegressionMessage
+from trainledger.webhooks.formats.signing import generate_secret
+from trainledger.webhooks.formats.table import HTTP_NAMES
 from trainledger.webhooks.registry import AlertKindName
-from trainledger.webhooks.regression_text import RegressionMessage
 from trainledger.webhooks.samples import sample_for
-from trainledger.webhooks.signing import generate_secret
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KINDS = get_args(AlertKindName)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", HTTP_NAMES)
 def test_every_kind_is_a_valid_test_message_in_every_format(kind: AlertKindName, fmt: str) -> None:
     message = sample_for(kind, "llm", "https://ledger.example.test/", NOW)
     assert message.kind == kind and message.test is True and message.project == "llm"

@@ -1,5 +1,5 @@
-"""Webhook message building and signing for budget alerts (service.webhooks.formats,
-chat_formats and signing).
+"""Webhook message building and signing for budget alerts (service.webhooks.formats: build,
+the format modules, view and signing).
 
 Signatures are checked three ways: published vectors, an independent re-implementation
 here written from the vendors' documented algorithms (stdlib hmac), and, for Standard
@@ -18,21 +18,17 @@ from urllib.parse import parse_qs, quote_plus, urlsplit
 
 import msgspec
 import pytest
-from trainledger.webhooks.chat_formats import truncate_utf8
-from trainledger.webhooks.formats import (
-    FORMATS,
-    AlertMessage,
-    CrossedThreshold,
-    OutgoingRequest,
-    build_request,
-)
-from trainledger.webhooks.signing import (
+from trainledger.webhooks.formats.build import build_request
+from trainledger.webhooks.formats.message import AlertMessage, CrossedThreshold, OutgoingRequest
+from trainledger.webhooks.formats.signing import (
     dingtalk_sign,
     feishu_sign,
     generate_secret,
     standard_signature,
     verify_standard,
 )
+from trainledger.webhooks.formats.table import HTTP_NAMES
+from trainledger.webhooks.formats.view import truncate_utf8
 
 NOW = datetime(2026, 11, 20, 12, 30, 15, 250_000, tzinfo=UTC)
 NOW_S = 1795177815  # NOW as unix seconds (checked below, independently of the module)
@@ -451,7 +447,7 @@ SECRETS: dict[str, str | None] = {"slack": None, "feishu": "s", "dingtalk": "s",
 
 
 def test_formats_constant() -> None:
-    assert FORMATS == ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
+    assert HTTP_NAMES == ("standard", "slack", "feishu", "dingtalk", "wecom", "teams")
 
 
 @pytest.mark.parametrize("fmt", CHAT_FORMATS)

@@ -1,0 +1,1 @@
+"""Reconciliation against the provider's bill: FOCUS imports, per-project mappings, drift."""
