@@ -17,7 +17,9 @@ the median is shown in milliseconds, with the growth per 10x of history beside e
   months at once); and again with a regression's restart day (read from the log);
 * the regression check: `report_results` (`POST /v1/evaluations`) of a result that regresses
   a general benchmark not fired yet, then the same batch again (nothing new to fire);
-* the waste report (`waste_report`) is unchanged and still reads the whole log: for scale.
+* the waste report: before, the per-event reference rules (`waste.reference`) over every
+  logged event; after, `waste_report` over the fold's day cells (`wcell`), the facts
+  (`wfacts`) and the few row days it reads as events; the dashboard calls the same report.
 
 Also printed: a fresh 5,000-event batch's ingest at each size (the fold's added index work
 is printed beside it: one entry summed without and with its index fields), and Valkey memory
@@ -62,7 +64,8 @@ from trainledger.ledger.folding import settle, sums_of_log
 from trainledger.projects.service import project_catalog
 from trainledger.ratecards.catalog import RateCards
 from trainledger.stores import Stores
-from trainledger.waste.service import waste_report
+from trainledger.waste.reference.report import find_waste as reference_find_waste
+from trainledger.waste.service import waste_policy, waste_report
 
 from bench import dataset
 from bench.common import EventFactory, Workload
@@ -173,8 +176,25 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
             out["budget panel burn-down, before"] = await _median_ms(burn_before, reps)
         out["budget panel burn-down, after"] = await _median_ms(burn_after, reps)
 
-        async def waste() -> object:
-            return await waste_report(store, cards, project, None, None)
+        waste_now = datetime.now(UTC)
+
+        async def waste() -> bytes:
+            report = await waste_report(store, cards, project, None, None, waste_now)
+            return msgspec.json.encode(report)
+
+        async def waste_before() -> bytes:
+            _, catalog = await project_catalog(store, cards, project)
+            assert catalog is not None
+            skus = {}
+            for i in range(len(catalog.history.versions)):
+                skus.update(catalog.history.priced(i))
+            last = await store.ledger.last_log_entry(project)
+            events = [row async for _, rows in read_log(store, project, last) for row in rows]
+            policy = await waste_policy(store, project)
+            report = reference_find_waste(
+                project, events, skus, policy, {}, waste_now, None, None, catalog.currency or ""
+            )
+            return msgspec.json.encode(report)
 
         async def effect() -> bytes:
             return msgspec.json.encode(
@@ -209,7 +229,12 @@ async def _measure(url: str, events: int, reps: int, before: bool) -> dict[str, 
             )
             return msgspec.json.encode(report)
 
-        out["waste report (unchanged)"] = await _median_ms(waste, max(1, reps // 2))
+        if before:
+            assert await waste_before() == await waste()
+            out["waste report, before (whole log)"] = await _median_ms(
+                waste_before, max(1, reps // 2)
+            )
+        out["waste report, after (cells)"] = await _median_ms(waste, reps)
         if before:
             assert await effect_before() == await effect()
             out["cost-effect report, before"] = await _median_ms(effect_before, max(1, reps // 2))

@@ -15,10 +15,10 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ..ledger.fields import dims_of
 from ..ledger.folding import settled_state
 from ..ledger.ranges import read_log_range
 from ..ledger.rollups import FINE_DIMS, covering
-from ..ledger.store import dims_of
 from .firing import day_field, spend_field
 from .model import Budget, matches, period_of
 

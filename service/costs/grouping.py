@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from ..ledger.fields import dims_of, tags_of
 from ..ledger.folding import settled_state
-from ..ledger.store import dims_of, tags_of
 from .plan import BIG_SOURCES, ReadPlan, plan_reads
 from .query import CostQuery, in_range, iso_day, kept_by_filters, period_label, validate
 from .sums import ints, picker, sum_fields

@@ -42,9 +42,9 @@ from ..ledger.effectsums import (
     quantity_field,
 )
 from ..ledger.eventlog import CodedLog
+from ..ledger.fields import dims_of
 from ..ledger.folding import settle, sums_of_log
 from ..ledger.ranges import read_coded_range
-from ..ledger.store import dims_of
 from .effect import ReportFilter, _micros, _Spend, cost_effect
 from .model import EvaluationResult, EvaluationSettings
 

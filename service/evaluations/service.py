@@ -13,9 +13,9 @@ from ..auth.model import Principal
 from ..errors import Invalid, NotFound
 from ..events.model import time_window_problem
 from ..ledger.eventlog import LoggedEvent, read_log
+from ..ledger.fields import dims_of
 from ..ledger.folding import settled_state
 from ..ledger.ranges import read_log_range
-from ..ledger.store import dims_of
 from ..projects.service import project_catalog
 from ..ratecards.catalog import RateCards
 from .capacity import AUDIT_KEPT, DEFAULT_MAX_RESULTS

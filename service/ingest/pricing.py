@@ -9,8 +9,8 @@ from typing import Any
 from costcore import dictionary_encode, pair_codes, price_batch, remap_codes
 from costcore.result import STATUS_PRICED
 
+from ..ledger.fields import attributed_tags
 from ..ledger.logindex import day_name
-from ..ledger.store import attributed_tags
 from ..projects.model import DEFAULT_ATTRIBUTION_TAGS
 from ..ratecards.catalog import PricingCatalog
 from .batches import PendingBatch, PendingEvent, PricedBatch

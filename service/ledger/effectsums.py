@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from .fields import dims_of, joined_dims
 from .hashes import ROLLUP_EVENTS, SumsHash, rollup_hash
-from .store import dims_of, joined_dims
 
 EFFECT = "eff"
 EFFECT_QUANTITY = "effq"

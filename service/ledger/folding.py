@@ -34,10 +34,12 @@ from ..cancellation import raise_if_cancelled
 from ..storage.connection import StoreError
 from .effectsums import effect_increments
 from .eventlog import CodedLog, decode_log_entry
+from .fields import joined_dims
 from .hashes import DAILY, HOURLY, LOG_INDEX, TIER_INDEX, TOTALS, SumsHash
 from .logindex import day_name, entry_hours, entry_tier_quantities
 from .rollups import ROLLUP_VERSION, rollup_increments
-from .store import joined_dims
+from .store import Merges
+from .wastecells import WasteSums
 
 if TYPE_CHECKING:
     from ..stores import Stores
@@ -99,13 +101,14 @@ class CellSums:
     ``<entry id>|<version>|<sku>``) to a quantity (`entry_tier_quantities`).
     """
 
-    __slots__ = ("cells", "entries", "events", "hourly", "tiers")
+    __slots__ = ("cells", "entries", "events", "hourly", "tiers", "waste")
 
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], list[int]] = {}
         self.hourly: dict[tuple[str, str], list[int]] = {}
         self.entries: dict[tuple[str, str], int] = {}
         self.tiers: dict[tuple[str, str], int] = {}
+        self.waste = WasteSums()  # the waste report's cells and facts (wastecells.py)
         self.events = 0
 
     def __bool__(self) -> bool:
@@ -114,6 +117,7 @@ class CellSums:
     def add(self, other: CellSums) -> None:
         """Add another batch's sums."""
         self.events += other.events
+        self.waste.add(other.waste)
         index = self.entries
         for key, count in other.entries.items():
             index[key] = index.get(key, 0) + count
@@ -139,7 +143,9 @@ class CellSums:
                 have_hour[1] += count
 
     def add_index(self, entry_id: str, entry: CodedLog) -> None:
-        """Add the log index's and the tier index's fields of log entry `entry_id`."""
+        """Add the log index's and the tier index's fields of log entry `entry_id`, and its
+        waste cells and facts (from the entry as stored, as the indexes)."""
+        self.waste.add_entry(entry)
         index = self.entries
         for key, count in entry_hours(entry_id, entry.epoch_us).items():
             index[key] = index.get(key, 0) + count
@@ -242,6 +248,7 @@ class CellSums:
             out.append((key, field, quantity))
         out += rollup_increments(cell_keys, costs, quantities, counts)
         out += effect_increments(cell_keys, costs, quantities, counts)
+        out += self.waste.increments()
         return out
 
 
@@ -252,7 +259,7 @@ class CellSums:
 _SLICE_SECONDS = 0.0005
 _THREAD_ABOVE_CELLS = 2000
 
-_LogPlan = tuple[int, str, int, list[tuple[SumsHash, str, int]]]
+_LogPlan = tuple[int, str, int, list[tuple[SumsHash, str, int]], Merges]
 _T = TypeVar("_T")
 
 
@@ -307,7 +314,7 @@ async def _log_plan_sliced(entries: Sequence[tuple[str, bytes]]) -> _LogPlan:
         increments = await asyncio.to_thread(sums.increments)
     else:
         increments = sums.increments()
-    return take, entries[take - 1][0], sums.events, increments
+    return take, entries[take - 1][0], sums.events, increments, sums.waste.merges()
 
 
 # The labels a fold's codes stand for: stages, experiments, owners, rates as (sku, category,
@@ -387,8 +394,8 @@ async def settle(store: Stores, project: str) -> int:
     # Each round's cursor is further on (this fold or another one moved it), so this ends.
     while entries and entry_order(cursor) < target:
         raise_if_cancelled()  # a cancel redis-py dropped (service/cancellation.py)
-        count, new_cursor, events, increments = await _log_plan_sliced(entries)
-        if await store.ledger.fold_log(project, cursor, new_cursor, events, increments):
+        count, new_cursor, events, increments, merges = await _log_plan_sliced(entries)
+        if await store.ledger.fold_log(project, cursor, new_cursor, events, increments, merges):
             folded += count
         cursor, _, entries = await store.ledger.unfolded_entries(
             project, FOLD_MAX_ENTRIES, FOLD_MAX_BYTES

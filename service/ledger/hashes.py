@@ -18,6 +18,8 @@ BUDGET_SPEND = "budget_spend"  # budget spend per period (none)
 BUDGET_DAILY = "budget_daily"  # budget spend per day (none)
 LOG_INDEX = "log_index"  # the log entries holding events of each hour of a day (yyyymmdd)
 TIER_INDEX = "tier_index"  # each log entry's quantity per rate-card version and SKU (yyyymm)
+WASTE_CELLS = "waste_cells"  # the waste report's cells of a day (yyyymmdd)
+WASTE_FACTS = "waste_facts"  # the waste rules' facts of the whole log (none)
 _ROLLUP = "rollup:"  # + the roll-up's name: one roll-up of a day or month (yyyymmdd, yyyymm)
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .fields import dims_of, joined_dims
 from .hashes import ROLLUP_EVENTS, SumsHash, rollup_hash
-from .store import dims_of, joined_dims
 
 # Positions of the dimensions inside a finest cell's dims (see `ingest._dims`).
 FINE_DIMS: tuple[str, ...] = ("stage", "experiment", "category", "sku", "owner", "fixed", "tags")

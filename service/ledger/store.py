@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,7 +14,7 @@ import msgspec
 from ..storage import scripts
 from ..storage.connection import Connection
 from ..storage.increments import increment_args
-from ..storage.keys import FIELD_SEP, TAG_SEP, Keys
+from ..storage.keys import Keys
 from ..storage.limbs import LIMB, combined_fields, split_value
 from ..storage.replies import as_bytes, as_text, with_high
 from .hashes import (
@@ -27,6 +27,8 @@ from .hashes import (
     TIER,
     TIER_INDEX,
     TOTALS,
+    WASTE_CELLS,
+    WASTE_FACTS,
     SumsHash,
     rollup_name,
 )
@@ -81,14 +83,25 @@ def sums_key(project: str, address: SumsHash) -> str:
         return Keys.log_index(project, period)
     if kind == TIER_INDEX:
         return Keys.tier_index(project, period)
+    if kind == WASTE_CELLS:
+        return Keys.waste_cells(project, period)
+    if kind == WASTE_FACTS:
+        return Keys.waste_facts(project)
     name = rollup_name(kind)
     if name is None:
         raise ValueError(f"no hash of sums is of kind {kind!r}")
     return Keys.rollup(project, name, period)
 
 
+Merges = Sequence[tuple[SumsHash, str, int, list[int | str]]]
+
+
 def _fold_args(
-    project: str, head: Any, events: int, increments: Sequence[tuple[SumsHash, str, int]]
+    project: str,
+    head: Any,
+    events: int,
+    increments: Sequence[tuple[SumsHash, str, int]],
+    merges: Merges = (),
 ) -> tuple[list[str], bytes]:
     """KEYS and ARGV[1] of fold_log.lua (`head`: [cursor, new cursor])."""
     keys = [Keys.meta(project)]
@@ -104,45 +117,22 @@ def _fold_args(
     # Each hash's key is spelled once: a fold addresses a few hundred hashes with many
     # thousand increments.
     inc, his = increment_args(ref, increments, lambda address: sums_key(project, address))
-    return keys, msgspec.msgpack.encode([*head, str(events), inc, his])
+    flat: list[Any] = []
+    for address, field, keep, pairs in merges:
+        flat += (ref(sums_key(project, address)), field, keep, pairs)
+    return keys, msgspec.msgpack.encode([*head, str(events), inc, his, flat])
 
 
 async def _encoded(
-    project: str, head: list[Any], events: int, increments: Sequence[tuple[SumsHash, str, int]]
+    project: str,
+    head: list[Any],
+    events: int,
+    increments: Sequence[tuple[SumsHash, str, int]],
+    merges: Merges = (),
 ) -> tuple[list[str], bytes]:
     if len(increments) > 20_000:  # encoding is CPU work: off the event loop when large
-        return await asyncio.to_thread(_fold_args, project, head, events, increments)
-    return _fold_args(project, head, events, increments)
-
-
-# --- the totals' fields ----------------------------------------------------------------
-# A totals field is a kind (``c|`` cost, ``q|`` quantity, ``n|`` events) and the cell's dims
-# joined by FIELD_SEP; the dims element of the attributed tags joins ``k=v`` pairs by TAG_SEP
-# (the layout: service/storage/keys.py). Only these functions read or write that text.
-
-
-def attributed_tags(tags: dict[str, str], keys: frozenset[str]) -> str:
-    """The event's tags that the project attributes costs by, canonically ordered."""
-    if not tags or not keys:
-        return ""
-    return TAG_SEP.join(f"{k}={tags[k]}" for k in sorted(keys & tags.keys()))
-
-
-def tags_of(text: str) -> dict[str, str]:
-    """The tags of an attributed-tags dims element."""
-    if not text:
-        return {}
-    return dict(pair.split("=", 1) for pair in text.split(TAG_SEP))
-
-
-def dims_of(text: str) -> list[str]:
-    """The dims of a totals field (after its kind), as stored."""
-    return text.split(FIELD_SEP)
-
-
-def joined_dims(dims: Iterable[str]) -> str:
-    """A totals field's dims text (`dims_of` reversed)."""
-    return FIELD_SEP.join(dims)
+        return await asyncio.to_thread(_fold_args, project, head, events, increments, merges)
+    return _fold_args(project, head, events, increments, merges)
 
 
 class LedgerStore:
@@ -198,10 +188,12 @@ class LedgerStore:
         new_cursor: str,
         events: int,
         increments: Sequence[tuple[SumsHash, str, int]],
+        merges: Merges = (),
     ) -> bool:
         """Apply the summed increments of the log entries after `cursor` up to `new_cursor`
-        and move the cursor there. False (nothing written) when another fold moved it first."""
-        keys, payload = await _encoded(project, [cursor, new_cursor], events, increments)
+        (and merge the waste cells' samples) and move the cursor there. False (nothing
+        written) when another fold moved it first."""
+        keys, payload = await _encoded(project, [cursor, new_cursor], events, increments, merges)
         if not await self.conn.run_script(self._fold_log, keys, [payload]):
             return False
         # The /metrics ranking of projects by spend (keys.py `spend_rank`): the fold's cost is
@@ -411,7 +403,9 @@ class LedgerStore:
         raw = await self.client.xrange(Keys.log(project), min="-", max="+", count=1)
         return as_text(raw[0][0]) if raw else ""
 
-    async def write_staging(self, project: str, hashes: dict[str, dict[str, int]]) -> None:
+    async def write_staging(
+        self, project: str, hashes: Mapping[str, Mapping[str, int | bytes]]
+    ) -> None:
         """Write a rebuild's totals into staging copies of the given live keys."""
         pipe = self.client.pipeline(transaction=False)
         for live_key, mapping in hashes.items():
@@ -423,8 +417,8 @@ class LedgerStore:
         await pipe.execute()
 
     async def live_total_keys(self, project: str) -> list[str]:
-        """Every live key a rebuild replaces: per-day totals, hours and log index, the daily
-        index, tier counters, budget counters."""
+        """Every live key a rebuild replaces: per-day totals, hours, log index and waste cells,
+        the daily index, tier counters, budget counters, the waste facts."""
         days = await self.daily_costs(project)
         months = sorted({d[:6] for d in days})
         return (
@@ -433,7 +427,9 @@ class LedgerStore:
             + [Keys.log_index(project, d) for d in sorted(days)]
             + [Keys.tier(project, m) for m in months]
             + [Keys.tier_index(project, m) for m in months]
+            + [Keys.waste_cells(project, d) for d in sorted(days)]
             + [Keys.daily(project), Keys.budget_spend(project), Keys.budget_daily(project)]
+            + [Keys.waste_facts(project)]
         )
 
     async def replace_sums(
@@ -443,17 +439,23 @@ class LedgerStore:
         hashes: dict[SumsHash, dict[str, int]],
         rollups: Sequence[SumsHash],
         bounds: tuple[int, int],
+        samples: Mapping[SumsHash, dict[str, bytes]] | None = None,
     ) -> bool:
-        """A rebuild's last step: its sums (whole values) become the project's, in place of
-        every live hash of sums (`live_total_keys` and the given roll-ups), unless a batch was
-        logged after `last_seen_entry` (False: nothing changed)."""
-        by_key = {sums_key(project, address): fields for address, fields in hashes.items()}
+        """A rebuild's last step: its sums (whole values) and the waste cells' `samples`
+        become the project's, in place of every live hash of sums (`live_total_keys` and the
+        given roll-ups), unless a batch was logged after `last_seen_entry` (False: nothing
+        changed)."""
+        by_key: dict[str, dict[str, int | bytes]] = {
+            sums_key(project, address): dict(fields) for address, fields in hashes.items()
+        }
         # Sums past int64 in two limbs (service/storage/limbs.py): the high ones in their own keys.
         for key in [k for k in by_key if Keys.has_high(k)]:
-            high = {f: split_value(v)[1] for f, v in by_key[key].items()}
+            high = {f: split_value(int(v))[1] for f, v in by_key[key].items()}
             if any(high.values()):
-                by_key[key] = {f: split_value(v)[0] for f, v in by_key[key].items()}
+                by_key[key] = {f: split_value(int(v))[0] for f, v in by_key[key].items()}
                 by_key[Keys.high(key)] = {f: h for f, h in high.items() if h}
+        for address, fields in (samples or {}).items():
+            by_key.setdefault(sums_key(project, address), {}).update(fields)
         live = await self.live_total_keys(project) + [sums_key(project, h) for h in rollups]
         live += [Keys.high(k) for k in live if Keys.has_high(k)]
         replace = [k for k, v in by_key.items() if v]

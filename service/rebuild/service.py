@@ -141,6 +141,13 @@ class _Replay:
             _add(hashes.setdefault(address, {}), field, delta)
         return hashes
 
+    def samples(self) -> dict[SumsHash, dict[str, bytes]]:
+        """The waste cells' and facts' samples, whole (service/ledger/wastecells.py)."""
+        out: dict[SumsHash, dict[str, bytes]] = {}
+        for address, field, _, flat in self.sums.waste.merges():
+            out.setdefault(address, {})[field] = msgspec.msgpack.encode(flat)
+        return out
+
 
 async def rebuild_project(
     store: Stores, rate_cards: RateCards, project: str, on_batch: OnBatch | None = None
@@ -195,7 +202,7 @@ async def _rebuild_once(
     before = sum(daily_before.values())
     rollups = live_rollups(daily_before) + live_effect_sums(daily_before)
     if not await store.ledger.replace_sums(
-        project, last, hashes, rollups, (cost_bound, quantity_bound)
+        project, last, hashes, rollups, (cost_bound, quantity_bound), replay.samples()
     ):
         return None
     after_total = sum((await store.ledger.daily_costs(project)).values())

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..ledger.store import dims_of
+from ..ledger.fields import dims_of
 from .settings import SpendConfig
 
 # The label value of what the cap folds together, and of an empty experiment or owner (an

@@ -40,6 +40,14 @@ tl:P:tierix:<yyyymm>            hash    ``<log entry id>|<version>|<sku>`` -> qu
                                         that entry's events of that month priced with that
                                         rate-card version and SKU (the tier counters an export
                                         replays before an entry; same lifecycle as logix)
+tl:P:wcell:<yyyymmdd>           hash    the waste report's cells of a day (ledger/wastecells.py):
+                                        ``c|``/``q|``/``n|`` + cell -> cost nano, quantity micro,
+                                        events; ``s|`` + cell -> msgpack [epoch µs, id, ...] of its
+                                        first events; written by the fold, rebuilt by a rebuild;
+                                        meta ``wastecells`` = 1 once they cover every entry
+tl:P:wfacts                     hash    the waste rules' facts of the whole log: ``sku|``/``res|``
+                                        + SKU / reservation tag -> events, ``xf|``/``tf|`` + key ->
+                                        msgpack [epoch µs, id] of the first (same lifecycle)
 tl:P:log                        stream  one entry per accepted batch: lz4(msgpack(coded
                                         columns)), service/ledger/eventlog.py; the totals
                                         are folded from it
@@ -139,7 +147,7 @@ FIELD_SEP = "\x1f"
 TAG_SEP = "\x1e"  # between the attributed tags inside one dims element
 
 # Key kinds (after the project's tag) whose sums are kept in two limbs.
-_LIMBED = ("tot:", "hr:", "daily", "ru:", "bspend", "bday")
+_LIMBED = ("tot:", "hr:", "daily", "ru:", "bspend", "bday", "wcell:")
 
 
 def project_tag(project: str) -> str:
@@ -184,6 +192,14 @@ class Keys:
     @staticmethod
     def log_index(project: str, day: str) -> str:
         return f"{NAMESPACE}:{project_tag(project)}:logix:{day}"
+
+    @staticmethod
+    def waste_cells(project: str, day: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:wcell:{day}"
+
+    @staticmethod
+    def waste_facts(project: str) -> str:
+        return f"{NAMESPACE}:{project_tag(project)}:wfacts"
 
     @staticmethod
     def tier_index(project: str, month: str) -> str:

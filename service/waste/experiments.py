@@ -23,18 +23,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from decimal import Decimal, localcontext
 
 from costcore.money import decimal_bound_problem, format_money, round_half_even_div
 
+from .cells import WasteFacts
 from .days import DAY_US, date_of, datetime_at, micros
-from .model import DayLine, Kind, ProgressPoint
+from .model import DayLine, Kind, ProgressPoint, WastePolicy
 from .scan import Found, Scan, new_finding
 
-__all__ = ["experiments_without_progress"]
+__all__ = ["experiment_starts", "experiments_without_progress", "verdict_of"]
 
 
 def _last_improvement(
@@ -63,7 +64,7 @@ def _last_improvement(
 
 
 @dataclass(frozen=True)
-class _Verdict:
+class Verdict:
     """Why an experiment is reported, and from when its spend counts."""
 
     kind: Kind
@@ -74,12 +75,11 @@ class _Verdict:
     improvement: tuple[int, ProgressPoint] | None  # its last improvement
 
 
-def _verdict(
-    ctx: Scan, indexes: list[int], points: list[ProgressPoint], min_pct: Decimal
-) -> _Verdict | None:
-    as_of = ctx.as_of_us
-    idle_us, stall_us = ctx.policy.idle_days * DAY_US, ctx.policy.stall_days * DAY_US
-    first_us = ctx.rows[indexes[0]].epoch_us
+def verdict_of(
+    policy: WastePolicy, as_of: int, first_us: int, points: list[ProgressPoint], min_pct: Decimal
+) -> Verdict | None:
+    """Whether an experiment (first event at `first_us`) is reported, and from when."""
+    idle_us, stall_us = policy.idle_days * DAY_US, policy.stall_days * DAY_US
     last_point = max((micros(p.time) for p in points), default=None)
     improvement = _last_improvement(points, min_pct)
     # Spend is counted from `since`: after the last improvement / progress point, or
@@ -90,15 +90,15 @@ def _verdict(
         if first_us > as_of - idle_us:
             return None  # not running long enough to expect a report
         since, after = (last_point, True) if last_point is not None else (first_us, False)
-        return _Verdict("experiment_no_progress", since, after, idle_us, last_point, improvement)
+        return Verdict("experiment_no_progress", since, after, idle_us, last_point, improvement)
     if improvement is not None and improvement[0] <= as_of - stall_us:
-        return _Verdict(
+        return Verdict(
             "experiment_stalled", improvement[0], True, stall_us, last_point, improvement
         )
     return None
 
 
-def _texts(ctx: Scan, experiment: str, verdict: _Verdict) -> tuple[dict[str, str], str, str]:
+def _texts(ctx: Scan, experiment: str, verdict: Verdict) -> tuple[dict[str, str], str, str]:
     """The finding's evidence keys, title and action."""
     as_of = ctx.as_of_us
     keys = {"experiment": experiment}
@@ -139,9 +139,12 @@ def _texts(ctx: Scan, experiment: str, verdict: _Verdict) -> tuple[dict[str, str
 
 
 def _experiment_finding(
-    ctx: Scan, experiment: str, indexes: list[int], verdict: _Verdict
+    ctx: Scan, experiment: str, indexes: list[int], verdict: Verdict
 ) -> Found | None:
     """The finding, or None when the experiment spent nothing recently or since `since`."""
+    # A unit is wholly on one side of `since` and of the recent stretch's start: the days
+    # holding them are read as events (`report.row_days`), other days start on the same side
+    # as their events. Spend from the first event on is all of the experiment's spend.
     as_of, since, after = ctx.as_of_us, verdict.since, verdict.after
     recent_spend = sum(
         ctx.net(i) for i in indexes if ctx.rows[i].epoch_us >= as_of - verdict.recent
@@ -151,7 +154,7 @@ def _experiment_finding(
     counted = [
         i
         for i in indexes
-        if (ctx.rows[i].epoch_us > since if after else ctx.rows[i].epoch_us >= since)
+        if (ctx.rows[i].epoch_us > since or not after)
         and ctx.days[i] >= ctx.first_day
         and ctx.net(i) > 0
     ]
@@ -175,6 +178,18 @@ def _experiment_finding(
     )
 
 
+def experiment_starts(
+    facts: WasteFacts, fixed: Callable[[str], bool], as_of: int
+) -> dict[str, int]:
+    """Each experiment's first event (non-fixed SKUs) before `as_of`, from the facts kept
+    over the whole log (`cells.WasteFacts`)."""
+    starts: dict[str, int] = {}
+    for (experiment, sku), first_us in facts.experiment_first.items():
+        if first_us < as_of and not fixed(sku):
+            starts[experiment] = min(first_us, starts.get(experiment, first_us))
+    return starts
+
+
 def experiments_without_progress(
     ctx: Scan, progress: Mapping[str, Sequence[ProgressPoint]]
 ) -> list[Found]:
@@ -185,18 +200,19 @@ def experiments_without_progress(
     ignored = set(policy.ignore_experiments)
     by_experiment: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(ctx.rows):
-        if row.experiment and row.epoch_us < as_of and not ctx.fixed(row.sku):
+        if row.experiment and row.last_us < as_of and not ctx.fixed(row.sku):
             by_experiment[row.experiment].append(i)
 
     found: list[Found] = []
-    for experiment, indexes in sorted(by_experiment.items()):
+    for experiment, first_us in sorted(experiment_starts(ctx.facts, ctx.fixed, as_of).items()):
         if experiment in ignored:
             continue
         points = [p for p in progress.get(experiment, ()) if micros(p.time) <= as_of]
         if not points and not policy.check_unreported:
             continue
-        verdict = _verdict(ctx, indexes, points, min_pct)
-        if verdict is None:
+        verdict = verdict_of(policy, as_of, first_us, points, min_pct)
+        indexes = by_experiment.get(experiment, [])
+        if verdict is None or not indexes:
             continue
         finding = _experiment_finding(ctx, experiment, indexes, verdict)
         if finding is not None:

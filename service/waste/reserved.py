@@ -54,8 +54,8 @@ def _usage_skus(ctx: Scan) -> dict[str, list[str]]:
     """Each checked fixed SKU -> the SKUs its use is posted on (see the module doc)."""
     policy = ctx.policy
     fixed = {code for code, s in ctx.skus.items() if s.fixed}
-    seen_skus = {r.sku for r in ctx.rows}
-    tagged = {(r.tags or {}).get("reservation") for r in ctx.rows} - {None}
+    seen_skus = ctx.facts.skus  # over the whole log
+    tagged = ctx.facts.reservations
     usage: dict[str, list[str]] = {}
     for code in sorted(fixed):
         listed = policy.usage_skus.get(code)

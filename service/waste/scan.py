@@ -1,21 +1,24 @@
-"""One waste report's scan of a project's events, shared by every waste rule.
+"""One waste report's scan of a project's units (cells and events: `cells`), shared by every
+waste rule.
 
-`Scan` holds the events in time order with their UTC days, the report window and reference
-days, and how much of each event's cost a finding has already claimed: a rule counts only
-an event's unclaimed (`net`) cost and claims what it reports, so no cost is counted twice.
+`Scan` holds the units with their UTC days, the facts of the whole history, the report window
+and reference days, and how much of each unit's cost a finding has already claimed: a rule
+counts only a unit's unclaimed (`net`) cost and claims what it reports, so no cost is counted
+twice.
 `new_finding` turns a rule's waste into a `Finding` with its evidence.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from costcore.money import format_money, format_quantity
 
-from ..ledger.eventlog import LoggedEvent
 from ..ratecards.model import PricedSku
+from .cells import Unit, WasteFacts, sample_of
 from .days import date_of
 from .model import (
     CROSS_REGION_PREFIX,
@@ -55,10 +58,10 @@ def allocate(total: int, weights: Sequence[int]) -> list[int]:
 
 @dataclass
 class Scan:
-    """One report's events in time order (`rows`, with their UTC `days`), its window and
-    reference days, and per event the cost already claimed by a finding."""
+    """One report's units (`rows`, with their UTC `days`), the history's facts, its window and
+    reference days, and per unit the cost already claimed by a finding."""
 
-    rows: list[LoggedEvent]
+    rows: list[Unit]
     days: list[int]
     skus: Mapping[str, PricedSku]
     policy: WastePolicy
@@ -69,6 +72,7 @@ class Scan:
     last_full_day: int  # last day of the window that is over at `now` (may be < first_day)
     rate_day: int
     as_of_us: int
+    facts: WasteFacts
     claimed: list[int] = field(default_factory=list)
     past_retention: set[int] = field(default_factory=set)  # left out of checkpoint growth
 
@@ -88,8 +92,21 @@ class Scan:
         return self.rows[i].cost_nano - self.claimed[i]
 
     def ids(self, indexes: Iterable[int]) -> tuple[list[str], int]:
-        ordered = sorted(indexes)  # rows are in time order
-        return [self.rows[i].id for i in ordered[:MAX_EVIDENCE_IDS]], len(ordered)
+        """The first MAX_EVIDENCE_IDS ids of these units' events, in time order, and their
+        count (a cell's sample holds its first ones: `cells`)."""
+        chosen = sorted(set(indexes), key=lambda i: self.rows[i].epoch_us)
+        count = sum(self.rows[i].events for i in chosen)
+        pairs: list[tuple[int, str]] = []
+        for i in chosen:
+            # A unit's events are at or after its `epoch_us`: once MAX_EVIDENCE_IDS are before
+            # it, no later unit's sample is read.
+            if len(pairs) >= MAX_EVIDENCE_IDS:
+                pairs = heapq.nsmallest(MAX_EVIDENCE_IDS, set(pairs))
+                if pairs[-1][0] < self.rows[i].epoch_us:
+                    break
+            pairs += sample_of(self.rows[i])
+        sample = heapq.nsmallest(MAX_EVIDENCE_IDS, set(pairs))
+        return [event_id for _, event_id in sample[:MAX_EVIDENCE_IDS]], count
 
 
 @dataclass
@@ -137,8 +154,15 @@ def claim_share(
     expected: int,
     actual: int,
 ) -> tuple[int, int, DayLine]:
-    """Claim `waste` of these events' cost (spread by their unclaimed cost), for a day whose
-    quantity `actual` ran `excess` over `expected`; the evidence line of that day."""
+    """Claim `waste` of these units' cost (spread by their unclaimed cost), for a day whose
+    quantity `actual` ran `excess` over `expected`; the evidence line of that day.
+
+    The day's `waste` is exact; how it is spread is not the per-event reference's: a cell of n
+    events gets a share within n nano of what its events' shares add up to (largest remainder
+    over cells instead of over events). Only the experiments rule reads what is left of these
+    units afterwards, so an experiment's cost so far may differ from the reference's by at most
+    the events of its cells that such a day spread waste over (and its `event_count`/ids by
+    those events whose whole cost the reference claimed: tests/unit/waste/test_cells_property)."""
     for i, share in zip(indexes, allocate(waste, [ctx.net(i) for i in indexes]), strict=True):
         ctx.claimed[i] += share
     line = DayLine(

@@ -14,17 +14,24 @@ from costcore.money import BOUND_REASON, decimal_bound_problem
 from ..errors import Invalid
 from ..events.model import SAFE_TEXT_PATTERN, Label
 from ..ledger.eventlog import LoggedEvent, read_log
+from ..ledger.folding import settle
+from ..ledger.logindex import day_name
+from ..ledger.ranges import read_log_range
 from ..projects.model import WASTE_POLICY_FIELD
 from ..projects.service import project_catalog, project_settings
 from ..ratecards.catalog import RateCards
 from ..ratecards.model import PricedSku
+from .cells import Unit, row_unit
+from .days import DAY_US
 from .model import ProgressPoint, WastePolicy, WasteReport
-from .report import find_waste
+from .report import find_waste, find_waste_in_units, plan_report
+from .stored import facts_of_fields, units_of_fields
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
 POLICY_FIELD = WASTE_POLICY_FIELD
+_DAYS_PER_READ = 31  # days of cells read per round trip
 log = logging.getLogger(__name__)
 # The exponent's digits are bounded here so that `Decimal` never reads a huge one; the value's
 # magnitude and places are then held to the one bound (`decimal_bound_problem`).
@@ -116,27 +123,42 @@ async def _waste_report(
     window_to: date | None,
     now: datetime | None,
 ) -> WasteReport:
-    """Read the whole log (the rules need history before the window) and find the waste."""
+    """The waste over the fold's cells and facts (service/ledger/wastecells.py), the few
+    `plan_report` row days read as events; a log from before the cells (meta ``wastecells``
+    unset until a rebuild) is read whole."""
     settings, catalog = await project_catalog(store, rate_cards, project)
     skus: dict[str, PricedSku] = {}
     if catalog is not None:
         for index in range(len(catalog.history.versions)):  # later versions override
             skus.update(catalog.history.priced(index))
-    events: list[LoggedEvent] = []
-    async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
-        events.extend(rows)
     progress = {
         experiment: msgspec.json.decode(raw, type=list[ProgressPoint])
         for experiment, raw in (await store.waste.experiment_progress(project)).items()
     }
-    return find_waste(
-        project,
-        events,
-        skus,
-        await waste_policy(store, project),
-        progress,
-        now or datetime.now(UTC),
-        window_from,
-        window_to,
-        settings.currency or "",
-    )
+    policy = await waste_policy(store, project)
+    when = now or datetime.now(UTC)
+    currency = settings.currency or ""
+    if not await store.waste.cells_state(project):
+        events: list[LoggedEvent] = []
+        async for _, rows in read_log(store, project, await store.ledger.last_log_entry(project)):
+            events.extend(rows)
+        return find_waste(
+            project, events, skus, policy, progress, when, window_from, window_to, currency
+        )
+    await settle(store, project)  # the cells hold every batch accepted before the request
+    last = await store.ledger.last_log_entry(project)
+    facts = facts_of_fields(await store.waste.facts(project))
+    plan = plan_report(facts, skus, policy, progress, when, window_from, window_to)
+    cell_days = [d for d in range(plan.read_from, plan.last_day + 1) if d not in plan.row_days]
+    units: list[Unit] = []
+    for at in range(0, len(cell_days), _DAYS_PER_READ):
+        days = cell_days[at : at + _DAYS_PER_READ]
+        hashes = await store.waste.cells(project, [day_name(d) for d in days])
+        for day, fields in zip(days, hashes, strict=True):
+            units += units_of_fields(day, fields)
+    for day in sorted(plan.row_days):
+        day_rows: dict[str, LoggedEvent] = {}  # an entry folded meanwhile may come twice
+        async for _, rows in read_log_range(store, project, last, day * DAY_US, (day + 1) * DAY_US):
+            day_rows.update((r.id, r) for r in rows if r.epoch_us // DAY_US == day)
+        units += [row_unit(r) for r in day_rows.values()]
+    return find_waste_in_units(project, units, facts, plan, skus, policy, progress, currency)

@@ -238,7 +238,7 @@ if not cursor then
   if #last > 0 then
     cursor = last[1][1]
   else
-    call('HSET', KEYS[1], 'logix', 1)  -- the fold indexes every entry from the first one
+    call('HSET', KEYS[1], 'logix', 1, 'wastecells', 1)  -- the fold indexes every entry from the first one
   end
   call('HSET', KEYS[1], 'fold_cursor', cursor)
 end

@@ -14,7 +14,7 @@ if last_id == '' then last_id = '0-0' end
 redis.call('HSET', KEYS[2], 'fold_cursor', last_id)
 redis.call('HSET', KEYS[2], 'pend_events', 0)
 redis.call('HSET', KEYS[2], 'bound_c', ARGV[3], 'bound_q', ARGV[4])
-redis.call('HSET', KEYS[2], 'logix', 1)  -- the rebuilt log index covers every entry
+redis.call('HSET', KEYS[2], 'logix', 1, 'wastecells', 1)  -- the rebuilt log index and waste cells cover every entry
 local pairs_n = tonumber(ARGV[2])
 for i = 1, pairs_n do
   redis.call('RENAME', KEYS[2 + 2 * i - 1], KEYS[2 + 2 * i])

@@ -138,7 +138,7 @@ async def test_a_fold_that_lost_the_race_writes_nothing(store: Stores, clean_red
     await _ingest_batches(store, 3)
     cursor, last, entries = await store.ledger.unfolded_entries("llm", 10, 1 << 30)
     assert (cursor, len(entries), entries[-1][0]) == ("0-0", 3, last)
-    count, new_cursor, events, increments = await _log_plan_sliced(entries)
+    count, new_cursor, events, increments, _merges = await _log_plan_sliced(entries)
     assert (count, new_cursor, events) == (3, last, 120)
     assert await settle(store, "llm") == 3  # another worker folded them first
     settled = snapshot(clean_redis)
@@ -160,7 +160,7 @@ async def test_a_rebuild_moves_the_cursor_past_what_it_counts(
     await _ingest_batches(store, 1, seed=9)
     assert not _folded(clean_redis)
     # A fold that read the log before the rebuild cannot apply it afterwards.
-    _, new_cursor, events, increments = await _log_plan_sliced(stale[2])
+    _, new_cursor, events, increments, _merges = await _log_plan_sliced(stale[2])
     assert not await store.ledger.fold_log("llm", stale[0], new_cursor, events, increments)
     assert await settle(store, "llm") == 1
     assert sum((await store.ledger.daily_costs("llm")).values()) == await _logged_cost(store)
@@ -210,7 +210,7 @@ async def test_a_fold_sums_entries_past_int64_exactly() -> None:
     """No sum limits a fold (the store splits an increment past int64 between two limbs)."""
     big = 2**63 - 1
     entries = [("1-0", _entry([big, big])), ("2-0", _entry([big])), ("3-0", _entry([5]))]
-    count, cursor, events, increments = await _log_plan_sliced(entries)
+    count, cursor, events, increments, _merges = await _log_plan_sliced(entries)
     assert (count, cursor, events) == (3, "3-0", 4)
     assert max(delta for _, _, delta in increments) == 3 * big + 5
 
@@ -223,11 +223,11 @@ async def test_one_fold_writes_a_bounded_number_of_cells() -> None:
         return _entry([1] * half, [f"e{i}" for i in range(first, first + half)])
 
     entries = [(f"{k + 1}-0", entry(k * half)) for k in range(4)]
-    count, cursor, events, _ = await _log_plan_sliced(entries)
+    count, cursor, events, _, _merges = await _log_plan_sliced(entries)
     assert (count, cursor, events) == (1, "1-0", half)  # halved until it fits
     # Entries over the same cells merge: all of them fit in one fold.
     same = [(f"{k + 1}-0", entry(0)) for k in range(4)]
-    count, cursor, events, _ = await _log_plan_sliced(same)
+    count, cursor, events, _, _merges = await _log_plan_sliced(same)
     assert (count, cursor, events) == (4, "4-0", 4 * half)
 
 
