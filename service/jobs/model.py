@@ -18,7 +18,7 @@ import msgspec
 
 from ..errors import Conflict, NotFound
 from ..ratecards.model import RateCardVersion
-from ..rebuild.service import RebuildReport
+from ..rebuild.model import RebuildReport
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JobKind = Literal["reprice", "rebuild", "export"]

@@ -14,7 +14,8 @@ import msgspec
 
 from ..export.aggregate import Granularity
 from ..export.stream import first_chunk_read
-from ..rebuild.service import RebuildError, RebuildReport, rebuild_project, settle_budget_alerts
+from ..rebuild.model import RebuildReport
+from ..rebuild.service import RebuildError, rebuild_project, settle_budget_alerts
 from .export import export_file, export_params, run_export
 from .model import (
     EXCLUSIVE_KINDS,

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..export.pricing import ExportError
-from ..rebuild.service import RebuildError, RebuildReport
+from ..rebuild.model import RebuildReport
+from ..rebuild.service import RebuildError
 from ..storage.connection import StoreError
 from .model import HOLD_MS, KEEP_MS, ExportFile, ExportTooLarge, JobCancelled, RunningJob
 from .service import finish_job, run_job, settle_released

@@ -14,7 +14,8 @@ from ..http.params import PathProject
 from ..http.security import requires
 from ..jobs.model import Job
 from ..jobs.service import queue_rebuild, wants_async
-from ..rebuild.service import RebuildReport, rebuild_project
+from ..rebuild.model import RebuildReport
+from ..rebuild.service import rebuild_project
 from .model import ProjectIn, ProjectView
 from .service import (
     change_settings,

@@ -33,25 +33,12 @@ from ..projects.model import ProjectSettings
 from ..projects.service import project_catalog, project_currency
 from ..ratecards.catalog import PricingCatalog, RateCards
 from ..storage.limbs import CAP_UNITS, bound_units
+from .model import RebuildReport
 
 if TYPE_CHECKING:
     from ..stores import Stores
 
 _budget_decoder = msgspec.json.Decoder(Budget)
-
-
-class RebuildReport(msgspec.Struct):
-    """Answer of `POST /v1/projects/{project}/rebuild`: the events priced again and the total
-    before and after."""
-
-    project: str
-    events: int
-    batches: int
-    cost_before: str
-    cost_after: str
-    changed: bool
-    # Budget thresholds the rebuilt spend reached that had not fired: fired once, now.
-    alerts_fired: list[str] = msgspec.field(default_factory=list)
 
 
 # Called after each batch priced again with the events priced so far (a job's progress; it

@@ -24,23 +24,6 @@ import grimp
 # strongly connected component's modules): a circle found must lie within one of them.
 TYPING_ONLY_ALLOWED: tuple[frozenset[str], ...] = (
     frozenset({"trainledger.client.batching", "trainledger.client.spool"}),
-    frozenset(
-        {
-            "trainledger.budgets.firing",
-            "trainledger.ingest.batches",
-            "trainledger.ingest.pricing",
-            "trainledger.ingest.rate_rows",
-            "trainledger.jobs.model",
-            "trainledger.jobs.store",
-            "trainledger.ledger.eventlog",
-            "trainledger.ledger.folding",
-            "trainledger.ledger.logindex",
-            "trainledger.projects.service",
-            "trainledger.ratecards.catalog",
-            "trainledger.rebuild.service",
-            "trainledger.stores",
-        }
-    ),
 )
 NO_CIRCLE_THROUGH = ("trainledger.webhooks.",)
 
