@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis.exceptions
 from redis.asyncio.connection import Connection as RedisConnection
 from redis.cluster import key_slot
 from trainledger.auth.model import mint
@@ -417,9 +418,12 @@ async def test_an_error_raised_inside_redis_py_is_told_from_ours() -> None:
     (`'NoneType' object has no attribute 'writelines'`) is a storage failure (503), not a
     bug of the service (500)."""
     never_connected = RedisConnection()
-    with pytest.raises(AttributeError) as inside:
+    # redis-py 8.1 fails there with that AttributeError; 8.2 raises its own ConnectionError
+    # ("closed by the server before write"). Either is told as raised inside redis-py.
+    with pytest.raises((AttributeError, redis.exceptions.ConnectionError)) as inside:
         await never_connected._send_packed_command([b"PING\r\n"])
-    assert "writelines" in str(inside.value)
+    if isinstance(inside.value, AttributeError):
+        assert "writelines" in str(inside.value)
     assert raised_inside_redis(inside.value)
     with pytest.raises(RuntimeError) as ours:
         raise RuntimeError("a bug of the service")
