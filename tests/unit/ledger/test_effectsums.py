@@ -18,8 +18,8 @@ from trainledger.ledger.effectsums import (
     live_effect_sums,
     quantity_field,
 )
+from trainledger.ledger.fields import joined_dims
 from trainledger.ledger.hashes import ROLLUP_EVENTS, SumsHash, rollup_hash
-from trainledger.ledger.store import joined_dims
 
 _cells = st.lists(
     st.tuples(
